@@ -24,9 +24,9 @@ type tokenKind uint8
 
 const (
 	tokLiteral tokenKind = iota
-	tokAny                // '?'
-	tokClass              // '[...]'
-	tokStar               // '*' (consecutive stars are one)
+	tokAny               // '?'
+	tokClass             // '[...]'
+	tokStar              // '*' (consecutive stars are one)
 )
 
 type token struct {

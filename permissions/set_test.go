@@ -200,11 +200,11 @@ func TestIntersect(t *testing.T) {
 		want bool
 	}{
 		{"rye.execute.tool.mcp.filesystem.read", true},
-		{"rye.execute.tool.mcp.github.x", false},   // parent yes, child no
-		{"rye.execute.tool.bridge.gog.x", false},   // child yes, parent no: never wider
-		{"rye.fetch.tool.mcp.github.x", true},      // both
-		{"rye.fetch.directive.x", false},           // parent only
-		{"rye.execute.directive.x", false},         // neither
+		{"rye.execute.tool.mcp.github.x", false}, // parent yes, child no
+		{"rye.execute.tool.bridge.gog.x", false}, // child yes, parent no: never wider
+		{"rye.fetch.tool.mcp.github.x", true},    // both
+		{"rye.fetch.directive.x", false},         // parent only
+		{"rye.execute.directive.x", false},       // neither
 	}
 	for _, tt := range tests {
 		d := s.Check(tt.req)
