@@ -1,0 +1,104 @@
+package risk
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func ptr(b bool) *bool { return &b }
+
+func TestSplitWords(t *testing.T) {
+	tests := map[string][]string{
+		"read_file":           {"read", "file"},
+		"readFile":            {"read", "file"},
+		"HTTPGetURL":          {"http", "get", "url"},
+		"email.list_messages": {"email", "list", "messages"},
+		"a-b/c d":             {"a", "b", "c", "d"},
+		"format":              {"format"},
+		"v2Delete":            {"v2", "delete"},
+	}
+	for in, want := range tests {
+		if got := splitWords(in); !reflect.DeepEqual(got, want) {
+			t.Errorf("splitWords(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestInfer(t *testing.T) {
+	tests := []struct {
+		name    string
+		h       Hints
+		level   Level
+		effects []SideEffect
+		rule    string // a rule that must have fired
+	}{
+		{"readOnly wins", Hints{Name: "delete_file", ReadOnly: ptr(true)}, Low, []SideEffect{}, "readOnlyHint"},
+		{"readOnly keeps read effects", Hints{Name: "read_file", ReadOnly: ptr(true), OpenWorld: ptr(true)}, Low, []SideEffect{FSRead, NetworkHTTP}, "openWorldHint"},
+		{"destructive", Hints{Name: "tidy", Destructive: ptr(true)}, High, []SideEffect{}, "destructiveHint → HIGH"},
+		{"mcp-go defaults", Hints{Name: "echo", Destructive: ptr(true), OpenWorld: ptr(true)}, High, []SideEffect{NetworkHTTP}, "destructiveHint"},
+		{"openWorld alone gives no level", Hints{Name: "get_weather", OpenWorld: ptr(true)}, Low, []SideEffect{NetworkHTTP}, `word "get" in name`},
+		{"payments permission", Hints{Name: "get", Permissions: []string{"payments"}}, Critical, []SideEffect{Payments}, `permission "payments"`},
+		{"cloud permission", Hints{Name: "x", Permissions: []string{"cloud"}}, Critical, []SideEffect{CloudResourceCreate}, "cloud"},
+		{"network permission", Hints{Name: "get", Permissions: []string{"network"}}, High, []SideEffect{NetworkHTTP}, "network"},
+		{"permission tag", Hints{Name: "x", Permissions: []string{"fs.read"}}, Med, []SideEffect{FSRead}, `permission "fs.read"`},
+		{"delete word", Hints{Name: "delete_file"}, High, []SideEffect{FSDelete}, `word "delete" in name → HIGH, fs.delete`},
+		{"camelCase", Hints{Name: "removeItem"}, High, []SideEffect{FSDelete}, `"remove"`},
+		{"inflection", Hints{Name: "runs_tests"}, High, []SideEffect{SystemExec}, `"run"`},
+		{"format is not rm", Hints{Name: "format"}, Med, []SideEffect{}, "MED"},
+		{"thread is not read", Hints{Name: "thread_summary"}, Med, []SideEffect{}, "MED"},
+		{"rm word", Hints{Name: "rm"}, High, []SideEffect{FSDelete}, `"rm"`},
+		{"critical beats low", Hints{Name: "list_secrets"}, Critical, []SideEffect{CloudKeyRead}, `"secret"`},
+		{"highest word wins", Hints{Name: "get_and_delete"}, High, []SideEffect{FSDelete}, `"delete"`},
+		{"database domain", Hints{Name: "drop_table"}, High, []SideEffect{DatabaseDelete}, "database.delete"},
+		{"charge", Hints{Name: "charge_card"}, Critical, []SideEffect{Payments}, `"charge"`},
+		{"shell", Hints{Name: "shell"}, High, []SideEffect{SystemExec}, `"shell"`},
+		{"low words", Hints{Name: "search_issues"}, Low, []SideEffect{}, `"search"`},
+		{"description when the name is silent", Hints{Name: "gh_issue", Description: "Updates an issue"}, High, []SideEffect{FSWrite}, `word "update" in description`},
+		{"name speaks first", Hints{Name: "list_files", Description: "Lists files; see write_file to change one"}, Low, []SideEffect{}, `"list" in name`},
+		{"nothing", Hints{Name: "echo", Description: "Echoes its input"}, Med, []SideEffect{}, "no rule gave a level → MED"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := Infer(tt.h)
+			if a.Level != tt.level {
+				t.Errorf("level %s, want %s (rules %q)", a.Level, tt.level, a.Rules)
+			}
+			if !reflect.DeepEqual(a.Effects, tt.effects) {
+				t.Errorf("effects %v, want %v (rules %q)", a.Effects, tt.effects, a.Rules)
+			}
+			if !strings.Contains(strings.Join(a.Rules, "\n"), tt.rule) {
+				t.Errorf("rules %q do not include %q", a.Rules, tt.rule)
+			}
+			if a.LevelFrom != FromInference || a.EffectsFrom != FromInference {
+				t.Errorf("provenance %s/%s, want inferred", a.LevelFrom, a.EffectsFrom)
+			}
+		})
+	}
+}
+
+func TestAssessOperatorWins(t *testing.T) {
+	h := Hints{Name: "delete_everything"} // infers HIGH, fs.delete
+	declared := Declaration{Level: Med, Effects: []SideEffect{FSWrite}}
+	operator := Declaration{Level: Low}
+
+	a := Assess(operator, declared, h)
+	if a.Level != Low || a.LevelFrom != FromOperator {
+		t.Errorf("level %s from %s, want LOW from operator", a.Level, a.LevelFrom)
+	}
+	if !reflect.DeepEqual(a.Effects, []SideEffect{FSWrite}) || a.EffectsFrom != FromSource {
+		t.Errorf("effects %v from %s, want the declared ones", a.Effects, a.EffectsFrom)
+	}
+
+	a = Assess(Declaration{}, Declaration{Effects: []SideEffect{}}, h)
+	if a.Level != High || a.LevelFrom != FromInference || len(a.Effects) != 0 || a.EffectsFrom != FromSource {
+		t.Errorf("declared empty effects: %+v", a)
+	}
+	if len(a.Rules) == 0 {
+		t.Error("inferred level but no rules recorded")
+	}
+	a = Assess(Declaration{Level: Critical, Effects: []SideEffect{Payments}}, Declaration{}, h)
+	if a.Level != Critical || a.EffectsFrom != FromOperator || a.Rules != nil {
+		t.Errorf("operator everything: %+v", a)
+	}
+}
