@@ -88,7 +88,8 @@ func (t *Table) Evaluate(grants, acknowledged []string) (*Evaluation, error) {
 			}
 		} else {
 			r.Tier, r.Policy, r.Pattern, r.Description = c.Tier.Name, c.Tier.Policy, c.Pattern, c.Description
-			r.Acknowledged = slices.Contains(acknowledged, c.Tier.Name)
+			// Acknowledging an "allow" tier changes nothing, so it is not reported.
+			r.Acknowledged = c.Tier.Policy != Allow && slices.Contains(acknowledged, c.Tier.Name)
 			switch {
 			case c.Tier.Policy == Block && !r.Acknowledged:
 				r.Active = false

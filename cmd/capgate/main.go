@@ -1,0 +1,77 @@
+// Command capgate is the capgate CLI. Each command group lives in its own
+// file; this one wires them and maps errors to exit codes.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes shared by every command.
+const (
+	exitOK     = 0
+	exitDenied = 1 // a decision was made and it is "no"
+	exitUsage  = 2 // bad input: flags, arguments, files
+)
+
+// exitError carries an exit code out of a command. With a nil err the
+// command has already said everything.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func usageError(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// run executes the CLI with args and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "capgate:", ee.err)
+		}
+		return ee.code
+	}
+	// Cobra's own errors: unknown flags, commands, argument counts.
+	fmt.Fprintln(stderr, "capgate:", err)
+	return exitUsage
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "capgate",
+		Short: "capgate: a capability router and MCP tool server",
+		Long: `capgate merges tools from extension packs, bridge-v1 providers and upstream
+MCP servers into one catalog, and decides for every call whether the verified
+caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd(), newCheckCmd(), newPermsCmd())
+	return root
+}
