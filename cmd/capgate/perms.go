@@ -70,7 +70,11 @@ func runPerms(out io.Writer, o permsOptions, path string) error {
 		if len(perms.Acknowledge) > 0 {
 			acks = "acknowledges " + strings.Join(perms.Tiers(), ", ")
 		}
-		fmt.Fprintf(out, "%s:%d: %d capability strings; %s\n", path, perms.Line, len(ev.Grants), acks)
+		noun := "capability strings"
+		if len(ev.Grants) == 1 {
+			noun = "capability string"
+		}
+		fmt.Fprintf(out, "%s:%d: %d %s; %s\n", path, perms.Line, len(ev.Grants), noun, acks)
 		if len(ev.Grants) == 0 {
 			fmt.Fprintln(out, "  (none: this directive may do nothing)")
 		} else {
