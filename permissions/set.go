@@ -94,32 +94,6 @@ func Intersect(child, parent *Set) *Set {
 	return &Set{layers: layers}
 }
 
-// Grants returns the grants of the outermost (first) layer, in the order
-// they were given.
-func (s *Set) Grants() []string {
-	if s == nil || len(s.layers) == 0 {
-		return nil
-	}
-	out := make([]string, len(s.layers[0].grants))
-	for i, g := range s.layers[0].grants {
-		out[i] = g.String()
-	}
-	return out
-}
-
-// Empty reports whether the set allows nothing at all by construction.
-func (s *Set) Empty() bool {
-	if s == nil || len(s.layers) == 0 {
-		return true
-	}
-	for _, l := range s.layers {
-		if len(l.grants) == 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // Decision is the answer to one Check.
 type Decision struct {
 	Required string
