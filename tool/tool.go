@@ -1,0 +1,181 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/capgate/capgate/risk"
+)
+
+// Kind is the kind of source a tool comes from.
+type Kind string
+
+const (
+	KindExt    Kind = "ext"    // extension packs, run as subprocesses
+	KindBridge Kind = "bridge" // bridge-v1 command providers
+	KindMCP    Kind = "mcp"    // upstream MCP servers
+)
+
+// Kinds lists the source kinds.
+var Kinds = []Kind{KindExt, KindBridge, KindMCP}
+
+// ParseKind reads a source kind.
+func ParseKind(s string) (Kind, error) {
+	k := Kind(s)
+	if slices.Contains(Kinds, k) {
+		return k, nil
+	}
+	return "", fmt.Errorf("unknown source kind %q: valid kinds are ext, bridge, mcp", s)
+}
+
+// ID builds a tool id: <kind>:<source>:<name>.
+func ID(kind Kind, source, name string) string {
+	return string(kind) + ":" + source + ":" + name
+}
+
+// ParseID splits a tool id into its kind, source and name. The name may
+// itself contain ':'.
+func ParseID(id string) (Kind, string, string, error) {
+	k, rest, ok := strings.Cut(id, ":")
+	if !ok {
+		return "", "", "", fmt.Errorf("tool id %q: want <kind>:<source>:<name>", id)
+	}
+	kind, err := ParseKind(k)
+	if err != nil {
+		return "", "", "", fmt.Errorf("tool id %q: %w", id, err)
+	}
+	source, name, ok := strings.Cut(rest, ":")
+	if !ok || source == "" || name == "" {
+		return "", "", "", fmt.Errorf("tool id %q: want <kind>:<source>:<name>", id)
+	}
+	return kind, source, name, nil
+}
+
+// exposedName is what many MCP clients accept as a tool name.
+var exposedName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// ValidExposedName reports whether name is acceptable to MCP clients.
+func ValidExposedName(name string) bool { return exposedName.MatchString(name) }
+
+// Annotations are the MCP tool annotations. Nil means the tool did not say.
+type Annotations struct {
+	Title           string `json:"title,omitempty"`
+	ReadOnlyHint    *bool  `json:"readOnlyHint,omitempty"`
+	DestructiveHint *bool  `json:"destructiveHint,omitempty"`
+	IdempotentHint  *bool  `json:"idempotentHint,omitempty"`
+	OpenWorldHint   *bool  `json:"openWorldHint,omitempty"`
+}
+
+// Descriptor is one tool of the catalog.
+type Descriptor struct {
+	ID          string `json:"id"`           // <kind>:<source>:<name>
+	Kind        Kind   `json:"kind"`         // source kind
+	Source      string `json:"source"`       // source id within its kind
+	Name        string `json:"name"`         // the source's own name for it
+	ExposedName string `json:"exposed_name"` // the name MCP clients see
+	Title       string `json:"title,omitempty"`
+	Description string `json:"description"`
+	// Schemas are kept byte for byte as the source gave them.
+	InputSchema  json.RawMessage `json:"input_schema,omitempty"`
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+	Annotations  Annotations     `json:"annotations"`
+	// Risk holds the level and side effects with where each came from.
+	Risk             risk.Assessment `json:"risk"`
+	Sensitive        bool            `json:"sensitive,omitempty"`
+	AllowedChatTypes []string        `json:"allowed_chat_types,omitempty"`
+	Mutating         bool            `json:"mutating,omitempty"`
+	RequiresAuth     bool            `json:"requires_auth,omitempty"`
+	Available        bool            `json:"available"`
+	// Quarantined tools are listed but never callable (definition pins).
+	Quarantined string `json:"quarantined,omitempty"`
+}
+
+// Clone returns a deep copy, so a gate can change it without touching the
+// registry's snapshot.
+func (d *Descriptor) Clone() *Descriptor {
+	c := *d
+	c.InputSchema = slices.Clone(d.InputSchema)
+	c.OutputSchema = slices.Clone(d.OutputSchema)
+	c.Annotations.ReadOnlyHint = cloneBool(d.Annotations.ReadOnlyHint)
+	c.Annotations.DestructiveHint = cloneBool(d.Annotations.DestructiveHint)
+	c.Annotations.IdempotentHint = cloneBool(d.Annotations.IdempotentHint)
+	c.Annotations.OpenWorldHint = cloneBool(d.Annotations.OpenWorldHint)
+	c.Risk.Effects = slices.Clone(d.Risk.Effects)
+	c.Risk.Rules = slices.Clone(d.Risk.Rules)
+	c.AllowedChatTypes = slices.Clone(d.AllowedChatTypes)
+	return &c
+}
+
+func cloneBool(b *bool) *bool {
+	if b == nil {
+		return nil
+	}
+	v := *b
+	return &v
+}
+
+// Call is one invocation of a tool, as the router hands it to a source.
+type Call struct {
+	Tool           *Descriptor
+	Input          json.RawMessage // a JSON object
+	Account        string          // which stored credential to use, if any
+	IdempotencyKey string
+	// ContextToken is a short-lived token the router signs for this call
+	// from the verified caller's claims, for sources that want one.
+	ContextToken string
+	// Progress, when set, receives progress the source reports.
+	Progress func(progress, total float64, message string)
+}
+
+// Result is what a tool returned: MCP content blocks, kept as raw JSON so
+// they pass through unchanged, and optional structured content.
+type Result struct {
+	Content    []json.RawMessage `json:"content"`
+	Structured json.RawMessage   `json:"structuredContent,omitempty"`
+	IsError    bool              `json:"isError,omitempty"`
+}
+
+// TextResult returns a result with one text block.
+func TextResult(text string) *Result {
+	b, _ := json.Marshal(map[string]string{"type": "text", "text": text})
+	return &Result{Content: []json.RawMessage{b}}
+}
+
+// Source is one place tools come from.
+type Source interface {
+	// ID is the source's id within its kind, as in the tool id.
+	ID() string
+	Kind() Kind
+	// List returns the source's tools. The descriptors are the caller's.
+	List(ctx context.Context) ([]*Descriptor, error)
+	// Call runs one tool of this source.
+	Call(ctx context.Context, c Call) (*Result, error)
+}
+
+// Notifier is a Source that can tell when its tool list changed.
+type Notifier interface {
+	// OnChange registers f, called (from any goroutine) after a change.
+	OnChange(f func())
+}
+
+// Closer is a Source holding processes or connections to release.
+type Closer interface {
+	Close() error
+}
+
+// AuthBegin is what starting an auth flow returns.
+type AuthBegin struct {
+	AuthURL string `json:"auth_url"`
+	FlowID  string `json:"flow_id,omitempty"`
+}
+
+// Authenticator is a Source whose tools need a per-user credential that it
+// obtains through an auth flow.
+type Authenticator interface {
+	AuthBegin(ctx context.Context, capabilityID, accountHint, contextToken string) (*AuthBegin, error)
+	AuthComplete(ctx context.Context, capabilityID string, params json.RawMessage, contextToken string) (json.RawMessage, error)
+}
