@@ -1,0 +1,393 @@
+// Package config reads capgate's host configuration, capgate.toml: a strict
+// decode (unknown keys are errors), ${ENV} expansion in strings, paths
+// relative to the file, defaults, then validation. Every error names the
+// file, the key and the problem.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// Config is capgate.toml.
+type Config struct {
+	// Path is the file the config came from; Dir is its directory, against
+	// which relative paths were resolved.
+	Path string `toml:"-"`
+	Dir  string `toml:"-"`
+
+	Server       Server           `toml:"server"`
+	Auth         Auth             `toml:"auth"`
+	Policy       Policy           `toml:"policy"`
+	Audit        Audit            `toml:"audit"`
+	Extensions   Extensions       `toml:"extensions"`
+	MCP          MCP              `toml:"mcp"`
+	Capabilities Capabilities     `toml:"capabilities"`
+	Skills       map[string]Skill `toml:"skills"`
+}
+
+type Server struct {
+	Listen  string `toml:"listen"`   // default 127.0.0.1:8787
+	DataDir string `toml:"data_dir"` // default ~/.local/share/capgate
+}
+
+type Auth struct {
+	SecretEnv string     `toml:"secret_env"` // default CAPGATE_TOKEN_SECRET
+	Audience  string     `toml:"audience"`   // default capgate
+	JWKSFile  string     `toml:"jwks_file"`
+	Anonymous *Anonymous `toml:"anonymous"`
+}
+
+// Anonymous lets callers without a token in, as one narrow subject.
+type Anonymous struct {
+	Sub         string   `toml:"sub"`
+	Grants      []string `toml:"grants"`
+	Acknowledge []string `toml:"acknowledge"`
+}
+
+type Policy struct {
+	Grants      []string           `toml:"grants"`      // every verified caller
+	Acknowledge []string           `toml:"acknowledge"` // tiers acknowledged for every caller
+	RiskFile    string             `toml:"risk_file"`   // replaces the built-in capability_risk.yaml
+	RequireLock bool               `toml:"require_lock"`
+	Subjects    map[string]Subject `toml:"subjects"`
+}
+
+type Subject struct {
+	Grants      []string `toml:"grants"`
+	Acknowledge []string `toml:"acknowledge"`
+}
+
+type Audit struct {
+	Path string `toml:"path"` // default <data_dir>/audit.jsonl
+}
+
+type Extensions struct {
+	Paths []string `toml:"paths"` // each holds one directory per pack
+	// Env names host variables passed through to pack commands, beyond the
+	// small allow list.
+	Env            []string `toml:"env"`
+	Timeout        Duration `toml:"timeout"`          // default 30s
+	MaxOutputBytes int64    `toml:"max_output_bytes"` // default 1 MiB
+}
+
+type MCP struct {
+	Servers map[string]*MCPServer `toml:"servers"`
+}
+
+// MCPServer is one upstream: a stdio command, or a URL.
+type MCPServer struct {
+	Command string            `toml:"command"`
+	Args    []string          `toml:"args"`
+	Env     map[string]string `toml:"env"`
+	Cwd     string            `toml:"cwd"`
+
+	URL       string            `toml:"url"`
+	Transport string            `toml:"transport"` // streamable-http (default) or sse
+	Headers   map[string]string `toml:"headers"`
+
+	// Prefix of exposed names; nil means the server's name, "" none.
+	Prefix  *string  `toml:"prefix"`
+	Timeout Duration `toml:"timeout"` // default 60s
+
+	// Defaults for the server's tools.
+	Risk        string   `toml:"risk"`
+	SideEffects []string `toml:"side_effects"`
+
+	Tools map[string]ToolOverride `toml:"tools"`
+}
+
+// ToolOverride is an operator's word on one tool; it always wins.
+type ToolOverride struct {
+	Risk        string   `toml:"risk"`
+	SideEffects []string `toml:"side_effects"`
+	Description string   `toml:"description"`
+	Hidden      bool     `toml:"hidden"`
+	Name        string   `toml:"name"` // exposed name
+}
+
+type Capabilities struct {
+	Providers map[string]*Provider `toml:"providers"`
+}
+
+// Provider is a bridge-v1 command provider, in Ash's shape.
+type Provider struct {
+	Enabled        *bool    `toml:"enabled"` // default true
+	Namespace      string   `toml:"namespace"`
+	Command        []string `toml:"command"`
+	TimeoutSeconds int      `toml:"timeout_seconds"` // default 30
+}
+
+// IsEnabled reports whether the provider is on.
+func (p *Provider) IsEnabled() bool { return p.Enabled == nil || *p.Enabled }
+
+// Skill is [skills.NAME]; [skills.defaults] holds allow_chat_ids for all.
+type Skill struct {
+	Enabled            *bool             `toml:"enabled"`
+	Model              string            `toml:"model"`
+	AllowChatIDs       []string          `toml:"allow_chat_ids"`
+	Env                map[string]string `toml:"env"`
+	CapabilityProvider *Provider         `toml:"capability_provider"`
+}
+
+// Duration is a TOML string such as "30s" or "2m".
+type Duration time.Duration
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as \"30s\" or \"2m\"", b)
+	}
+	if v < 0 {
+		return fmt.Errorf("%q is negative", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// Std returns the duration as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Defaults.
+const (
+	DefaultListen          = "127.0.0.1:8787"
+	DefaultDataDir         = "~/.local/share/capgate"
+	DefaultSecretEnv       = "CAPGATE_TOKEN_SECRET"
+	DefaultAudience        = "capgate"
+	DefaultExtTimeout      = 30 * time.Second
+	DefaultMaxOutputBytes  = 1 << 20
+	DefaultMCPTimeout      = 60 * time.Second
+	DefaultProviderTimeout = 30
+)
+
+// Options are the seams of loading.
+type Options struct {
+	// LookupEnv reads the environment for ${NAME}; default os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// Home replaces ~ in paths; default os.UserHomeDir.
+	Home string
+}
+
+// Load reads and checks the config file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data, filepath.Dir(abs), Options{})
+}
+
+// Parse reads a config whose relative paths are relative to dir. name is
+// the file name used in messages.
+func Parse(name string, data []byte, dir string, opts Options) (*Config, error) {
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	if opts.Home == "" {
+		opts.Home, _ = os.UserHomeDir()
+	}
+	c := &Config{Path: name, Dir: dir}
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return nil, decodeError(name, err)
+	}
+	var errs []error
+	fail := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s: %s", name, key, fmt.Sprintf(format, args...)))
+	}
+	expandEnv(c, opts.LookupEnv, fail)
+	c.applyDefaults()
+	c.resolvePaths(opts.Home)
+	c.validate(fail)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// decodeError turns go-toml's errors into "file:line: key: problem" lines.
+func decodeError(name string, err error) error {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		var errs []error
+		for _, e := range strict.Errors {
+			row, _ := e.Position()
+			errs = append(errs, fmt.Errorf("%s:%d: %s: unknown key", name, row, strings.Join(e.Key(), ".")))
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, _ := de.Position()
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		if m := typeMismatch.FindStringSubmatch(msg); m != nil {
+			msg = "is a TOML " + m[1] + "; want " + tomlType(m[2])
+		}
+		if key := de.Key(); len(key) > 0 {
+			return fmt.Errorf("%s:%d: %s: %s", name, row, strings.Join(key, "."), msg)
+		}
+		return fmt.Errorf("%s:%d: %s", name, row, msg)
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+var typeMismatch = regexp.MustCompile(`^cannot decode TOML (\w+) into (?:struct field )?\S+ of type (\S+)$`)
+
+// tomlType names a Go field type the way a TOML author thinks of it.
+func tomlType(goType string) string {
+	switch goType {
+	case "string", "config.Duration":
+		return "a string"
+	case "[]string":
+		return "a list of strings"
+	case "bool", "*bool":
+		return "true or false"
+	case "int", "int64":
+		return "an integer"
+	case "map[string]string":
+		return "a table of strings"
+	}
+	if strings.HasPrefix(goType, "map[") || strings.HasPrefix(goType, "config.") || strings.HasPrefix(goType, "*config.") {
+		return "a table"
+	}
+	return goType
+}
+
+func (c *Config) applyDefaults() {
+	if c.Server.Listen == "" {
+		c.Server.Listen = DefaultListen
+	}
+	if c.Server.DataDir == "" {
+		c.Server.DataDir = DefaultDataDir
+	}
+	if c.Auth.SecretEnv == "" {
+		c.Auth.SecretEnv = DefaultSecretEnv
+	}
+	if c.Auth.Audience == "" {
+		c.Auth.Audience = DefaultAudience
+	}
+	if c.Extensions.Timeout == 0 {
+		c.Extensions.Timeout = Duration(DefaultExtTimeout)
+	}
+	if c.Extensions.MaxOutputBytes == 0 {
+		c.Extensions.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	for name, s := range c.MCP.Servers {
+		if s == nil {
+			continue
+		}
+		if s.Timeout == 0 {
+			s.Timeout = Duration(DefaultMCPTimeout)
+		}
+		if s.URL != "" && s.Transport == "" {
+			s.Transport = "streamable-http"
+		}
+		if s.Prefix == nil {
+			p := name
+			s.Prefix = &p
+		}
+	}
+	for _, p := range c.Providers() {
+		p.applyDefaults()
+	}
+}
+
+func (p *Provider) applyDefaults() {
+	if p.TimeoutSeconds == 0 {
+		p.TimeoutSeconds = DefaultProviderTimeout
+	}
+}
+
+// NamedProvider is a provider with where it was configured.
+type NamedProvider struct {
+	*Provider
+	Key string // the config key, for messages
+}
+
+// Providers lists every bridge provider, from [capabilities.providers.NS]
+// and [skills.NAME.capability_provider], with its namespace defaulted.
+func (c *Config) Providers() []NamedProvider {
+	var out []NamedProvider
+	for ns, p := range c.Capabilities.Providers {
+		if p == nil {
+			continue
+		}
+		if p.Namespace == "" {
+			p.Namespace = ns
+		}
+		out = append(out, NamedProvider{p, "capabilities.providers." + ns})
+	}
+	for name, s := range c.Skills {
+		if s.CapabilityProvider == nil {
+			continue
+		}
+		if s.CapabilityProvider.Namespace == "" {
+			s.CapabilityProvider.Namespace = name
+		}
+		out = append(out, NamedProvider{s.CapabilityProvider, "skills." + name + ".capability_provider"})
+	}
+	sortProviders(out)
+	return out
+}
+
+// resolvePaths makes relative paths relative to the config's directory and
+// expands a leading ~.
+func (c *Config) resolvePaths(home string) {
+	abs := func(p string) string {
+		if p == "" {
+			return p
+		}
+		if p == "~" || strings.HasPrefix(p, "~/") {
+			return filepath.Join(home, p[1:])
+		}
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(c.Dir, p)
+	}
+	// A command is a path only when it names one; a bare name is looked up
+	// in PATH.
+	cmd := func(p string) string {
+		if strings.ContainsRune(p, '/') {
+			return abs(p)
+		}
+		return p
+	}
+	c.Server.DataDir = abs(c.Server.DataDir)
+	c.Auth.JWKSFile = abs(c.Auth.JWKSFile)
+	c.Policy.RiskFile = abs(c.Policy.RiskFile)
+	c.Audit.Path = abs(c.Audit.Path)
+	for i, p := range c.Extensions.Paths {
+		c.Extensions.Paths[i] = abs(p)
+	}
+	for _, s := range c.MCP.Servers {
+		if s == nil {
+			continue
+		}
+		s.Cwd = abs(s.Cwd)
+		s.Command = cmd(s.Command)
+	}
+	for _, p := range c.Providers() {
+		if len(p.Command) > 0 {
+			p.Command[0] = cmd(p.Command[0])
+		}
+	}
+	if c.Audit.Path == "" {
+		c.Audit.Path = filepath.Join(c.Server.DataDir, "audit.jsonl")
+	}
+}

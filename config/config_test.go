@@ -1,0 +1,158 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func parse(t *testing.T, src string, vars map[string]string) (*Config, error) {
+	t.Helper()
+	return Parse("capgate.toml", []byte(src), "/etc/capgate", Options{LookupEnv: env(vars), Home: "/home/u"})
+}
+
+func TestLoadExample(t *testing.T) {
+	t.Setenv("FIXTURE_TOKEN", "tok-123")
+	t.Setenv("REMOTE_TOKEN", "rt-9")
+	c, err := Load("testdata/capgate.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := filepath.Abs("testdata")
+	if c.Dir != dir || c.Server.DataDir != filepath.Join(dir, "data") {
+		t.Errorf("dir %q data_dir %q", c.Dir, c.Server.DataDir)
+	}
+	if c.Audit.Path != filepath.Join(dir, "data", "audit.jsonl") {
+		t.Errorf("audit path %q, want under data_dir", c.Audit.Path)
+	}
+	if c.Extensions.Paths[0] != filepath.Join(dir, "extensions") {
+		t.Errorf("extension path %q", c.Extensions.Paths[0])
+	}
+	ev := c.MCP.Servers["everything"]
+	if ev.Command != "npx" || *ev.Prefix != "everything" || ev.Timeout.Std() != DefaultMCPTimeout || ev.Tools["echo"].Name != "say" {
+		t.Errorf("everything: %+v", ev)
+	}
+	local := c.MCP.Servers["local"]
+	if local.Command != filepath.Join(dir, "bin/fixture") || *local.Prefix != "" || local.Timeout.Std() != 5*time.Second {
+		t.Errorf("local: command %q prefix %q timeout %v", local.Command, *local.Prefix, local.Timeout)
+	}
+	if local.Env["TOKEN"] != "tok-123" || local.Env["MODE"] != "fast" {
+		t.Errorf("env expansion: %v", local.Env)
+	}
+	remote := c.MCP.Servers["remote"]
+	if remote.Transport != "streamable-http" || remote.Headers["Authorization"] != "Bearer rt-9" {
+		t.Errorf("remote: %+v", remote)
+	}
+	ps := c.Providers()
+	if len(ps) != 2 || ps[0].Key != "capabilities.providers.gog" || ps[0].TimeoutSeconds != 30 || !ps[0].IsEnabled() {
+		t.Fatalf("providers %+v", ps)
+	}
+	if ps[1].Namespace != "mail" || ps[1].Command[0] != filepath.Join(dir, "bin/mailbridge") || ps[1].TimeoutSeconds != DefaultProviderTimeout {
+		t.Errorf("skill provider %+v", ps[1])
+	}
+	if c.Policy.Subjects["alice"].Acknowledge[0] != "elevated" || c.Skills["defaults"].AllowChatIDs[0] != "42" {
+		t.Errorf("policy or skills: %+v %+v", c.Policy, c.Skills)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := parse(t, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Listen != DefaultListen || c.Server.DataDir != "/home/u/.local/share/capgate" ||
+		c.Auth.SecretEnv != DefaultSecretEnv || c.Auth.Audience != "capgate" ||
+		c.Extensions.Timeout.Std() != DefaultExtTimeout || c.Extensions.MaxOutputBytes != DefaultMaxOutputBytes {
+		t.Errorf("defaults: %+v", c)
+	}
+	if len(c.Policy.Grants) != 0 {
+		t.Errorf("default grants %v, want none (fail closed)", c.Policy.Grants)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	tests := []struct {
+		src  string
+		vars map[string]string
+		want []string
+	}{
+		{"[server]\nlisten = \"x\"\nlisen = \"y\"\n", nil, []string{"capgate.toml:3: server.lisen: unknown key"}},
+		{"[mcp.servers.a]\ncommand = \"x\"\ncomand = \"y\"\n[policy]\ngrant = []\n", nil,
+			[]string{"capgate.toml:3: mcp.servers.a.comand: unknown key", "capgate.toml:5: policy.grant: unknown key"}},
+		{"[server\n", nil, []string{"capgate.toml:1:"}},
+		{"[mcp.servers.a]\ncommand = \"x\"\ntimeout = \"soon\"\n", nil, []string{"capgate.toml:3:", `"soon" is not a duration`}},
+		{"[capabilities.providers.gog]\ncommand = \"gogcli bridge\"\n", nil, []string{"capgate.toml:2: capabilities.providers.gog.command: is a TOML string; want a list of strings"}},
+		{"[policy]\nrequire_lock = \"yes\"\n", nil, []string{"capgate.toml:2: policy.require_lock: is a TOML string; want true or false"}},
+		{"[server]\nlisten = \"nope\"\n", nil, []string{`capgate.toml: server.listen: "nope" is not host:port`}},
+		{"[mcp.servers.a]\nargs = []\n", nil, []string{"capgate.toml: mcp.servers.a.command: required (or url)"}},
+		{"[mcp.servers.a]\ncommand = \"x\"\nurl = \"http://h/\"\n", nil, []string{"command and url are both set"}},
+		{"[mcp.servers.a]\nurl = \"ftp://h/\"\n", nil, []string{`mcp.servers.a.url: "ftp://h/" is not an http(s) URL`}},
+		{"[mcp.servers.a]\nurl = \"http://h/\"\ntransport = \"ws\"\n", nil, []string{`mcp.servers.a.transport: "ws": valid transports are streamable-http and sse`}},
+		{"[mcp.servers.a]\ncommand = \"x\"\nheaders = {A = \"b\"}\n", nil, []string{"mcp.servers.a.headers: headers go with url"}},
+		{"[mcp.servers.\"a.b\"]\ncommand = \"x\"\n", nil, []string{`server name "a.b" may hold only`}},
+		{"[mcp.servers.a]\ncommand = \"x\"\nprefix = \"a b\"\n", nil, []string{"mcp.servers.a.prefix"}},
+		{"[mcp.servers.a]\ncommand = \"x\"\nrisk = \"SEVERE\"\nside_effects = [\"fs.wipe\"]\n", nil,
+			[]string{"mcp.servers.a.risk: unknown risk level", "mcp.servers.a.side_effects[0]: unknown side effect \"fs.wipe\""}},
+		{"[mcp.servers.a]\ncommand = \"x\"\n[mcp.servers.a.tools.t]\nname = \"a.b\"\n", nil, []string{`mcp.servers.a.tools.t.name: "a.b" must match`}},
+		{"[mcp.servers.a]\ncommand = \"x\"\nenv = {T = \"${MISSING}\"}\n", nil,
+			[]string{"capgate.toml: mcp.servers.a.env.T: environment variable MISSING is not set"}},
+		{"[policy]\ngrants = [\"${G\"]\n", nil, []string{"policy.grants[0]: unclosed ${"}},
+		{"[policy]\ngrants = [\"rye.a b\"]\n", nil, []string{"policy.grants[0]: grant \"rye.a b\" contains white space"}},
+		{"[capabilities.providers.Gog]\ncommand = [\"x\"]\n", nil, []string{`capabilities.providers.Gog.namespace: "Gog" must match`}},
+		{"[capabilities.providers.gog]\nnamespace = \"gog\"\n", nil, []string{"capabilities.providers.gog.command: required"}},
+		{"[capabilities.providers.a]\nnamespace = \"x\"\ncommand = [\"a\"]\n[capabilities.providers.b]\nnamespace = \"x\"\ncommand = [\"b\"]\n", nil,
+			[]string{`capabilities.providers.b.namespace: "x" is also the namespace of capabilities.providers.a`}},
+		{"[skills.s]\nenv = {lower = \"x\"}\n", nil, []string{"skills.s.env.lower: environment names are UPPER_CASE"}},
+		{"[skills.defaults]\nmodel = \"m\"\n", nil, []string{"skills.defaults: only allow_chat_ids"}},
+		{"[auth.anonymous]\ngrants = [\"rye.fetch.*\"]\n", nil, []string{"auth.anonymous.sub: required"}},
+	}
+	for _, tt := range tests {
+		_, err := parse(t, tt.src, tt.vars)
+		if err == nil {
+			t.Errorf("%q: no error, want %q", tt.src, tt.want)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q:\n error %v\n want %q", tt.src, err, w)
+			}
+		}
+	}
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"A": "1", "EMPTY": ""}
+	tests := map[string]string{
+		"plain":          "plain",
+		"$A stays":       "$A stays",
+		"${A}":           "1",
+		"x${A}y${A}":     "x1y1",
+		"${B:-two}":      "two",
+		"${EMPTY:-dflt}": "dflt",
+		"${EMPTY}":       "",
+		"${A:-unused}":   "1",
+		"cost: $5 ${A}":  "cost: $5 1",
+	}
+	for in, want := range tests {
+		got, err := expand(in, env(vars))
+		if err != "" || got != want {
+			t.Errorf("expand(%q) = %q, %q; want %q", in, got, err, want)
+		}
+	}
+	if _, err := expand("${1X}", env(vars)); !strings.Contains(err, "not a valid variable reference") {
+		t.Errorf("bad name: %q", err)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.toml"))
+	if !os.IsNotExist(err) {
+		t.Errorf("error %v, want not-exist", err)
+	}
+}

@@ -1,0 +1,169 @@
+package config
+
+import (
+	"maps"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+
+	"github.com/capgate/capgate/permissions"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/tool"
+)
+
+var (
+	// Server names and prefixes become part of tool ids and exposed names.
+	serverName  = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+	prefixChars = regexp.MustCompile(`^[a-zA-Z0-9_-]*$`)
+	// Bridge namespaces, as Ash's capability ids require.
+	namespaceRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+	upperEnv    = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+)
+
+func sortProviders(p []NamedProvider) {
+	sort.Slice(p, func(i, j int) bool { return p[i].Key < p[j].Key })
+}
+
+func (c *Config) validate(fail func(key, format string, args ...any)) {
+	if _, _, err := net.SplitHostPort(c.Server.Listen); err != nil {
+		fail("server.listen", "%q is not host:port", c.Server.Listen)
+	}
+	if !upperEnv.MatchString(c.Auth.SecretEnv) {
+		fail("auth.secret_env", "%q is not an environment variable name", c.Auth.SecretEnv)
+	}
+	grants := func(key string, gs []string) {
+		for i, g := range gs {
+			if _, err := permissions.ParseGrant(g); err != nil {
+				fail(key+"["+itoa(i)+"]", "%v", err)
+			}
+		}
+	}
+	tiers := func(key string, ts []string) {
+		for i, t := range ts {
+			if t == "" {
+				fail(key+"["+itoa(i)+"]", "empty tier name")
+			}
+		}
+	}
+	grants("policy.grants", c.Policy.Grants)
+	tiers("policy.acknowledge", c.Policy.Acknowledge)
+	for _, sub := range slices.Sorted(maps.Keys(c.Policy.Subjects)) {
+		s := c.Policy.Subjects[sub]
+		grants("policy.subjects."+sub+".grants", s.Grants)
+		tiers("policy.subjects."+sub+".acknowledge", s.Acknowledge)
+	}
+	if a := c.Auth.Anonymous; a != nil {
+		if a.Sub == "" {
+			fail("auth.anonymous.sub", "required: the subject anonymous callers act as")
+		}
+		grants("auth.anonymous.grants", a.Grants)
+		tiers("auth.anonymous.acknowledge", a.Acknowledge)
+	}
+	for i, p := range c.Extensions.Paths {
+		if p == "" {
+			fail("extensions.paths["+itoa(i)+"]", "empty path")
+		}
+	}
+	for i, e := range c.Extensions.Env {
+		if !validEnvName(e) {
+			fail("extensions.env["+itoa(i)+"]", "%q is not an environment variable name", e)
+		}
+	}
+	if c.Extensions.MaxOutputBytes < 0 {
+		fail("extensions.max_output_bytes", "must be positive")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.MCP.Servers)) {
+		s := c.MCP.Servers[name]
+		c.validateServer("mcp.servers."+name, name, s, fail)
+	}
+	namespaces := map[string]string{}
+	for _, p := range c.Providers() {
+		if len(p.Command) == 0 || p.Command[0] == "" {
+			fail(p.Key+".command", "required: the provider's argv, for example [\"gogcli\", \"bridge\"]")
+		}
+		if !namespaceRe.MatchString(p.Namespace) {
+			fail(p.Key+".namespace", "%q must match ^[a-z0-9][a-z0-9_-]*$", p.Namespace)
+		}
+		if p.TimeoutSeconds < 0 {
+			fail(p.Key+".timeout_seconds", "must be positive")
+		}
+		if other, ok := namespaces[p.Namespace]; ok && p.IsEnabled() {
+			fail(p.Key+".namespace", "%q is also the namespace of %s", p.Namespace, other)
+		}
+		if p.IsEnabled() {
+			namespaces[p.Namespace] = p.Key
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Skills)) {
+		s := c.Skills[name]
+		for k := range s.Env {
+			if !upperEnv.MatchString(k) {
+				fail("skills."+name+".env."+k, "environment names are UPPER_CASE")
+			}
+		}
+		if name == "defaults" && (s.Enabled != nil || s.Model != "" || s.Env != nil || s.CapabilityProvider != nil) {
+			fail("skills.defaults", "only allow_chat_ids may be set here")
+		}
+	}
+}
+
+func (c *Config) validateServer(key, name string, s *MCPServer, fail func(key, format string, args ...any)) {
+	if !serverName.MatchString(name) {
+		fail(key, "server name %q may hold only letters, digits, _ and -", name)
+	}
+	if s == nil {
+		fail(key, "empty server")
+		return
+	}
+	switch {
+	case s.Command == "" && s.URL == "":
+		fail(key+".command", "required (or url): how to reach the server")
+	case s.Command != "" && s.URL != "":
+		fail(key, "command and url are both set; a server is one or the other")
+	case s.Command != "":
+		if s.Transport != "" && s.Transport != "stdio" {
+			fail(key+".transport", "%q does not go with command (stdio)", s.Transport)
+		}
+		if len(s.Headers) > 0 {
+			fail(key+".headers", "headers go with url, not command")
+		}
+	default:
+		u, err := url.Parse(s.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fail(key+".url", "%q is not an http(s) URL", s.URL)
+		}
+		if s.Transport != "streamable-http" && s.Transport != "sse" {
+			fail(key+".transport", "%q: valid transports are streamable-http and sse", s.Transport)
+		}
+		if len(s.Args) > 0 || len(s.Env) > 0 || s.Cwd != "" {
+			fail(key, "args, env and cwd go with command, not url")
+		}
+	}
+	if s.Prefix != nil && !prefixChars.MatchString(*s.Prefix) {
+		fail(key+".prefix", "%q may hold only letters, digits, _ and -", *s.Prefix)
+	}
+	checkRisk(key, s.Risk, s.SideEffects, fail)
+	for _, t := range slices.Sorted(maps.Keys(s.Tools)) {
+		o := s.Tools[t]
+		tk := key + ".tools." + t
+		checkRisk(tk, o.Risk, o.SideEffects, fail)
+		if o.Name != "" && !tool.ValidExposedName(o.Name) {
+			fail(tk+".name", "%q must match ^[a-zA-Z0-9_-]{1,64}$", o.Name)
+		}
+	}
+}
+
+func checkRisk(key, level string, effects []string, fail func(key, format string, args ...any)) {
+	if level != "" {
+		if _, err := risk.ParseLevel(level); err != nil {
+			fail(key+".risk", "%v", err)
+		}
+	}
+	for i, e := range effects {
+		if _, err := risk.ParseSideEffect(e); err != nil {
+			fail(key+".side_effects["+itoa(i)+"]", "%v", err)
+		}
+	}
+}
