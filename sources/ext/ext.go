@@ -1,0 +1,421 @@
+// Package ext is the extension-pack tool source: a directory per pack with
+// an extension.yaml, each command run as a subprocess that reads the JSON
+// input on stdin and writes one JSON result on stdout.
+package ext
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/tool"
+)
+
+// ManifestFile is the name of a pack's manifest.
+const ManifestFile = "extension.yaml"
+
+// Manifest is extension.yaml.
+type Manifest struct {
+	ID          string             `yaml:"id"`
+	Name        string             `yaml:"name"`
+	Description string             `yaml:"description"`
+	Permissions []string           `yaml:"permissions"`
+	Commands    map[string]Command `yaml:"commands"`
+}
+
+// Command is one tool of a pack.
+type Command struct {
+	Description  string   `yaml:"description"`
+	Run          []string `yaml:"run"` // argv; a path is relative to the pack
+	InputSchema  any      `yaml:"input_schema"`
+	OutputSchema any      `yaml:"output_schema"`
+	Risk         string   `yaml:"risk"`         // LOW, MED, HIGH, CRITICAL
+	SideEffects  []string `yaml:"side_effects"` // nil: not declared
+	Mutating     bool     `yaml:"mutating"`
+	Timeout      string   `yaml:"timeout"` // overrides the source's, e.g. "5s"
+}
+
+// Options bound every call of every pack.
+type Options struct {
+	Timeout   time.Duration // default 30s
+	MaxOutput int64         // stdout cap in bytes; default 1 MiB
+	// Env names host variables passed through beyond the allow list.
+	Env []string
+	// LookupEnv reads the host environment; default os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+}
+
+// baseEnv is what every command gets from the host, if set: enough to run
+// ordinary programs, nothing secret.
+var baseEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// stderrTail is how much of a command's stderr an error message keeps.
+const stderrTail = 2048
+
+var (
+	packIDRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+	commandRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+)
+
+// Pack is one loaded extension pack; it is a tool.Source.
+type Pack struct {
+	Dir      string
+	Manifest Manifest
+	opts     Options
+	tools    []*tool.Descriptor
+	timeouts map[string]time.Duration
+}
+
+var _ tool.Source = (*Pack)(nil)
+
+// Discover loads every pack under each path (one directory per pack). It
+// reports every bad manifest, and two packs with one id, in one error.
+func Discover(paths []string, opts Options) ([]*Pack, error) {
+	var packs []*Pack
+	var errs []error
+	seen := map[string]string{}
+	for _, root := range paths {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("extensions: %w", err))
+			continue
+		}
+		for _, e := range entries {
+			dir := filepath.Join(root, e.Name())
+			if !e.IsDir() {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(dir, ManifestFile)); errors.Is(err, os.ErrNotExist) {
+				continue // not a pack
+			}
+			p, err := Load(dir, opts)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if other, ok := seen[p.ID()]; ok {
+				errs = append(errs, fmt.Errorf("%s: id %q is also the id of %s", filepath.Join(dir, ManifestFile), p.ID(), other))
+				continue
+			}
+			seen[p.ID()] = filepath.Join(dir, ManifestFile)
+			packs = append(packs, p)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return packs, nil
+}
+
+// Load reads the pack in dir.
+func Load(dir string, opts Options) (*Pack, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.MaxOutput <= 0 {
+		opts.MaxOutput = 1 << 20
+	}
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	// Commands run in the pack's directory, so it must not depend on ours.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(dir, ManifestFile)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&m); err != nil {
+		return nil, yamlError(file, err)
+	}
+	p := &Pack{Dir: dir, Manifest: m, opts: opts, timeouts: map[string]time.Duration{}}
+	if err := p.build(file); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+var (
+	yamlLine = regexp.MustCompile(`line (\d+): (.*)`)
+	yamlType = regexp.MustCompile(` not found in type \S+`)
+)
+
+// yamlError rewrites yaml.v3's "line N: ..." errors as "file:N: ...".
+func yamlError(file string, err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		var errs []error
+		for _, e := range te.Errors {
+			if m := yamlLine.FindStringSubmatch(e); m != nil {
+				msg := strings.Replace(m[2], "field ", "unknown key ", 1)
+				msg = yamlType.ReplaceAllString(msg, "")
+				errs = append(errs, fmt.Errorf("%s:%s: %s", file, m[1], msg))
+			} else {
+				errs = append(errs, fmt.Errorf("%s: %s", file, e))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+func (p *Pack) build(file string) error {
+	m := &p.Manifest
+	var errs []error
+	fail := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s: %s", file, key, fmt.Sprintf(format, args...)))
+	}
+	if !packIDRe.MatchString(m.ID) {
+		fail("id", "%q must match ^[a-z0-9][a-z0-9._-]*$", m.ID)
+	}
+	if len(m.Commands) == 0 {
+		fail("commands", "required: a pack offers at least one command")
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.Commands)) {
+		c := m.Commands[name]
+		key := "commands." + name
+		if !commandRe.MatchString(name) {
+			fail(key, "command name %q may hold only letters, digits, _ . and -", name)
+		}
+		if len(c.Run) == 0 || c.Run[0] == "" {
+			fail(key+".run", "required: the argv to start, for example [\"./bin/get\"]")
+		}
+		in, err := schemaJSON(c.InputSchema, `{"type":"object"}`)
+		if err != nil {
+			fail(key+".input_schema", "%v", err)
+		}
+		out, err := schemaJSON(c.OutputSchema, "")
+		if err != nil {
+			fail(key+".output_schema", "%v", err)
+		}
+		if c.Timeout != "" {
+			d, err := time.ParseDuration(c.Timeout)
+			if err != nil || d <= 0 {
+				fail(key+".timeout", "%q is not a positive duration such as \"5s\"", c.Timeout)
+			}
+			p.timeouts[name] = d
+		}
+		var declared risk.Declaration
+		if c.Risk != "" {
+			if declared.Level, err = risk.ParseLevel(c.Risk); err != nil {
+				fail(key+".risk", "%v", err)
+			}
+		}
+		if c.SideEffects != nil {
+			if declared.Effects, err = risk.ParseSideEffects(c.SideEffects); err != nil {
+				fail(key, "%v", err)
+			}
+		}
+		d := &tool.Descriptor{
+			ID:           tool.ID(tool.KindExt, m.ID, name),
+			Kind:         tool.KindExt,
+			Source:       m.ID,
+			Name:         name,
+			Description:  c.Description,
+			InputSchema:  in,
+			OutputSchema: out,
+			Risk: risk.Assess(risk.Declaration{}, declared, risk.Hints{
+				Name: name, Description: c.Description, Permissions: m.Permissions,
+			}),
+			Mutating:  c.Mutating,
+			Available: true,
+		}
+		p.tools = append(p.tools, d)
+	}
+	return errors.Join(errs...)
+}
+
+// schemaJSON turns a YAML schema into JSON; a schema must be an object.
+func schemaJSON(v any, def string) (json.RawMessage, error) {
+	if v == nil {
+		if def == "" {
+			return nil, nil
+		}
+		return json.RawMessage(def), nil
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, errors.New("must be a JSON Schema object")
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// ID is the pack id.
+func (p *Pack) ID() string { return p.Manifest.ID }
+
+// Kind is tool.KindExt.
+func (p *Pack) Kind() tool.Kind { return tool.KindExt }
+
+// List returns copies of the pack's tools.
+func (p *Pack) List(context.Context) ([]*tool.Descriptor, error) {
+	out := make([]*tool.Descriptor, len(p.tools))
+	for i, d := range p.tools {
+		out[i] = d.Clone()
+	}
+	return out, nil
+}
+
+// Call runs the command, bounded by its timeout and the output cap.
+func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
+	if c.Tool == nil || c.Tool.Kind != tool.KindExt || c.Tool.Source != p.ID() {
+		return nil, tool.Errorf(tool.CodeNotFound, "no such tool in pack %s", p.ID())
+	}
+	cmdSpec, ok := p.Manifest.Commands[c.Tool.Name]
+	if !ok {
+		return nil, tool.Errorf(tool.CodeNotFound, "pack %s has no command %s", p.ID(), c.Tool.Name)
+	}
+	timeout := p.opts.Timeout
+	if t, ok := p.timeouts[c.Tool.Name]; ok {
+		timeout = t
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	argv := slices.Clone(cmdSpec.Run)
+	if strings.ContainsRune(argv[0], '/') && !filepath.IsAbs(argv[0]) {
+		argv[0] = filepath.Join(p.Dir, argv[0])
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = p.Dir
+	cmd.Env = p.env()
+	input := c.Input
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	cmd.Stdin = bytes.NewReader(input)
+	stdout := &capped{max: p.opts.MaxOutput}
+	stderr := &tail{max: stderrTail}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Its own process group, so a timeout kills what it started too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+
+	err := cmd.Run()
+	// Whatever happened, nothing of the group outlives the call.
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	id := c.Tool.ID
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		return nil, tool.Wrap(ctx.Err(), tool.CodeBackendUnavailable, "%s timed out after %s%s", id, timeout, stderr.suffix())
+	case ctx.Err() != nil:
+		return nil, tool.Wrap(ctx.Err(), tool.CodeBackendUnavailable, "%s was cancelled", id)
+	case stdout.over:
+		return nil, tool.Errorf(tool.CodeInvalidOutput, "%s wrote more than %d bytes of output", id, p.opts.MaxOutput)
+	case err != nil:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d%s", id, ee.ExitCode(), stderr.suffix())
+		}
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s could not start: %v", id, errors.Unwrap(err))
+	}
+	return parseOutput(id, stdout.buf.Bytes())
+}
+
+// parseOutput reads the one JSON value a command wrote. An object with a
+// "content" array is an MCP result as is; any other value is the tool's
+// structured output, also given as text.
+func parseOutput(id string, out []byte) (*tool.Result, error) {
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.UseNumber()
+	var v json.RawMessage
+	if err := dec.Decode(&v); err != nil {
+		if err == io.EOF {
+			return nil, tool.Errorf(tool.CodeInvalidOutput, "%s wrote no output; want one JSON value", id)
+		}
+		return nil, tool.Wrap(err, tool.CodeInvalidOutput, "%s wrote invalid JSON: %v", id, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, tool.Errorf(tool.CodeInvalidOutput, "%s wrote more than one JSON value", id)
+	}
+	var asResult struct {
+		Content    []json.RawMessage `json:"content"`
+		Structured json.RawMessage   `json:"structuredContent"`
+		IsError    bool              `json:"isError"`
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(v), []byte("{")) {
+		if err := json.Unmarshal(v, &asResult); err == nil && asResult.Content != nil {
+			return &tool.Result{Content: asResult.Content, Structured: asResult.Structured, IsError: asResult.IsError}, nil
+		}
+	}
+	r := tool.TextResult(string(bytes.TrimSpace(v)))
+	if bytes.HasPrefix(bytes.TrimSpace(v), []byte("{")) {
+		r.Structured = v
+	}
+	return r, nil
+}
+
+// env is the scrubbed environment: the allow list plus what config grants.
+func (p *Pack) env() []string {
+	var out []string
+	for _, name := range append(slices.Clone(baseEnv), p.opts.Env...) {
+		if v, ok := p.opts.LookupEnv(name); ok {
+			out = append(out, name+"="+v)
+		}
+	}
+	return out
+}
+
+// capped keeps up to max bytes and notes whether more came.
+type capped struct {
+	buf  bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (c *capped) Write(b []byte) (int, error) {
+	if room := c.max - int64(c.buf.Len()); int64(len(b)) > room {
+		c.buf.Write(b[:max(room, 0)])
+		c.over = true
+		return len(b), nil // keep draining, so the command is not stuck on a full pipe
+	}
+	return c.buf.Write(b)
+}
+
+// tail keeps the last max bytes written.
+type tail struct {
+	buf []byte
+	max int
+}
+
+func (t *tail) Write(b []byte) (int, error) {
+	t.buf = append(t.buf, b...)
+	if len(t.buf) > t.max {
+		t.buf = t.buf[len(t.buf)-t.max:]
+	}
+	return len(b), nil
+}
+
+func (t *tail) suffix() string {
+	s := strings.TrimSpace(string(t.buf))
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
