@@ -90,7 +90,9 @@ type Descriptor struct {
 	Mutating         bool            `json:"mutating,omitempty"`
 	RequiresAuth     bool            `json:"requires_auth,omitempty"`
 	Available        bool            `json:"available"`
-	// Quarantined tools are listed but never callable (definition pins).
+	// DefinitionHash pins what the source said of the tool (see registry).
+	DefinitionHash string `json:"definition_hash,omitempty"`
+	// Quarantined, when set, says why the tool is listed but never callable.
 	Quarantined string `json:"quarantined,omitempty"`
 }
 

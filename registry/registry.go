@@ -1,0 +1,313 @@
+// Package registry merges the tool sources into one catalog: snapshots
+// rebuilt on refresh and swapped atomically, exposed names, operator
+// overrides, filters and search, and definition pins.
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/tool"
+)
+
+// Override is an operator's word on a tool; it is applied last and wins.
+type Override struct {
+	Level       risk.Level
+	Effects     []risk.SideEffect // nil: not overridden
+	Description string
+	Hidden      bool
+	Name        string // exposed name
+}
+
+// Options configure a Registry.
+type Options struct {
+	// Prefixes maps a source ("<kind>:<source>") to the prefix of its
+	// exposed names; absent means the source id, "" means none.
+	Prefixes map[string]string
+	// Defaults are per-source overrides ("<kind>:<source>"), beneath the
+	// per-tool ones in Overrides (by tool id).
+	Defaults  map[string]Override
+	Overrides map[string]Override
+	// Lock pins definitions; RequireLock also quarantines tools it lacks.
+	Lock        *Lock
+	RequireLock bool
+	TTL         time.Duration // default 60s
+	Logger      *slog.Logger
+}
+
+// Registry is the merged catalog. It is safe for concurrent use.
+type Registry struct {
+	sources []tool.Source
+	opts    Options
+	snap    atomic.Pointer[Snapshot]
+
+	mu       sync.Mutex // serialises refreshes
+	lastGood map[string][]*tool.Descriptor
+	changed  chan struct{}
+}
+
+// New builds the first snapshot from every source, listing them
+// concurrently. A source that fails to list is kept, with no tools, and
+// retried at the next refresh; a name clash is an error.
+func New(ctx context.Context, sources []tool.Source, opts Options) (*Registry, error) {
+	if opts.TTL <= 0 {
+		opts.TTL = 60 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Registry{sources: sources, opts: opts, lastGood: map[string][]*tool.Descriptor{}, changed: make(chan struct{}, 1)}
+	seen := map[string]bool{}
+	for _, s := range sources {
+		key := SourceKey(s)
+		if seen[key] {
+			return nil, fmt.Errorf("two sources are both %s", key)
+		}
+		seen[key] = true
+		if n, ok := s.(tool.Notifier); ok {
+			n.OnChange(r.notify)
+		}
+	}
+	if err := r.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// SourceKey names a source as "<kind>:<source>".
+func SourceKey(s tool.Source) string { return string(s.Kind()) + ":" + s.ID() }
+
+func (r *Registry) notify() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Snapshot returns the current catalog. It never changes; a refresh makes
+// a new one.
+func (r *Registry) Snapshot() *Snapshot { return r.snap.Load() }
+
+// Source returns the source a tool comes from.
+func (r *Registry) Source(d *tool.Descriptor) (tool.Source, bool) {
+	for _, s := range r.sources {
+		if s.Kind() == d.Kind && s.ID() == d.Source {
+			return s, true
+		}
+	}
+	return nil, false
+}
+
+// Refresh lists every source again and swaps in the new snapshot. A source
+// that fails keeps its last good list, marked unavailable. It fails only
+// when the new catalog is inconsistent (a name clash), and then the old
+// snapshot stays.
+func (r *Registry) Refresh(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	type listed struct {
+		tools []*tool.Descriptor
+		err   error
+	}
+	results := make([]listed, len(r.sources))
+	var wg sync.WaitGroup
+	for i, s := range r.sources {
+		wg.Go(func() {
+			ts, err := s.List(ctx)
+			results[i] = listed{ts, err}
+		})
+	}
+	wg.Wait()
+	var all []*tool.Descriptor
+	for i, s := range r.sources {
+		key := SourceKey(s)
+		res := results[i]
+		if res.err != nil {
+			r.opts.Logger.Warn("tool source failed to list; keeping its last good tools as unavailable",
+				"source", key, "err", res.err)
+			for _, d := range r.lastGood[key] {
+				c := d.Clone()
+				c.Available = false
+				all = append(all, c)
+			}
+			continue
+		}
+		r.lastGood[key] = res.tools
+		all = append(all, res.tools...)
+	}
+	snap, err := r.build(all)
+	if err != nil {
+		return err
+	}
+	r.snap.Store(snap)
+	return nil
+}
+
+// build turns listed tools into a snapshot: hashes, names, overrides,
+// pins, hidden tools dropped, clashes refused.
+func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
+	s := &Snapshot{byID: map[string]*tool.Descriptor{}, byName: map[string]*tool.Descriptor{}, Built: time.Now()}
+	var errs []error
+	for _, src := range listed {
+		d := src.Clone()
+		d.DefinitionHash = DefinitionHash(d)
+		srcKey := string(d.Kind) + ":" + d.Source
+		prefix, ok := r.opts.Prefixes[srcKey]
+		if !ok {
+			prefix = d.Source
+		}
+		d.ExposedName = ExposedName(prefix, d.Name)
+		if o, ok := r.opts.Defaults[srcKey]; ok {
+			applyOverride(d, o)
+		}
+		o, ok := r.opts.Overrides[d.ID]
+		if ok {
+			applyOverride(d, o)
+			if o.Hidden {
+				continue
+			}
+		}
+		if r.opts.Lock != nil {
+			pin, pinned := r.opts.Lock.Pins[d.ID]
+			switch {
+			case pinned && pin != d.DefinitionHash:
+				d.Quarantined = "its definition changed since capgate.lock pinned it; review it and run `capgate tools lock`"
+			case !pinned && r.opts.RequireLock:
+				d.Quarantined = "it is not in capgate.lock and policy.require_lock is set; review it and run `capgate tools lock`"
+			}
+		}
+		if prev, clash := s.byID[d.ID]; clash {
+			errs = append(errs, fmt.Errorf("tool id %s is listed twice (exposed as %s and %s)", d.ID, prev.ExposedName, d.ExposedName))
+			continue
+		}
+		if prev, clash := s.byName[d.ExposedName]; clash {
+			errs = append(errs, fmt.Errorf("tools %s and %s have one exposed name %q; set a prefix or a name override for one of them",
+				prev.ID, d.ID, d.ExposedName))
+			continue
+		}
+		s.byID[d.ID] = d
+		s.byName[d.ExposedName] = d
+		s.Tools = append(s.Tools, d)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	sort.Slice(s.Tools, func(i, j int) bool { return s.Tools[i].ID < s.Tools[j].ID })
+	for _, d := range s.Tools {
+		s.search = append(s.search, strings.ToLower(d.ID+"\x00"+d.ExposedName+"\x00"+d.Description))
+	}
+	return s, nil
+}
+
+func applyOverride(d *tool.Descriptor, o Override) {
+	if o.Level != risk.Unset {
+		d.Risk.Level, d.Risk.LevelFrom = o.Level, risk.FromOperator
+	}
+	if o.Effects != nil {
+		d.Risk.Effects, d.Risk.EffectsFrom = slices.Clone(o.Effects), risk.FromOperator
+	}
+	if o.Description != "" {
+		d.Description = o.Description
+	}
+	if o.Name != "" {
+		d.ExposedName = o.Name
+	}
+}
+
+// Run refreshes on every TTL and whenever a source reports a change, until
+// ctx ends. Errors are logged; the previous snapshot stays.
+func (r *Registry) Run(ctx context.Context) {
+	t := time.NewTicker(r.opts.TTL)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.changed:
+		}
+		if err := r.Refresh(ctx); err != nil {
+			r.opts.Logger.Error("catalog refresh failed; keeping the previous catalog", "err", err)
+		}
+	}
+}
+
+// Close closes every source that holds processes or connections.
+func (r *Registry) Close() error {
+	var errs []error
+	for _, s := range r.sources {
+		if c, ok := s.(tool.Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", SourceKey(s), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Snapshot is one immutable catalog. Its descriptors are shared: copy one
+// (Clone) before changing it.
+type Snapshot struct {
+	Tools  []*tool.Descriptor // sorted by id
+	Built  time.Time
+	byID   map[string]*tool.Descriptor
+	byName map[string]*tool.Descriptor
+	search []string // lower-cased id, exposed name and description, per tool
+}
+
+// Lookup finds a tool by id.
+func (s *Snapshot) Lookup(id string) (*tool.Descriptor, bool) {
+	d, ok := s.byID[id]
+	return d, ok
+}
+
+// ByExposedName finds a tool by the name clients see.
+func (s *Snapshot) ByExposedName(name string) (*tool.Descriptor, bool) {
+	d, ok := s.byName[name]
+	return d, ok
+}
+
+// Filter selects tools. The zero Filter selects everything.
+type Filter struct {
+	MaxRisk        risk.Level        // Unset: no limit
+	ExcludeEffects []risk.SideEffect // tools with any of these are left out
+	Kinds          []tool.Kind       // empty: every kind
+	AvailableOnly  bool
+	Query          string // case-insensitive substring of id, name or description
+}
+
+// List returns the tools that pass f, in id order.
+func (s *Snapshot) List(f Filter) []*tool.Descriptor {
+	q := strings.ToLower(strings.TrimSpace(f.Query))
+	var out []*tool.Descriptor
+	for i, d := range s.Tools {
+		if f.MaxRisk != risk.Unset && d.Risk.Level > f.MaxRisk {
+			continue
+		}
+		if f.AvailableOnly && (!d.Available || d.Quarantined != "") {
+			continue
+		}
+		if len(f.Kinds) > 0 && !slices.Contains(f.Kinds, d.Kind) {
+			continue
+		}
+		if len(f.ExcludeEffects) > 0 && slices.ContainsFunc(d.Risk.Effects, func(e risk.SideEffect) bool {
+			return slices.Contains(f.ExcludeEffects, e)
+		}) {
+			continue
+		}
+		if q != "" && !strings.Contains(s.search[i], q) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}
