@@ -12,16 +12,15 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
 )
@@ -63,9 +62,6 @@ type Options struct {
 // baseEnv is what every command gets from the host, if set: enough to run
 // ordinary programs, nothing secret.
 var baseEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
-
-// stderrTail is how much of a command's stderr an error message keeps.
-const stderrTail = 2048
 
 var (
 	packIDRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
@@ -292,50 +288,37 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	if t, ok := p.timeouts[c.Tool.Name]; ok {
 		timeout = t
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
 	argv := slices.Clone(cmdSpec.Run)
 	if strings.ContainsRune(argv[0], '/') && !filepath.IsAbs(argv[0]) {
 		argv[0] = filepath.Join(p.Dir, argv[0])
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = p.Dir
-	cmd.Env = p.env()
 	input := c.Input
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	cmd.Stdin = bytes.NewReader(input)
-	stdout := &capped{max: p.opts.MaxOutput}
-	stderr := &tail{max: stderrTail}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// Its own process group, so a timeout kills what it started too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-
-	err := cmd.Run()
-	// Whatever happened, nothing of the group outlives the call.
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
+	out, stderr, err := proc.Run(ctx, proc.Spec{
+		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, append(slices.Clone(baseEnv), p.opts.Env...)),
+		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput,
+	})
 	id := c.Tool.ID
-	switch {
-	case ctx.Err() == context.DeadlineExceeded:
-		return nil, tool.Wrap(ctx.Err(), tool.CodeBackendUnavailable, "%s timed out after %s%s", id, timeout, stderr.suffix())
-	case ctx.Err() != nil:
-		return nil, tool.Wrap(ctx.Err(), tool.CodeBackendUnavailable, "%s was cancelled", id)
-	case stdout.over:
-		return nil, tool.Errorf(tool.CodeInvalidOutput, "%s wrote more than %d bytes of output", id, p.opts.MaxOutput)
-	case err != nil:
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d%s", id, ee.ExitCode(), stderr.suffix())
-		}
-		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s could not start: %v", id, errors.Unwrap(err))
+	if stderr != "" {
+		stderr = ": " + stderr
 	}
-	return parseOutput(id, stdout.buf.Bytes())
+	var exit *proc.ExitError
+	switch {
+	case err == nil:
+		return parseOutput(id, out)
+	case errors.Is(err, proc.ErrTimeout):
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s timed out after %s%s", id, timeout, stderr)
+	case errors.Is(err, proc.ErrCancelled):
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s was cancelled", id)
+	case errors.Is(err, proc.ErrOutputTooLarge):
+		return nil, tool.Errorf(tool.CodeInvalidOutput, "%s wrote more than %d bytes of output", id, p.opts.MaxOutput)
+	case errors.As(err, &exit):
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s %v", id, exit)
+	default:
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s %v", id, err)
+	}
 }
 
 // parseOutput reads the one JSON value a command wrote. An object with a
@@ -369,53 +352,4 @@ func parseOutput(id string, out []byte) (*tool.Result, error) {
 		r.Structured = v
 	}
 	return r, nil
-}
-
-// env is the scrubbed environment: the allow list plus what config grants.
-func (p *Pack) env() []string {
-	var out []string
-	for _, name := range append(slices.Clone(baseEnv), p.opts.Env...) {
-		if v, ok := p.opts.LookupEnv(name); ok {
-			out = append(out, name+"="+v)
-		}
-	}
-	return out
-}
-
-// capped keeps up to max bytes and notes whether more came.
-type capped struct {
-	buf  bytes.Buffer
-	max  int64
-	over bool
-}
-
-func (c *capped) Write(b []byte) (int, error) {
-	if room := c.max - int64(c.buf.Len()); int64(len(b)) > room {
-		c.buf.Write(b[:max(room, 0)])
-		c.over = true
-		return len(b), nil // keep draining, so the command is not stuck on a full pipe
-	}
-	return c.buf.Write(b)
-}
-
-// tail keeps the last max bytes written.
-type tail struct {
-	buf []byte
-	max int
-}
-
-func (t *tail) Write(b []byte) (int, error) {
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
-	}
-	return len(b), nil
-}
-
-func (t *tail) suffix() string {
-	s := strings.TrimSpace(string(t.buf))
-	if s == "" {
-		return ""
-	}
-	return ": " + s
 }
