@@ -172,7 +172,9 @@ type Closer interface {
 // AuthBegin is what starting an auth flow returns.
 type AuthBegin struct {
 	AuthURL string `json:"auth_url"`
-	FlowID  string `json:"flow_id,omitempty"`
+	// Raw is the source's whole answer (flow state, expiry, ...), which the
+	// host keeps and hands back to complete the flow.
+	Raw json.RawMessage `json:"-"`
 }
 
 // Authenticator is a Source whose tools need a per-user credential that it
