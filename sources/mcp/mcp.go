@@ -1,0 +1,468 @@
+// Package mcp is the tool source for upstream MCP servers, through the
+// mcp-go client over stdio, streamable HTTP or SSE. Tool lists are read raw
+// so input schemas pass through byte for byte; a lost upstream is
+// reconnected with capped exponential backoff while its tools show as
+// unavailable.
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/tool"
+)
+
+// Protocol is the MCP revision capgate speaks to upstreams: the session
+// protocol, which every server of today understands.
+const Protocol = "2025-11-25"
+
+// hostEnv is what a stdio upstream gets from the host besides its env.
+var hostEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"}
+
+// Options describe one upstream.
+type Options struct {
+	Name string // the source id
+
+	Command string
+	Args    []string
+	Env     map[string]string // added to the host allow list
+	Cwd     string
+
+	URL       string
+	Transport string // "streamable-http" (default for URL) or "sse"
+	Headers   map[string]string
+
+	Timeout time.Duration // per request; default 60s
+	// Backoff bounds reconnection: it starts at MinBackoff and doubles up
+	// to MaxBackoff. Defaults 200ms and 30s.
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 *slog.Logger
+	LookupEnv              func(string) (string, bool)
+}
+
+// Source is one upstream MCP server.
+type Source struct {
+	opts Options
+
+	mu       sync.Mutex
+	conn     *client.Client // nil while disconnected
+	lastErr  error
+	retrying bool
+	closed   bool
+	stop     chan struct{}
+	life     context.Context // ends at Close
+	end      context.CancelFunc
+
+	listID   atomic.Int64
+	progress sync.Map // progress token → func(progress, total, message)
+
+	changeMu sync.Mutex
+	onChange []func()
+}
+
+var (
+	_ tool.Source   = (*Source)(nil)
+	_ tool.Notifier = (*Source)(nil)
+	_ tool.Closer   = (*Source)(nil)
+)
+
+// New returns a source; Connect starts it.
+func New(opts Options) (*Source, error) {
+	if opts.Name == "" {
+		return nil, errors.New("mcp source: name is required")
+	}
+	if (opts.Command == "") == (opts.URL == "") {
+		return nil, fmt.Errorf("mcp server %s: give exactly one of command and url", opts.Name)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 60 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 200 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	if opts.Transport == "" && opts.URL != "" {
+		opts.Transport = "streamable-http"
+	}
+	life, end := context.WithCancel(context.Background())
+	return &Source{opts: opts, stop: make(chan struct{}), life: life, end: end}, nil
+}
+
+func (s *Source) ID() string      { return s.opts.Name }
+func (s *Source) Kind() tool.Kind { return tool.KindMCP }
+
+// OnChange registers f for tools/list_changed and for reconnections.
+func (s *Source) OnChange(f func()) {
+	s.changeMu.Lock()
+	s.onChange = append(s.onChange, f)
+	s.changeMu.Unlock()
+}
+
+func (s *Source) changed() {
+	s.changeMu.Lock()
+	fs := slices.Clone(s.onChange)
+	s.changeMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// Connect connects to the upstream. When that fails the source keeps
+// retrying in the background and Connect returns the first error; the
+// source is still usable, its tools unavailable until it connects.
+func (s *Source) Connect(ctx context.Context) error {
+	err := s.dial(ctx)
+	if err != nil {
+		s.lost(err)
+	}
+	return err
+}
+
+func (s *Source) dial(ctx context.Context) error {
+	c, err := s.newClient()
+	if err != nil {
+		return err
+	}
+	c.OnNotification(s.notification)
+	// A stdio upstream's process lives as long as the context Start gets,
+	// so that is the source's life, not this dial's deadline.
+	if err := c.Start(s.life); err != nil {
+		c.Close()
+		return fmt.Errorf("mcp server %s: start: %w", s.opts.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	init := mcpgo.InitializeRequest{}
+	init.Params.ProtocolVersion = Protocol
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "capgate", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		c.Close()
+		return fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
+	}
+	c.OnConnectionLost(func(err error) { s.drop(c, err) })
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return errors.New("source closed")
+	}
+	s.conn, s.lastErr = c, nil
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Source) newClient() (*client.Client, error) {
+	opts := []client.ClientOption{client.WithProtocolVersion(Protocol)}
+	switch {
+	case s.opts.Command != "":
+		env := []string{}
+		for _, n := range hostEnv {
+			if v, ok := s.opts.LookupEnv(n); ok {
+				env = append(env, n+"="+v)
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(s.opts.Env)) {
+			env = append(env, k+"="+s.opts.Env[k])
+		}
+		var topts []transport.StdioOption
+		if s.opts.Cwd != "" {
+			cwd := s.opts.Cwd
+			topts = append(topts, transport.WithCommandFunc(func(ctx context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
+				cmd := exec.CommandContext(ctx, command, args...)
+				cmd.Env, cmd.Dir = env, cwd
+				return cmd, nil
+			}))
+		}
+		t := transport.NewStdioWithOptions(s.opts.Command, env, s.opts.Args, topts...)
+		return client.NewClient(t, opts...), nil
+	case s.opts.Transport == "sse":
+		t, err := transport.NewSSE(s.opts.URL, transport.WithHeaders(s.opts.Headers))
+		if err != nil {
+			return nil, err
+		}
+		return client.NewClient(t, opts...), nil
+	default:
+		t, err := transport.NewStreamableHTTP(s.opts.URL, transport.WithHTTPHeaders(s.opts.Headers))
+		if err != nil {
+			return nil, err
+		}
+		return client.NewClient(t, opts...), nil
+	}
+}
+
+// notification routes progress to its call and turns list_changed into a
+// catalog refresh.
+func (s *Source) notification(n mcpgo.JSONRPCNotification) {
+	switch n.Method {
+	case "notifications/tools/list_changed":
+		s.changed()
+	case "notifications/progress":
+		f := n.Params.AdditionalFields
+		key := fmt.Sprint(f["progressToken"])
+		if cb, ok := s.progress.Load(key); ok {
+			p, _ := f["progress"].(float64)
+			t, _ := f["total"].(float64)
+			m, _ := f["message"].(string)
+			cb.(func(float64, float64, string))(p, t, m)
+		}
+	}
+}
+
+// client returns the live connection or fails fast.
+func (s *Source) client() (*client.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		msg := fmt.Sprintf("mcp server %s is not connected", s.opts.Name)
+		if s.lastErr != nil {
+			msg += ": " + s.lastErr.Error()
+		}
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "%s", msg)
+	}
+	return s.conn, nil
+}
+
+// drop forgets connection c after a transport failure and starts the
+// reconnection loop.
+func (s *Source) drop(c *client.Client, err error) {
+	s.mu.Lock()
+	if s.conn != c {
+		s.mu.Unlock()
+		return
+	}
+	s.conn = nil
+	s.mu.Unlock()
+	c.Close()
+	s.opts.Logger.Warn("upstream MCP server lost; reconnecting", "server", s.opts.Name, "err", err)
+	s.lost(err)
+	s.changed()
+}
+
+// lost records err and runs one reconnection loop at a time.
+func (s *Source) lost(err error) {
+	s.mu.Lock()
+	s.lastErr = err
+	if s.retrying || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.retrying = true
+	s.mu.Unlock()
+	go s.reconnect()
+}
+
+func (s *Source) reconnect() {
+	wait := s.opts.MinBackoff
+	defer func() {
+		s.mu.Lock()
+		s.retrying = false
+		s.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(wait):
+		}
+		err := s.dial(context.Background())
+		if err == nil {
+			s.opts.Logger.Info("upstream MCP server reconnected", "server", s.opts.Name)
+			s.changed()
+			return
+		}
+		s.mu.Lock()
+		s.lastErr = err
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		wait = min(wait*2, s.opts.MaxBackoff)
+	}
+}
+
+// failed sorts a request error: a transport failure drops the connection
+// and reads as backend unavailable; the upstream's own JSON-RPC error is
+// passed on.
+func (s *Source) failed(c *client.Client, ctx context.Context, what string, err error) error {
+	var te *transport.Error
+	if errors.As(err, &te) && ctx.Err() == nil {
+		s.drop(c, err)
+		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: %s failed: the connection was lost", s.opts.Name, what)
+	}
+	if ctx.Err() != nil {
+		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: %s: %v", s.opts.Name, what, ctx.Err())
+	}
+	return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: %s: %v", s.opts.Name, what, err)
+}
+
+// rawTool is a tools/list entry as the upstream sent it.
+type rawTool struct {
+	Name         string           `json:"name"`
+	Title        string           `json:"title"`
+	Description  string           `json:"description"`
+	InputSchema  json.RawMessage  `json:"inputSchema"`
+	OutputSchema json.RawMessage  `json:"outputSchema"`
+	Annotations  tool.Annotations `json:"annotations"`
+}
+
+// List reads tools/list raw, following every page.
+func (s *Source) List(ctx context.Context) ([]*tool.Descriptor, error) {
+	c, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	var out []*tool.Descriptor
+	cursor := ""
+	for page := 0; ; page++ {
+		if page > 1000 {
+			return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/list did not end after 1000 pages", s.opts.Name)
+		}
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		resp, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
+			JSONRPC: mcpgo.JSONRPC_VERSION,
+			ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-list-%d", s.listID.Add(1))),
+			Method:  "tools/list",
+			Params:  params,
+		})
+		if err != nil {
+			return nil, s.failed(c, ctx, "tools/list", transport.NewError(err))
+		}
+		if resp.Error != nil {
+			return nil, tool.Errorf(tool.CodeBackendUnavailable, "mcp server %s: tools/list: %s", s.opts.Name, resp.Error.Message)
+		}
+		var body struct {
+			Tools      []rawTool `json:"tools"`
+			NextCursor string    `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(resp.Result, &body); err != nil {
+			return nil, tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: tools/list: %v", s.opts.Name, err)
+		}
+		for _, t := range body.Tools {
+			out = append(out, s.descriptor(t))
+		}
+		if body.NextCursor == "" {
+			return out, nil
+		}
+		cursor = body.NextCursor
+	}
+}
+
+func (s *Source) descriptor(t rawTool) *tool.Descriptor {
+	a := t.Annotations
+	return &tool.Descriptor{
+		ID:           tool.ID(tool.KindMCP, s.opts.Name, t.Name),
+		Kind:         tool.KindMCP,
+		Source:       s.opts.Name,
+		Name:         t.Name,
+		Title:        t.Title,
+		Description:  t.Description,
+		InputSchema:  t.InputSchema,
+		OutputSchema: t.OutputSchema,
+		Annotations:  a,
+		Risk: risk.Assess(risk.Declaration{}, risk.Declaration{}, risk.Hints{
+			Name: t.Name, Description: t.Description,
+			ReadOnly: a.ReadOnlyHint, Destructive: a.DestructiveHint, OpenWorld: a.OpenWorldHint,
+		}),
+		Available: true,
+	}
+}
+
+// Call calls the tool upstream, passing progress back through c.Progress
+// and cancellation (ctx) through to the upstream.
+func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error) {
+	if call.Tool == nil || call.Tool.Kind != tool.KindMCP || call.Tool.Source != s.opts.Name {
+		return nil, tool.Errorf(tool.CodeNotFound, "no such tool on mcp server %s", s.opts.Name)
+	}
+	c, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	req := mcpgo.CallToolRequest{}
+	req.Params.Name = call.Tool.Name
+	args := call.Input
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	req.Params.Arguments = args
+	if call.Progress != nil {
+		token := fmt.Sprintf("capgate-%s-%d", s.opts.Name, s.listID.Add(1))
+		req.Params.Meta = &mcpgo.Meta{ProgressToken: token}
+		s.progress.Store(token, call.Progress)
+		defer s.progress.Delete(token)
+	}
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		return nil, s.failed(c, ctx, "tools/call "+call.Tool.Name, err)
+	}
+	return convertResult(res)
+}
+
+func convertResult(res *mcpgo.CallToolResult) (*tool.Result, error) {
+	out := &tool.Result{IsError: res.IsError, Content: make([]json.RawMessage, 0, len(res.Content))}
+	for _, c := range res.Content {
+		b, err := json.Marshal(c)
+		if err != nil {
+			return nil, tool.Wrap(err, tool.CodeInvalidOutput, "content block: %v", err)
+		}
+		out.Content = append(out.Content, b)
+	}
+	if res.StructuredContent != nil {
+		b, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return nil, tool.Wrap(err, tool.CodeInvalidOutput, "structured content: %v", err)
+		}
+		out.Structured = b
+	}
+	return out, nil
+}
+
+// Close stops reconnecting and closes the connection (a stdio upstream's
+// process ends with it).
+func (s *Source) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	defer s.end()
+	c := s.conn
+	s.conn = nil
+	s.mu.Unlock()
+	if c != nil {
+		return c.Close()
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/tool"
+)
+
+const fixturePkg = "github.com/capgate/capgate/internal/testkit/mcpfixture"
+
+// echoSchema is the fixture's raw echo schema (internal/testkit/mcpfixture).
+const echoSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","title":"Echo input","additionalProperties":false,"properties":{"message":{"type":"string","minLength":1}},"required":["message"]}`
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testkit.Cleanup()
+	os.Exit(code)
+}
+
+func stdioSource(t *testing.T, env map[string]string) *Source {
+	t.Helper()
+	s, err := New(Options{Name: "fx", Command: testkit.Build(t, fixturePkg), Env: env, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// httpFixture runs the fixture over streamable HTTP on addr and returns a
+// function that kills it.
+func httpFixture(t *testing.T, addr string) (kill func()) {
+	t.Helper()
+	cmd := exec.Command(testkit.Build(t, fixturePkg), "-http", addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
+	t.Cleanup(kill)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return kill
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fixture did not listen on %s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func find(t *testing.T, ds []*tool.Descriptor, name string) *tool.Descriptor {
+	t.Helper()
+	for _, d := range ds {
+		if d.Name == name {
+			return d
+		}
+	}
+	t.Fatalf("no tool %s among %d", name, len(ds))
+	return nil
+}
+
+func checkCatalog(t *testing.T, s *Source) []*tool.Descriptor {
+	t.Helper()
+	ds, err := s.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 28 {
+		t.Errorf("%d tools, want 28 (three pages of 10)", len(ds))
+	}
+	echo := find(t, ds, "echo")
+	if string(echo.InputSchema) != echoSchema {
+		t.Errorf("echo's schema was not passed through byte for byte:\n got %s\nwant %s", echo.InputSchema, echoSchema)
+	}
+	if echo.ID != "mcp:fx:echo" || echo.Risk.Level != risk.Low || echo.Risk.LevelFrom != risk.FromInference {
+		t.Errorf("echo: %+v", echo)
+	}
+	// mcp.NewTool's default annotations make slow look destructive.
+	if slow := find(t, ds, "slow"); slow.Risk.Level != risk.High {
+		t.Errorf("slow risk %s, want HIGH from destructiveHint", slow.Risk.Level)
+	}
+	return ds
+}
+
+func callEcho(t *testing.T, s *Source, echo *tool.Descriptor) {
+	t.Helper()
+	r, err := s.Call(context.Background(), tool.Call{Tool: echo, Input: json.RawMessage(`{"message":"hi"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Content) != 1 || !strings.Contains(string(r.Content[0]), `"echo: hi"`) || string(r.Structured) != `{"message":"hi"}` {
+		t.Errorf("result %s / %s", r.Content, r.Structured)
+	}
+}
+
+func TestStdio(t *testing.T) {
+	s := stdioSource(t, nil)
+	ds := checkCatalog(t, s)
+	callEcho(t, s, find(t, ds, "echo"))
+}
+
+func TestStreamableHTTP(t *testing.T) {
+	addr := freeAddr(t)
+	httpFixture(t, addr)
+	s, err := New(Options{Name: "fx", URL: "http://" + addr + "/mcp", Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ds := checkCatalog(t, s)
+	callEcho(t, s, find(t, ds, "echo"))
+}
+
+func TestProgressAndCancellation(t *testing.T) {
+	cancelFile := filepath.Join(t.TempDir(), "cancelled")
+	s := stdioSource(t, map[string]string{"FIXTURE_CANCEL_FILE": cancelFile})
+	ds, err := s.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := find(t, ds, "slow")
+	var mu sync.Mutex
+	var got []string
+	_, err = s.Call(context.Background(), tool.Call{Tool: slow, Input: json.RawMessage(`{"delay_ms":20}`),
+		Progress: func(p, total float64, msg string) {
+			mu.Lock()
+			got = append(got, msg)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if strings.Join(got, ",") != "step 1,step 2,step 3" {
+		t.Errorf("progress %q", got)
+	}
+	mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.Call(ctx, tool.Call{Tool: slow, Input: json.RawMessage(`{"delay_ms":5000}`)}); err == nil {
+		t.Fatal("a cancelled call succeeded")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, err := os.ReadFile(cancelFile); err == nil && string(b) == "cancelled" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream never saw the cancellation")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The connection survives a cancelled call.
+	callEcho(t, s, find(t, ds, "echo"))
+}
+
+func TestListChanged(t *testing.T) {
+	s := stdioSource(t, nil)
+	changed := make(chan struct{}, 10)
+	s.OnChange(func() { changed <- struct{}{} })
+	ds, err := s.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Call(context.Background(), tool.Call{Tool: find(t, ds, "mutate")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no tools/list_changed reached the source's listeners")
+	}
+	ds, _ = s.List(context.Background())
+	if d := find(t, ds, "echo"); d.Description != "Echo a message, and keep a copy" {
+		t.Errorf("description %q after the change", d.Description)
+	}
+}
+
+// TestReconnect kills the upstream: calls fail fast as unavailable; a
+// restarted upstream comes back without touching the source.
+func TestReconnect(t *testing.T) {
+	addr := freeAddr(t)
+	kill := httpFixture(t, addr)
+	s, err := New(Options{Name: "fx", URL: "http://" + addr + "/mcp", Timeout: 5 * time.Second,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan struct{}, 10)
+	s.OnChange(func() { changed <- struct{}{} })
+	ds, err := s.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := find(t, ds, "echo")
+	kill()
+	_, err = s.Call(context.Background(), tool.Call{Tool: echo, Input: json.RawMessage(`{"message":"x"}`)})
+	if tool.ErrorCode(err) != tool.CodeBackendUnavailable {
+		t.Fatalf("call to a dead upstream: %v", err)
+	}
+	start := time.Now()
+	_, err = s.Call(context.Background(), tool.Call{Tool: echo, Input: json.RawMessage(`{"message":"x"}`)})
+	if tool.ErrorCode(err) != tool.CodeBackendUnavailable || !strings.Contains(err.Error(), "not connected") {
+		t.Errorf("second call: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("a call to a disconnected upstream took %v; it must fail fast", d)
+	}
+	httpFixture(t, addr)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal("the source did not reconnect to the restarted upstream")
+		}
+		if _, err := s.client(); err == nil {
+			break
+		}
+	}
+	callEcho(t, s, echo)
+}
+
+func TestUnreachableAtStart(t *testing.T) {
+	addr := freeAddr(t)
+	s, err := New(Options{Name: "fx", URL: "http://" + addr + "/mcp", Timeout: 2 * time.Second,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Connect(context.Background()); err == nil {
+		t.Fatal("connected to nothing")
+	}
+	if _, err := s.List(context.Background()); tool.ErrorCode(err) != tool.CodeBackendUnavailable {
+		t.Errorf("list while unreachable: %v", err)
+	}
+	changed := make(chan struct{}, 10)
+	s.OnChange(func() { changed <- struct{}{} })
+	httpFixture(t, addr)
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never connected once the upstream came up")
+	}
+	checkCatalog(t, s)
+}
