@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
@@ -280,4 +283,58 @@ func TestUnreachableAtStart(t *testing.T) {
 		t.Fatal("never connected once the upstream came up")
 	}
 	checkCatalog(t, s)
+}
+
+// The two benchmarks below call the same stdio upstream's echo: directly
+// with an mcp-go client, and through this source. Their ratio is the
+// latency the source adds.
+
+func BenchmarkCallDirect(b *testing.B) {
+	c, err := client.NewStdioMCPClient(testkit.Build(b, fixturePkg), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	init := mcpgo.InitializeRequest{}
+	init.Params.ProtocolVersion = Protocol
+	if _, err := c.Initialize(context.Background(), init); err != nil {
+		b.Fatal(err)
+	}
+	req := mcpgo.CallToolRequest{}
+	req.Params.Name = "echo"
+	req.Params.Arguments = json.RawMessage(`{"message":"hi"}`)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.CallTool(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCallSource(b *testing.B) {
+	s, err := New(Options{Name: "fx", Command: testkit.Build(b, fixturePkg)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Connect(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	ds, err := s.List(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var echo *tool.Descriptor
+	for _, d := range ds {
+		if d.Name == "echo" {
+			echo = d
+		}
+	}
+	call := tool.Call{Tool: echo, Input: json.RawMessage(`{"message":"hi"}`)}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := s.Call(context.Background(), call); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
