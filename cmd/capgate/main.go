@@ -72,6 +72,6 @@ caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newCheckCmd(), newPermsCmd())
+	root.AddCommand(newVersionCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd())
 	return root
 }

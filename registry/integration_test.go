@@ -1,0 +1,222 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/tool"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testkit.Cleanup()
+	os.Exit(code)
+}
+
+const (
+	mcpFixture    = "github.com/capgate/capgate/internal/testkit/mcpfixture"
+	bridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
+)
+
+func buildFromTOML(t *testing.T, src string) *Registry {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := config.Parse(filepath.Join(dir, "capgate.toml"), []byte(src), dir, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Build(context.Background(), cfg, BuildOptions{Secret: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func call(t *testing.T, r *Registry, id, input string) (*tool.Result, error) {
+	t.Helper()
+	d, ok := r.Snapshot().Lookup(id)
+	if !ok {
+		t.Fatalf("no tool %s", id)
+	}
+	src, _ := r.Source(d)
+	return src.Call(context.Background(), tool.Call{Tool: d, Input: json.RawMessage(input)})
+}
+
+// TestThreeSourceKinds builds a catalog from a config naming an extension
+// pack directory, a bridge provider and an upstream MCP server, all real
+// processes, and calls a tool of each.
+func TestThreeSourceKinds(t *testing.T) {
+	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
+	r := buildFromTOML(t, fmt.Sprintf(`
+[extensions]
+paths = [%q]
+
+[capabilities.providers.gog]
+command = [%q]
+
+[mcp.servers.fx]
+command = %q
+risk = "MED"
+
+[mcp.servers.fx.tools.echo]
+risk = "LOW"
+name = "say"
+
+[mcp.servers.fx.tools.mutate]
+hidden = true
+`, packs, testkit.Build(t, bridgeFixture), testkit.Build(t, mcpFixture)))
+	s := r.Snapshot()
+	counts := map[tool.Kind]int{}
+	for _, d := range s.Tools {
+		counts[d.Kind]++
+	}
+	// ext: 8 + 1 commands; bridge: 3 operations; mcp: 28 less mutate.
+	if counts[tool.KindExt] != 9 || counts[tool.KindBridge] != 3 || counts[tool.KindMCP] != 27 {
+		t.Errorf("catalog by kind %v", counts)
+	}
+	say, ok := s.ByExposedName("say")
+	if !ok || say.ID != "mcp:fx:echo" || say.Risk.Level.String() != "LOW" || say.Risk.LevelFrom != "operator" {
+		t.Errorf("echo with operator overrides: %+v", say)
+	}
+	if d, _ := s.Lookup("mcp:fx:slow"); d.Risk.Level.String() != "MED" || d.ExposedName != "fx__slow" {
+		t.Errorf("server default risk: %+v", d)
+	}
+	for id, input := range map[string]string{
+		"ext:tools.echo:echo":            `{"msg":"x"}`,
+		"bridge:gog:email.list_messages": `{}`,
+		"mcp:fx:echo":                    `{"message":"x"}`,
+	} {
+		if _, err := call(t, r, id, input); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+}
+
+// TestUpstreamKilledAndRestarted: while an upstream is down the other
+// sources keep serving; when it comes back its tools return without
+// restarting anything.
+func TestUpstreamKilledAndRestarted(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	start := func() func() {
+		cmd := exec.Command(testkit.Build(t, mcpFixture), "-http", addr)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		kill := func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
+		t.Cleanup(kill)
+		for i := 0; i < 500; i++ {
+			if c, err := net.Dial("tcp", addr); err == nil {
+				c.Close()
+				return kill
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatal("fixture did not start")
+		return nil
+	}
+	kill := start()
+	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
+	r := buildFromTOML(t, fmt.Sprintf("[extensions]\npaths = [%q]\n[mcp.servers.up]\nurl = \"http://%s/mcp\"\ntimeout = \"3s\"\n", packs, addr))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+
+	if _, err := call(t, r, "mcp:up:echo", `{"message":"a"}`); err != nil {
+		t.Fatal(err)
+	}
+	kill()
+	if _, err := call(t, r, "mcp:up:echo", `{"message":"a"}`); tool.ErrorCode(err) != tool.CodeBackendUnavailable {
+		t.Fatalf("call to the dead upstream: %v", err)
+	}
+	waitFor(t, "the upstream's tools to show as unavailable", func() bool {
+		d, ok := r.Snapshot().Lookup("mcp:up:echo")
+		return ok && !d.Available
+	})
+	if _, err := call(t, r, "ext:tools.echo:echo", `{"msg":"still here"}`); err != nil {
+		t.Errorf("the extension pack stopped serving with the upstream down: %v", err)
+	}
+	start()
+	waitFor(t, "the upstream's tools to come back", func() bool {
+		d, ok := r.Snapshot().Lookup("mcp:up:echo")
+		return ok && d.Available
+	})
+	if _, err := call(t, r, "mcp:up:echo", `{"message":"b"}`); err != nil {
+		t.Errorf("call after the restart: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// everything installs @modelcontextprotocol/server-everything from npm
+// once per machine and returns its binary.
+func everything(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("npm"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("npm not found, and CI must run the server-everything test")
+		}
+		t.Skip("npm not found: the server-everything test needs it")
+	}
+	dir := filepath.Join(os.TempDir(), "capgate-server-everything")
+	bin := filepath.Join(dir, "node_modules", ".bin", "mcp-server-everything")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "@modelcontextprotocol/server-everything")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("npm install: %v\n%s", err, out)
+		}
+		t.Skipf("npm could not install server-everything (no registry?): %v", err)
+	}
+	return bin
+}
+
+func TestServerEverything(t *testing.T) {
+	if testing.Short() {
+		t.Skip("installs an npm package")
+	}
+	bin := everything(t)
+	r := buildFromTOML(t, fmt.Sprintf("[mcp.servers.everything]\ncommand = %q\nargs = [\"stdio\"]\n", bin))
+	tools := r.Snapshot().List(Filter{Kinds: []tool.Kind{tool.KindMCP}, AvailableOnly: true})
+	if len(tools) != 13 {
+		var names []string
+		for _, d := range tools {
+			names = append(names, d.Name)
+		}
+		t.Fatalf("%d tools from server-everything, want 13: %v", len(tools), names)
+	}
+	res, err := call(t, r, "mcp:everything:echo", `{"message":"hello from capgate"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Content) == 0 || !strings.Contains(string(res.Content[0]), "hello from capgate") {
+		t.Errorf("echo answered %s", res.Content)
+	}
+}
