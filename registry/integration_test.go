@@ -46,12 +46,7 @@ func buildFromTOML(t *testing.T, src string) *Registry {
 
 func call(t *testing.T, r *Registry, id, input string) (*tool.Result, error) {
 	t.Helper()
-	d, ok := r.Snapshot().Lookup(id)
-	if !ok {
-		t.Fatalf("no tool %s", id)
-	}
-	src, _ := r.Source(d)
-	return src.Call(context.Background(), tool.Call{Tool: d, Input: json.RawMessage(input)})
+	return r.Call(context.Background(), id, tool.Call{Input: json.RawMessage(input)})
 }
 
 // TestThreeSourceKinds builds a catalog from a config naming an extension
@@ -218,5 +213,54 @@ func TestServerEverything(t *testing.T) {
 	}
 	if len(res.Content) == 0 || !strings.Contains(string(res.Content[0]), "hello from capgate") {
 		t.Errorf("echo answered %s", res.Content)
+	}
+}
+
+// TestUpstreamChangeIsQuarantined pins the catalog, then has the upstream
+// change echo's description (it sends tools/list_changed): echo becomes
+// quarantined and cannot be called; the rest still can.
+func TestUpstreamChangeIsQuarantined(t *testing.T) {
+	dir := t.TempDir()
+	src := fmt.Sprintf("[mcp.servers.fx]\ncommand = %q\n", testkit.Build(t, mcpFixture))
+	cfg, err := config.Parse(filepath.Join(dir, "capgate.toml"), []byte(src), dir, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := Build(context.Background(), cfg, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteLock(LockPath(cfg), first.Snapshot().Tools); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+
+	r, err := Build(context.Background(), cfg, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	if _, err := r.Call(ctx, "mcp:fx:echo", tool.Call{Input: json.RawMessage(`{"message":"before"}`)}); err != nil {
+		t.Fatalf("echo before the change: %v", err)
+	}
+	if _, err := r.Call(ctx, "mcp:fx:mutate", tool.Call{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "echo to be quarantined", func() bool {
+		d, _ := r.Snapshot().Lookup("mcp:fx:echo")
+		return d.Quarantined != ""
+	})
+	_, err = r.Call(ctx, "mcp:fx:echo", tool.Call{Input: json.RawMessage(`{"message":"after"}`)})
+	if tool.ErrorCode(err) != tool.CodeAccessDenied || !strings.Contains(tool.ErrorMessage(err), "quarantined") {
+		t.Errorf("quarantined echo: %v", err)
+	}
+	if _, err := r.Call(ctx, "mcp:fx:t_01", tool.Call{}); err != nil {
+		t.Errorf("an unchanged tool: %v", err)
+	}
+	if _, err := r.Call(ctx, "mcp:fx:nope", tool.Call{}); tool.ErrorCode(err) != tool.CodeNotFound {
+		t.Errorf("unknown tool: %v", err)
 	}
 }

@@ -311,3 +311,26 @@ func (s *Snapshot) List(f Filter) []*tool.Descriptor {
 	}
 	return out
 }
+
+// Call runs a tool of the current catalog by id. A quarantined tool is
+// never run, an unavailable one fails fast, and the source gets the
+// catalog's own descriptor, not whatever the caller holds.
+func (r *Registry) Call(ctx context.Context, id string, c tool.Call) (*tool.Result, error) {
+	d, ok := r.Snapshot().Lookup(id)
+	if !ok {
+		return nil, tool.Errorf(tool.CodeNotFound, "no tool %s", id)
+	}
+	if d.Quarantined != "" {
+		return nil, &tool.Error{Code: tool.CodeAccessDenied, Message: fmt.Sprintf("%s is quarantined: %s", id, d.Quarantined),
+			Gate: "definition_pin", Hint: "an operator reviews the new definition and runs `capgate tools lock`"}
+	}
+	if !d.Available {
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "%s is unavailable: its source is not answering", id)
+	}
+	src, ok := r.Source(d)
+	if !ok {
+		return nil, tool.Errorf(tool.CodeNotFound, "no source for %s", id)
+	}
+	c.Tool = d
+	return src.Call(ctx, c)
+}

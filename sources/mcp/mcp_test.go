@@ -48,7 +48,12 @@ func stdioSource(t *testing.T, env map[string]string) *Source {
 // function that kills it.
 func httpFixture(t *testing.T, addr string) (kill func()) {
 	t.Helper()
-	cmd := exec.Command(testkit.Build(t, fixturePkg), "-http", addr)
+	return serveFixture(t, "-http", addr)
+}
+
+func serveFixture(t *testing.T, flag, addr string) (kill func()) {
+	t.Helper()
+	cmd := exec.Command(testkit.Build(t, fixturePkg), flag, addr)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +139,21 @@ func TestStreamableHTTP(t *testing.T) {
 	addr := freeAddr(t)
 	httpFixture(t, addr)
 	s, err := New(Options{Name: "fx", URL: "http://" + addr + "/mcp", Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ds := checkCatalog(t, s)
+	callEcho(t, s, find(t, ds, "echo"))
+}
+
+func TestSSE(t *testing.T) {
+	addr := freeAddr(t)
+	serveFixture(t, "-sse", addr)
+	s, err := New(Options{Name: "fx", URL: "http://" + addr + "/sse", Transport: "sse", Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

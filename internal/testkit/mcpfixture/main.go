@@ -1,5 +1,6 @@
 // Command mcpfixture is an upstream MCP server for tests, built on mcp-go:
-// over stdio by default, over streamable HTTP with -http ADDR (path /mcp).
+// over stdio by default, over streamable HTTP with -http ADDR (path /mcp),
+// over the SSE transport with -sse ADDR (/sse).
 //
 // Tools: echo (a raw input schema with top-level keywords clients must
 // keep), slow (progress notifications, then a result; cancellation is
@@ -27,6 +28,7 @@ const EchoSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","t
 
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
+	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
 	flag.Parse()
 
 	s := server.NewMCPServer("mcpfixture", "1.0.0",
@@ -84,6 +86,9 @@ func main() {
 			})
 	}
 
+	if *sseAddr != "" {
+		log.Fatal(server.NewSSEServer(s, server.WithBaseURL("http://"+*sseAddr)).Start(*sseAddr))
+	}
 	if *addr == "" {
 		if err := server.ServeStdio(s); err != nil {
 			log.Fatal(err)
