@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,15 +16,11 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testkit.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 const (
-	mcpFixture    = "github.com/capgate/capgate/internal/testkit/mcpfixture"
-	bridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
+	mcpFixture    = testkit.MCPFixture
+	bridgeFixture = testkit.BridgeFixture
 )
 
 func buildFromTOML(t *testing.T, src string) *Registry {
@@ -103,27 +97,8 @@ hidden = true
 // sources keep serving; when it comes back its tools return without
 // restarting anything.
 func TestUpstreamKilledAndRestarted(t *testing.T) {
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
-	start := func() func() {
-		cmd := exec.Command(testkit.Build(t, mcpFixture), "-http", addr)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var once sync.Once
-		kill := func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
-		t.Cleanup(kill)
-		for i := 0; i < 500; i++ {
-			if c, err := net.Dial("tcp", addr); err == nil {
-				c.Close()
-				return kill
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatal("fixture did not start")
-		return nil
-	}
+	addr := testkit.FreeAddr(t)
+	start := func() func() { return testkit.ServeMCPFixture(t, "-http", addr) }
 	kill := start()
 	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
 	r := buildFromTOML(t, fmt.Sprintf("[extensions]\npaths = [%q]\n[mcp.servers.up]\nurl = \"http://%s/mcp\"\ntimeout = \"3s\"\n", packs, addr))

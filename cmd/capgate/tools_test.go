@@ -11,11 +11,7 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testkit.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 func toolsConfig(t *testing.T) string {
 	t.Helper()
@@ -23,7 +19,7 @@ func toolsConfig(t *testing.T) string {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "capgate.toml")
 	src := fmt.Sprintf("[extensions]\npaths = [%q]\n\n[mcp.servers.fx]\ncommand = %q\n\n[mcp.servers.fx.tools.echo]\nname = \"say\"\n",
-		packs, testkit.Build(t, "github.com/capgate/capgate/internal/testkit/mcpfixture"))
+		packs, testkit.Build(t, testkit.MCPFixture))
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}

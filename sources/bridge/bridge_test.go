@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,18 +14,14 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testkit.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
 // provider starts the fixture bridge in the given misbehaviour mode.
 func provider(t *testing.T, mode string) *Provider {
 	t.Helper()
-	bin := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/bridgefixture")
+	bin := testkit.Build(t, testkit.BridgeFixture)
 	t.Setenv("BRIDGE_FIXTURE_MODE", mode)
 	p, err := New(Options{
 		Namespace: "gog", Command: []string{bin}, Timeout: 2 * time.Second, Secret: secret,

@@ -3,9 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,16 +18,12 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-const fixturePkg = "github.com/capgate/capgate/internal/testkit/mcpfixture"
+const fixturePkg = testkit.MCPFixture
 
 // echoSchema is the fixture's raw echo schema (internal/testkit/mcpfixture).
 const echoSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","title":"Echo input","additionalProperties":false,"properties":{"message":{"type":"string","minLength":1}},"required":["message"]}`
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testkit.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 func stdioSource(t *testing.T, env map[string]string) *Source {
 	t.Helper()
@@ -44,44 +38,25 @@ func stdioSource(t *testing.T, env map[string]string) *Source {
 	return s
 }
 
-// httpFixture runs the fixture over streamable HTTP on addr and returns a
-// function that kills it.
 func httpFixture(t *testing.T, addr string) (kill func()) {
 	t.Helper()
-	return serveFixture(t, "-http", addr)
+	return testkit.ServeMCPFixture(t, "-http", addr)
 }
 
-func serveFixture(t *testing.T, flag, addr string) (kill func()) {
-	t.Helper()
-	cmd := exec.Command(testkit.Build(t, fixturePkg), flag, addr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	kill = func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
-	t.Cleanup(kill)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return kill
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fixture did not listen on %s", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+func freeAddr(t *testing.T) string { return testkit.FreeAddr(t) }
 
-func freeAddr(t *testing.T) string {
+// urlSource connects to a fixture served over HTTP or SSE.
+func urlSource(t *testing.T, url, transport string) *Source {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := New(Options{Name: "fx", URL: url, Transport: transport, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Cleanup(func() { s.Close() })
+	if err := s.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func find(t *testing.T, ds []*tool.Descriptor, name string) *tool.Descriptor {
@@ -138,29 +113,15 @@ func TestStdio(t *testing.T) {
 func TestStreamableHTTP(t *testing.T) {
 	addr := freeAddr(t)
 	httpFixture(t, addr)
-	s, err := New(Options{Name: "fx", URL: "http://" + addr + "/mcp", Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := urlSource(t, "http://"+addr+"/mcp", "")
 	ds := checkCatalog(t, s)
 	callEcho(t, s, find(t, ds, "echo"))
 }
 
 func TestSSE(t *testing.T) {
 	addr := freeAddr(t)
-	serveFixture(t, "-sse", addr)
-	s, err := New(Options{Name: "fx", URL: "http://" + addr + "/sse", Transport: "sse", Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	testkit.ServeMCPFixture(t, "-sse", addr)
+	s := urlSource(t, "http://"+addr+"/sse", "sse")
 	ds := checkCatalog(t, s)
 	callEcho(t, s, find(t, ds, "echo"))
 }
