@@ -47,6 +47,7 @@ type Options struct {
 // Registry is the merged catalog. It is safe for concurrent use.
 type Registry struct {
 	sources []tool.Source
+	byKey   map[string]tool.Source // SourceKey → source
 	opts    Options
 	snap    atomic.Pointer[Snapshot]
 
@@ -65,14 +66,14 @@ func New(ctx context.Context, sources []tool.Source, opts Options) (*Registry, e
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{sources: sources, opts: opts, lastGood: map[string][]*tool.Descriptor{}, changed: make(chan struct{}, 1)}
-	seen := map[string]bool{}
+	r := &Registry{sources: sources, byKey: map[string]tool.Source{}, opts: opts,
+		lastGood: map[string][]*tool.Descriptor{}, changed: make(chan struct{}, 1)}
 	for _, s := range sources {
 		key := SourceKey(s)
-		if seen[key] {
+		if _, dup := r.byKey[key]; dup {
 			return nil, fmt.Errorf("two sources are both %s", key)
 		}
-		seen[key] = true
+		r.byKey[key] = s
 		if n, ok := s.(tool.Notifier); ok {
 			n.OnChange(r.notify)
 		}
@@ -99,12 +100,8 @@ func (r *Registry) Snapshot() *Snapshot { return r.snap.Load() }
 
 // Source returns the source a tool comes from.
 func (r *Registry) Source(d *tool.Descriptor) (tool.Source, bool) {
-	for _, s := range r.sources {
-		if s.Kind() == d.Kind && s.ID() == d.Source {
-			return s, true
-		}
-	}
-	return nil, false
+	s, ok := r.byKey[string(d.Kind)+":"+d.Source]
+	return s, ok
 }
 
 // Refresh lists every source again and swaps in the new snapshot. A source

@@ -30,13 +30,6 @@ const (
 	CodeInternal Code = "internal_error"
 )
 
-// Codes lists every code.
-var Codes = []Code{
-	CodeNotFound, CodeAccessDenied, CodeAuthRequired, CodeAuthFlowInvalid,
-	CodeInvalidInput, CodeInvalidOutput, CodeBackendUnavailable, CodePermissionDenied,
-	CodeAcknowledgeNeeded, CodeApprovalRequired, CodeTokenInvalid, CodeRateLimited, CodeInternal,
-}
-
 // Error is an error with a stable code and a message safe to show the
 // caller. Denials also name the gate, the required capability string and
 // what would allow the call.

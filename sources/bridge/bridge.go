@@ -53,9 +53,10 @@ type Options struct {
 
 // Provider is one bridge; it is a tool.Source and a tool.Authenticator.
 type Provider struct {
-	opts Options
-	mu   sync.RWMutex
-	ops  map[string]operation // by tool name, from the last good definitions
+	opts     Options
+	envNames []string // hostEnv plus opts.Env
+	mu       sync.RWMutex
+	ops      map[string]operation // by tool name, from the last good definitions
 }
 
 type operation struct {
@@ -85,7 +86,8 @@ func New(opts Options) (*Provider, error) {
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
 	}
-	return &Provider{opts: opts, ops: map[string]operation{}}, nil
+	names := append(slices.Clone(hostEnv), opts.Env...)
+	return &Provider{opts: opts, envNames: names, ops: map[string]operation{}}, nil
 }
 
 func (p *Provider) ID() string      { return p.opts.Namespace }
@@ -113,7 +115,7 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 	if err != nil {
 		return nil, err
 	}
-	env := proc.Env(p.opts.LookupEnv, append(slices.Clone(hostEnv), p.opts.Env...),
+	env := proc.Env(p.opts.LookupEnv, p.envNames,
 		"ASH_CONTEXT_TOKEN_SECRET="+base64.RawURLEncoding.EncodeToString(p.opts.Secret))
 	out, _, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: env, Stdin: in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput})
 	ns := p.opts.Namespace
@@ -141,17 +143,13 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 // violation is capability_invalid_output, and a valid error envelope keeps
 // the provider's own code.
 func (p *Provider) parseResponse(id string, out []byte) (json.RawMessage, error) {
-	var env map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(out))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil || dec.More() {
+	if !json.Valid(out) {
 		return nil, p.invalid("command returned invalid JSON")
 	}
-	if _, isObj := v.(map[string]any); !isObj {
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(out, &env); err != nil || env == nil {
 		return nil, p.invalid("command returned non-object JSON")
 	}
-	_ = json.Unmarshal(out, &env)
 	if string(bytes.TrimSpace(env["version"])) != "1" {
 		return nil, p.invalid("response version mismatch: want 1")
 	}

@@ -73,6 +73,7 @@ type Pack struct {
 	Dir      string
 	Manifest Manifest
 	opts     Options
+	envNames []string // baseEnv plus opts.Env
 	tools    []*tool.Descriptor
 	timeouts map[string]time.Duration
 }
@@ -145,7 +146,8 @@ func Load(dir string, opts Options) (*Pack, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, yamlError(file, err)
 	}
-	p := &Pack{Dir: dir, Manifest: m, opts: opts, timeouts: map[string]time.Duration{}}
+	p := &Pack{Dir: dir, Manifest: m, opts: opts, timeouts: map[string]time.Duration{},
+		envNames: append(slices.Clone(baseEnv), opts.Env...)}
 	if err := p.build(file); err != nil {
 		return nil, err
 	}
@@ -297,7 +299,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		input = json.RawMessage("{}")
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{
-		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, append(slices.Clone(baseEnv), p.opts.Env...)),
+		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.envNames),
 		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput,
 	})
 	id := c.Tool.ID

@@ -68,8 +68,8 @@ type Source struct {
 	life     context.Context // ends at Close
 	end      context.CancelFunc
 
-	listID   atomic.Int64
-	progress sync.Map // progress token → func(progress, total, message)
+	seq      atomic.Int64 // numbers list request ids and progress tokens
+	progress sync.Map     // progress token → func(progress, total, message)
 
 	changeMu sync.Mutex
 	onChange []func()
@@ -307,7 +307,7 @@ func (s *Source) reconnect() {
 // failed sorts a request error: a transport failure drops the connection
 // and reads as backend unavailable; the upstream's own JSON-RPC error is
 // passed on.
-func (s *Source) failed(c *client.Client, ctx context.Context, what string, err error) error {
+func (s *Source) failed(ctx context.Context, c *client.Client, what string, err error) error {
 	var te *transport.Error
 	if errors.As(err, &te) && ctx.Err() == nil {
 		s.drop(c, err)
@@ -349,12 +349,12 @@ func (s *Source) List(ctx context.Context) ([]*tool.Descriptor, error) {
 		}
 		resp, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
 			JSONRPC: mcpgo.JSONRPC_VERSION,
-			ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-list-%d", s.listID.Add(1))),
+			ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-list-%d", s.seq.Add(1))),
 			Method:  "tools/list",
 			Params:  params,
 		})
 		if err != nil {
-			return nil, s.failed(c, ctx, "tools/list", transport.NewError(err))
+			return nil, s.failed(ctx, c, "tools/list", transport.NewError(err))
 		}
 		if resp.Error != nil {
 			return nil, tool.Errorf(tool.CodeBackendUnavailable, "mcp server %s: tools/list: %s", s.opts.Name, resp.Error.Message)
@@ -416,14 +416,14 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	}
 	req.Params.Arguments = args
 	if call.Progress != nil {
-		token := fmt.Sprintf("capgate-%s-%d", s.opts.Name, s.listID.Add(1))
+		token := fmt.Sprintf("capgate-%s-%d", s.opts.Name, s.seq.Add(1))
 		req.Params.Meta = &mcpgo.Meta{ProgressToken: token}
 		s.progress.Store(token, call.Progress)
 		defer s.progress.Delete(token)
 	}
 	res, err := c.CallTool(ctx, req)
 	if err != nil {
-		return nil, s.failed(c, ctx, "tools/call "+call.Tool.Name, err)
+		return nil, s.failed(ctx, c, "tools/call "+call.Tool.Name, err)
 	}
 	return convertResult(res)
 }
