@@ -37,6 +37,9 @@ type Config struct {
 type Server struct {
 	Listen  string `toml:"listen"`   // default 127.0.0.1:8787
 	DataDir string `toml:"data_dir"` // default ~/.local/share/capgate
+	// Socket is the Unix socket the capability RPC also listens on; default
+	// <data_dir>/rpc.sock, "-" for none.
+	Socket string `toml:"socket"`
 }
 
 type Auth struct {
@@ -59,6 +62,13 @@ type Policy struct {
 	RiskFile    string             `toml:"risk_file"`   // replaces the built-in capability_risk.yaml
 	RequireLock bool               `toml:"require_lock"`
 	Subjects    map[string]Subject `toml:"subjects"`
+	RateLimit   RateLimit          `toml:"rate_limit"`
+}
+
+// RateLimit is a token bucket per caller and tool; zero per_minute is off.
+type RateLimit struct {
+	PerMinute float64 `toml:"per_minute"`
+	Burst     int     `toml:"burst"` // default: ten seconds' worth, at least 1
 }
 
 type Subject struct {
@@ -372,6 +382,9 @@ func (c *Config) resolvePaths(home string) {
 	c.Auth.JWKSFile = abs(c.Auth.JWKSFile)
 	c.Policy.RiskFile = abs(c.Policy.RiskFile)
 	c.Audit.Path = abs(c.Audit.Path)
+	if c.Server.Socket != "-" {
+		c.Server.Socket = abs(c.Server.Socket)
+	}
 	for i, p := range c.Extensions.Paths {
 		c.Extensions.Paths[i] = abs(p)
 	}
@@ -386,6 +399,9 @@ func (c *Config) resolvePaths(home string) {
 		if len(p.Command) > 0 {
 			p.Command[0] = cmd(p.Command[0])
 		}
+	}
+	if c.Server.Socket == "" {
+		c.Server.Socket = filepath.Join(c.Server.DataDir, "rpc.sock")
 	}
 	if c.Audit.Path == "" {
 		c.Audit.Path = filepath.Join(c.Server.DataDir, "audit.jsonl")

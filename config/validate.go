@@ -22,6 +22,15 @@ var (
 	upperEnv    = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 )
 
+// isLoopback reports a host that only this machine can reach.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func sortProviders(p []NamedProvider) {
 	sort.Slice(p, func(i, j int) bool { return p[i].Key < p[j].Key })
 }
@@ -58,8 +67,14 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		if a.Sub == "" {
 			fail("auth.anonymous.sub", "required: the subject anonymous callers act as")
 		}
+		if host, _, err := net.SplitHostPort(c.Server.Listen); err == nil && !isLoopback(host) {
+			fail("auth.anonymous", "refused: server.listen %q is not a loopback address, and callers without a token may only come from this host", c.Server.Listen)
+		}
 		grants("auth.anonymous.grants", a.Grants)
 		tiers("auth.anonymous.acknowledge", a.Acknowledge)
+	}
+	if c.Policy.RateLimit.PerMinute < 0 || c.Policy.RateLimit.Burst < 0 {
+		fail("policy.rate_limit", "per_minute and burst must not be negative")
 	}
 	for i, p := range c.Extensions.Paths {
 		if p == "" {

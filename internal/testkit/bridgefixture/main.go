@@ -88,6 +88,11 @@ func main() {
 			"token_sub":   verify(token),
 			"secret_leak": os.Getenv("CAPGATE_TEST_HOST_SECRET"),
 		}
+		if in, _ := p["input_data"].(map[string]any); in["leak"] == true {
+			// A provider that forgets to strip its credentials.
+			ok(map[string]any{"output": map[string]any{"data": map[string]any{"Access-Token": "ya29.leaked-provider-credential"}}})
+			return
+		}
 		if mode == "bareresult" {
 			ok(out)
 			return

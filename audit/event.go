@@ -1,0 +1,232 @@
+// Package audit writes capgate's audit log: one JSON object per line per
+// event, hash-chained so that an edited, removed, inserted or reordered line
+// is detected by Verify.
+//
+// # Line format
+//
+// Every line has the same fixed key order. A capability_check line starts
+// with namel3ss's keys, in namel3ss's order:
+//
+//	type, tool_name, runner, resolved_source, capability, allowed,
+//	guarantee_source, reason, protocol_version
+//
+// then capgate's:
+//
+//	time, seq, sub, chat_id, chat_type, tool, decision, gate, code,
+//	duration_ms, input_sha256, request_id, approval_id, flow_id,
+//	account_ref, detail, prev
+//
+// Empty strings and a zero duration are left out. type, time, seq and prev
+// are always written; allowed is always written on a capability_check line
+// and on other lines only when true. time is RFC 3339 with nanoseconds, in
+// UTC; seq is the 1-based line number in the file; duration_ms has three
+// decimals.
+//
+// # Chain
+//
+// prev is the hex SHA-256 of the previous line's bytes, without its newline;
+// the first line of a file has 64 zeros. Because the chain alone cannot show
+// that the last lines were cut off, the log also keeps a sidecar,
+// <path>.head, holding {"seq":N,"hash":"…"} of the last line it made
+// durable, replaced atomically after every group commit. VerifyFile checks
+// the file against it.
+//
+// The chain is keyless: it shows accidental damage and naive edits, not a
+// rewrite of the whole file and its sidecar by someone who can write both.
+// Copy the head hash elsewhere to anchor it.
+//
+// Records never carry tokens, secrets or credential values: Event has no
+// field for them, and callers must not put them in Detail or Reason.
+package audit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Event types.
+const (
+	TypeToolCall        = "tool_call"
+	TypeCapabilityCheck = "capability_check"
+	TypeAuthBegin       = "auth_begin"
+	TypeAuthComplete    = "auth_complete"
+	TypeApproval        = "approval"
+)
+
+// Event is one audit record. Its fields are written in the order declared,
+// with time, seq and prev placed as the package comment describes.
+type Event struct {
+	Type string
+
+	// namel3ss's capability_check fields.
+	ToolName, Runner, ResolvedSource, Capability string
+	Allowed                                      bool
+	GuaranteeSource, Reason, ProtocolVersion     string
+
+	// Time is when it happened; zero means when Log was called.
+	Time time.Time
+
+	Sub, ChatID, ChatType, Tool string
+	Decision                    string // allow, deny or error
+	Gate, Code                  string
+	Duration                    time.Duration
+	// InputSHA256 is HashInput of the call's input.
+	InputSHA256, RequestID, ApprovalID, FlowID, AccountRef string
+	Detail                                                 string // short, safe text
+}
+
+// Sink receives audit events. *Log is one; Discard drops them.
+type Sink interface {
+	Log(Event)
+}
+
+// Discard is a Sink that drops every event.
+var Discard Sink = discard{}
+
+type discard struct{}
+
+func (discard) Log(Event) {}
+
+// HashInput returns the hex SHA-256 of a call's input, as given.
+func HashInput(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// genesis is the prev of a file's first line.
+const genesis = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// A line is written in four parts: appendHead's bytes, seq, appendTail's
+// bytes, then prev and the closing `"}`. Log encodes head and tail in the
+// caller's goroutine; the writer adds seq and prev, which depend on order.
+
+// appendHead appends a line's bytes up to seq's value: `{"type":…,"seq":`.
+func appendHead(b []byte, e *Event) []byte {
+	b = append(b, `{"type":`...)
+	b = appendString(b, e.Type)
+	b = appendField(b, `,"tool_name":`, e.ToolName)
+	b = appendField(b, `,"runner":`, e.Runner)
+	b = appendField(b, `,"resolved_source":`, e.ResolvedSource)
+	b = appendField(b, `,"capability":`, e.Capability)
+	if e.Allowed || e.Type == TypeCapabilityCheck {
+		b = append(b, `,"allowed":`...)
+		b = strconv.AppendBool(b, e.Allowed)
+	}
+	b = appendField(b, `,"guarantee_source":`, e.GuaranteeSource)
+	b = appendField(b, `,"reason":`, e.Reason)
+	b = appendField(b, `,"protocol_version":`, e.ProtocolVersion)
+	b = append(b, `,"time":"`...)
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, `","seq":`...)
+}
+
+// appendTail appends a line's bytes from after seq's value up to prev's
+// value: `,"sub":…,"prev":"`.
+func appendTail(b []byte, e *Event) []byte {
+	b = appendField(b, `,"sub":`, e.Sub)
+	b = appendField(b, `,"chat_id":`, e.ChatID)
+	b = appendField(b, `,"chat_type":`, e.ChatType)
+	b = appendField(b, `,"tool":`, e.Tool)
+	b = appendField(b, `,"decision":`, e.Decision)
+	b = appendField(b, `,"gate":`, e.Gate)
+	b = appendField(b, `,"code":`, e.Code)
+	if e.Duration != 0 {
+		b = append(b, `,"duration_ms":`...)
+		b = strconv.AppendFloat(b, float64(e.Duration)/float64(time.Millisecond), 'f', 3, 64)
+	}
+	b = appendField(b, `,"input_sha256":`, e.InputSHA256)
+	b = appendField(b, `,"request_id":`, e.RequestID)
+	b = appendField(b, `,"approval_id":`, e.ApprovalID)
+	b = appendField(b, `,"flow_id":`, e.FlowID)
+	b = appendField(b, `,"account_ref":`, e.AccountRef)
+	b = appendField(b, `,"detail":`, e.Detail)
+	return append(b, `,"prev":"`...)
+}
+
+// appendLine appends a whole line, without its newline, from the parts.
+func appendLine(b, head []byte, seq uint64, tail []byte, prev *[sha256.Size]byte) []byte {
+	b = append(b, head...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, tail...)
+	b = hex.AppendEncode(b, prev[:])
+	return append(b, '"', '}')
+}
+
+// appendEvent appends e as one line, without its newline.
+func appendEvent(b []byte, e *Event, seq uint64, prev *[sha256.Size]byte) []byte {
+	b = appendHead(b, e)
+	b = strconv.AppendUint(b, seq, 10)
+	b = appendTail(b, e)
+	b = hex.AppendEncode(b, prev[:])
+	return append(b, '"', '}')
+}
+
+// appendField appends key and the string v, unless v is empty.
+func appendField(b []byte, key, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return appendString(append(b, key...), v)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Beyond what JSON requires it
+// escapes DEL, the C1 controls and U+2028/U+2029, so that a line printed to
+// a terminal cannot carry control sequences and no reader splits it; invalid
+// UTF-8 becomes U+FFFD, as with encoding/json.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r >= 0x80 && r <= 0x9f:
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

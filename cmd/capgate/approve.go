@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/store"
+)
+
+func newApproveCmd() *cobra.Command {
+	var configPath, by string
+	cmd := &cobra.Command{
+		Use:   "approve ID",
+		Short: "Approve a call that waits for an operator (apr_...)",
+		Long: `approve approves the pending approval ID in the store under the config's
+data_dir. A tool of the unrestricted tier runs only with an operator's
+approval, bound to the caller, the tool and the exact input: the caller is
+told the id (approval_required) and makes the same call again once it is
+approved. An approval serves one call and expires; capgate approvals lists
+the live ones. approve needs no store key: approvals are not in the vault.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if by == "" {
+				return usageError("--by: say who approves")
+			}
+			ctx := context.Background()
+			st, err := openOpsStore(ctx, configPath)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			a, err := st.Approve(ctx, args[0], by)
+			if errors.Is(err, store.ErrApprovalNotFound) {
+				hint := "capgate approvals --config " + configPath + " lists the live ones"
+				if !approvalID.MatchString(args[0]) {
+					hint = "approval ids are apr_ and 32 hex digits; " + hint
+				}
+				return &exitError{code: exitDenied, err: fmt.Errorf("%w (%s)", err, hint)}
+			}
+			if err != nil {
+				return &exitError{code: exitDenied, err: err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "approved %s for %s: %s (input sha256 %s…), valid until %s\n",
+				a.ID, a.Sub, a.ToolID, shortHash(a.InputHash), a.ExpiresAt.Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml whose data_dir holds the store")
+	cmd.Flags().StringVar(&by, "by", defaultApprover(), "who approves, for the record")
+	return cmd
+}
+
+func newApprovalsCmd() *cobra.Command {
+	var configPath string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "approvals",
+		Short: "List the live approvals: pending and approved, not used, not expired",
+		Long: `approvals lists, newest first, the approvals in the store under the config's
+data_dir that are neither used nor expired. A pending one waits for
+capgate approve ID; an approved one waits for its caller to repeat the call.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := context.Background()
+			st, err := openOpsStore(ctx, configPath)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			list, err := st.Approvals(ctx)
+			if err != nil {
+				return &exitError{code: exitDenied, err: err}
+			}
+			if asJSON {
+				return printApprovalsJSON(cmd.OutOrStdout(), list)
+			}
+			return printApprovals(cmd.OutOrStdout(), list)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml whose data_dir holds the store")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// openOpsStore opens the operation data (not the credential vault, so no
+// key is needed) under the config's data_dir, beside a running server.
+func openOpsStore(ctx context.Context, configPath string) (*store.Store, error) {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	st, err := store.Open(ctx, cfg.Server.DataDir, store.Options{WithoutVault: true})
+	if err != nil {
+		return nil, &exitError{code: exitDenied, err: fmt.Errorf("%s: server.data_dir: %w", cfg.Path, err)}
+	}
+	return st, nil
+}
+
+var approvalID = regexp.MustCompile(`^apr_[0-9a-f]{32}$`)
+
+// defaultApprover is $USER, else "operator".
+func defaultApprover() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "operator"
+}
+
+// shortHash is the first 12 hex digits of an input hash, with or without a
+// "sha256:" prefix.
+func shortHash(h string) string {
+	h = strings.TrimPrefix(h, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}
+
+func approvalState(a *store.Approval) string {
+	if a.Approved() {
+		return "approved"
+	}
+	return "pending"
+}
+
+func printApprovals(w io.Writer, list []store.Approval) error {
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, "no live approvals")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSUB\tTOOL\tINPUT\tSTATE\tEXPIRES")
+	for i := range list {
+		a := &list[i]
+		state := approvalState(a)
+		if a.Approved() {
+			state += " by " + a.ApprovedBy
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\n", a.ID, a.Sub, a.ToolID, shortHash(a.InputHash), state,
+			a.ExpiresAt.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+type approvalJSON struct {
+	ID         string     `json:"id"`
+	Sub        string     `json:"sub"`
+	ToolID     string     `json:"tool_id"`
+	InputHash  string     `json:"input_hash"`
+	State      string     `json:"state"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  time.Time  `json:"expires_at"`
+	ApprovedAt *time.Time `json:"approved_at,omitempty"`
+	ApprovedBy string     `json:"approved_by,omitempty"`
+}
+
+func printApprovalsJSON(w io.Writer, list []store.Approval) error {
+	out := make([]approvalJSON, 0, len(list))
+	for i := range list {
+		a := &list[i]
+		j := approvalJSON{
+			ID: a.ID, Sub: a.Sub, ToolID: a.ToolID, InputHash: a.InputHash, State: approvalState(a),
+			CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, ApprovedBy: a.ApprovedBy,
+		}
+		if a.Approved() {
+			t := a.ApprovedAt
+			j.ApprovedAt = &t
+		}
+		out = append(out, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/server"
+)
+
+func newServeCmd() *cobra.Command {
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the catalog behind the router",
+		Long: `serve starts the config's sources and serves them, behind the router, as the
+capability RPC (POST /rpc, and the Unix socket [server] socket) on
+[server] listen. SIGINT or SIGTERM stops it gracefully.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(configPath)
+			if err != nil {
+				return usageError("%v", err)
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			srv, err := server.Open(ctx, cfg, server.Options{Logger: logger})
+			if err != nil {
+				return &exitError{code: exitDenied, err: err}
+			}
+			defer srv.Close()
+			err = srv.Serve(ctx, func(addr, socket string) {
+				out := cmd.OutOrStdout()
+				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", version(), len(srv.Registry.Snapshot().Tools), cfg.Path)
+				fmt.Fprintf(out, "  capability RPC  http://%s/rpc\n", addr)
+				if socket != "" {
+					fmt.Fprintf(out, "                  unix://%s\n", socket)
+				}
+				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
+				fmt.Fprintf(out, "  a dev token     capgate token mint --config %s --sub you\n", configPath)
+			})
+			if err != nil {
+				return &exitError{code: exitDenied, err: err}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml to serve")
+	return cmd
+}

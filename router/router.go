@@ -1,0 +1,346 @@
+// Package router is the one pipeline every call passes, from MCP and the
+// capability RPC alike: verify the caller's token, resolve the tool, run
+// the gates (capability, acknowledge, chat policy, auth, rate limit),
+// validate the input, honour idempotency keys, execute with a deadline,
+// harden the output and audit. Every path fails closed: any doubt is a
+// denial with a stable code.
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capgate/capgate/audit"
+	"github.com/capgate/capgate/permissions"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/token"
+	"github.com/capgate/capgate/tool"
+)
+
+// State is what the router keeps between calls. *store.Store implements it;
+// the interfaces stay small so another backend (PostgreSQL) can too.
+type State interface {
+	Credentials
+	Flows
+	Idempotency
+	Approvals
+}
+
+type Credentials interface {
+	PutCredential(ctx context.Context, sub, capabilityID, accountRef string, material []byte) error
+	Credential(ctx context.Context, sub, capabilityID, accountRef string) ([]byte, error)
+	Accounts(ctx context.Context, sub, capabilityID string) ([]string, error)
+}
+
+type Flows interface {
+	BeginFlow(ctx context.Context, sub, capabilityID, accountHint string, state []byte) (*store.Flow, error)
+	TakeFlow(ctx context.Context, id, sub string) (*store.Flow, error)
+}
+
+type Idempotency interface {
+	Idempotency(ctx context.Context, sub, toolID, key string) (*store.IdempotencyRecord, error)
+	PutIdempotency(ctx context.Context, sub, toolID, key, inputHash string, result []byte, ttl time.Duration) error
+}
+
+type Approvals interface {
+	RequestApproval(ctx context.Context, sub, toolID, inputHash string, ttl time.Duration) (*store.Approval, error)
+	UseApproval(ctx context.Context, sub, toolID, inputHash string) (*store.Approval, error)
+}
+
+// Policy is the operator's word on who may do what.
+type Policy struct {
+	Grants      []string           // every verified caller
+	Acknowledge []string           // tiers acknowledged for every verified caller
+	Subjects    map[string]Subject // added per sub
+	// Anonymous, when set, is the identity of callers without a token.
+	Anonymous *Subject
+	RateLimit RateLimit
+}
+
+// Subject is a caller's own grants and acknowledgements.
+type Subject struct {
+	Sub         string // for Anonymous only
+	Grants      []string
+	Acknowledge []string
+}
+
+// RateLimit is a token bucket per caller and tool; zero PerMinute is off.
+type RateLimit struct {
+	PerMinute float64
+	Burst     int
+}
+
+// Options configure a Router.
+type Options struct {
+	Registry *registry.Registry
+	Verifier *token.Verifier
+	Risk     *risk.Table
+	Policy   Policy
+	State    State
+	Audit    audit.Sink
+	// Secret signs the short-lived context tokens bridge providers receive.
+	Secret []byte
+	Logger *slog.Logger
+	Now    func() time.Time
+
+	CallTimeout    time.Duration // default 2m
+	ApprovalTTL    time.Duration // default 10m
+	IdempotencyTTL time.Duration // default 24h
+}
+
+// Router decides and runs calls. It is safe for concurrent use.
+type Router struct {
+	opts     Options
+	base     grantSet            // policy grants for every caller
+	subjects map[string]grantSet // base plus the subject's own
+	anon     *grantSet
+	schemas  schemaCache
+	limits   limiter
+	caps     capsCache
+}
+
+// grantSet is a compiled policy: grants that survived the risk table, and
+// the tiers acknowledged.
+type grantSet struct {
+	set  *permissions.Set
+	acks []string
+}
+
+// New compiles the policy. A grant the risk table refuses (a blocked tier
+// not acknowledged) is dropped with a warning: the router never runs on a
+// policy wider than the table allows.
+func New(opts Options) (*Router, error) {
+	if opts.Registry == nil || opts.Risk == nil || opts.State == nil {
+		return nil, errors.New("router: Registry, Risk and State are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Audit == nil {
+		opts.Audit = discard{}
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 2 * time.Minute
+	}
+	if opts.ApprovalTTL <= 0 {
+		opts.ApprovalTTL = 10 * time.Minute
+	}
+	if opts.IdempotencyTTL <= 0 {
+		opts.IdempotencyTTL = 24 * time.Hour
+	}
+	r := &Router{opts: opts, subjects: map[string]grantSet{}}
+	r.limits.init(opts.Policy.RateLimit, opts.Now)
+	var err error
+	if r.base, err = r.compile("policy", opts.Policy.Grants, opts.Policy.Acknowledge); err != nil {
+		return nil, err
+	}
+	for sub, s := range opts.Policy.Subjects {
+		g, err := r.compile("policy.subjects."+sub,
+			append(slices.Clone(opts.Policy.Grants), s.Grants...),
+			append(slices.Clone(opts.Policy.Acknowledge), s.Acknowledge...))
+		if err != nil {
+			return nil, err
+		}
+		r.subjects[sub] = g
+	}
+	if a := opts.Policy.Anonymous; a != nil {
+		if strings.TrimSpace(a.Sub) == "" {
+			return nil, errors.New("router: the anonymous subject needs a sub")
+		}
+		g, err := r.compile("auth.anonymous", a.Grants, a.Acknowledge)
+		if err != nil {
+			return nil, err
+		}
+		r.anon = &g
+	}
+	return r, nil
+}
+
+func (r *Router) compile(where string, grants, acks []string) (grantSet, error) {
+	ev, err := r.opts.Risk.Evaluate(grants, acks)
+	if err != nil {
+		return grantSet{}, fmt.Errorf("%s: %w", where, err)
+	}
+	for _, g := range ev.Refused() {
+		r.opts.Logger.Warn("grant refused by the risk table", "where", where, "grant", g.Grant, "why", g.Refused)
+	}
+	set, err := ev.Set()
+	if err != nil {
+		return grantSet{}, fmt.Errorf("%s: %w", where, err)
+	}
+	return grantSet{set: set, acks: dedupe(acks)}, nil
+}
+
+func dedupe(in []string) []string {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Caller is a verified identity with the grants and acknowledgements it
+// holds. Only Authenticate and Anonymous make one.
+type Caller struct {
+	Sub       string
+	Claims    *token.Claims // nil for the anonymous caller
+	Anonymous bool
+	grants    *permissions.Set
+	layers    []string // who holds each layer of grants, child first, for hints
+	acks      []string
+}
+
+// ChatType is the verified chat type, lower-cased; "" when the token has none.
+func (c *Caller) ChatType() string {
+	if c.Claims == nil {
+		return ""
+	}
+	return strings.ToLower(strings.TrimSpace(c.Claims.ChatType))
+}
+
+// ChatID is the verified chat id.
+func (c *Caller) ChatID() string {
+	if c.Claims == nil {
+		return ""
+	}
+	return c.Claims.ChatID
+}
+
+// Grants are the caller's effective grants (for reports; never widen them).
+func (c *Caller) Grants() *permissions.Set { return c.grants }
+
+// Acknowledged are the tiers the caller has acknowledged.
+func (c *Caller) Acknowledged() []string { return slices.Clone(c.acks) }
+
+// Authenticate verifies a raw token and returns the caller it names. A
+// blank token is the anonymous caller when the operator allows one. The
+// error is a *tool.Error with code token_invalid and the reason; it never
+// holds the token.
+func (r *Router) Authenticate(raw string) (*Caller, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" && r.anon != nil {
+		return r.Anonymous(), nil
+	}
+	if r.opts.Verifier == nil {
+		return nil, &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: key: no token key is configured", Gate: "token"}
+	}
+	claims, err := r.opts.Verifier.Verify(raw)
+	if err != nil {
+		return nil, &tool.Error{Code: tool.CodeTokenInvalid, Message: strings.TrimPrefix(err.Error(), "token_invalid: "),
+			Gate: "token", Hint: "present a valid, unexpired token signed with the configured key", Err: err}
+	}
+	return r.caller(claims), nil
+}
+
+// Anonymous returns the anonymous caller, or nil when there is none.
+func (r *Router) Anonymous() *Caller {
+	if r.anon == nil {
+		return nil
+	}
+	return &Caller{Sub: r.opts.Policy.Anonymous.Sub, Anonymous: true, grants: r.anon.set, acks: r.anon.acks,
+		layers: []string{layerAnonymous}}
+}
+
+// caller narrows the policy for claims.Sub by the token's caps and ack.
+func (r *Router) caller(claims *token.Claims) *Caller {
+	g, ok := r.subjects[claims.Sub]
+	if !ok {
+		g = r.base
+	}
+	c := &Caller{Sub: claims.Sub, Claims: claims, grants: g.set, acks: g.acks, layers: []string{layerPolicy}}
+	if claims.Caps != nil {
+		c.grants = r.caps.intersect(claims.Caps, g.set)
+		c.layers = []string{layerCaps, layerPolicy}
+	}
+	if claims.Ack != nil {
+		c.acks = slices.DeleteFunc(slices.Clone(g.acks), func(t string) bool { return !slices.Contains(claims.Ack, t) })
+	}
+	return c
+}
+
+// capsCache keeps the compiled intersection of a token's caps with a
+// policy set: tokens are reused across many calls, and compiling grants
+// per call would dominate the router's own cost.
+type capsCache struct {
+	mu sync.Mutex
+	m  map[capsKey]*permissions.Set
+}
+
+type capsKey struct {
+	caps   string
+	policy *permissions.Set
+}
+
+func (c *capsCache) intersect(caps []string, policy *permissions.Set) *permissions.Set {
+	key := capsKey{strings.Join(caps, "\x00"), policy}
+	c.mu.Lock()
+	s, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
+		return s
+	}
+	// A caps claim that does not parse grants nothing (Intersect of nil):
+	// fail closed.
+	child, _ := permissions.NewSet(caps...)
+	s = permissions.Intersect(child, policy)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) > 4096 {
+		c.m = map[capsKey]*permissions.Set{}
+	}
+	c.m[key] = s
+	c.mu.Unlock()
+	return s
+}
+
+// Scope narrows a call further: a skill's declared grants and
+// acknowledgements, intersected with the caller's.
+type Scope struct {
+	Name        string
+	Grants      *permissions.Set
+	Acknowledge []string
+}
+
+// within returns the caller narrowed to the scope.
+func (c *Caller) within(s *Scope) *Caller {
+	if s == nil {
+		return c
+	}
+	n := *c
+	n.grants = permissions.Intersect(s.Grants, c.grants)
+	n.layers = append([]string{layerSkill + s.Name}, c.layers...)
+	n.acks = slices.DeleteFunc(slices.Clone(c.acks), func(t string) bool { return !slices.Contains(s.Acknowledge, t) })
+	return &n
+}
+
+// Names of grant layers, for hints.
+const (
+	layerPolicy    = "policy"
+	layerCaps      = "token caps"
+	layerAnonymous = "anonymous"
+	layerSkill     = "skill "
+)
+
+type discard struct{}
+
+func (discard) Log(audit.Event) {}
+
+// resultJSON and parseResult store results for idempotency.
+func resultJSON(res *tool.Result) ([]byte, error) { return json.Marshal(res) }
+
+func parseResult(b []byte) (*tool.Result, error) {
+	var res tool.Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}

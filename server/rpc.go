@@ -1,0 +1,322 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/tool"
+)
+
+// The capability RPC: JSON-RPC 2.0 with the methods and shapes of Ash's
+// capabilities spec. The caller's identity is the context_token in params
+// (or a bearer token); identity fields in params are never read.
+
+// JSON-RPC error codes.
+const (
+	rpcParseError     = -32700
+	rpcInvalidRequest = -32600
+	rpcMethodNotFound = -32601
+	rpcInvalidParams  = -32602
+	rpcInternalError  = -32603
+)
+
+// maxRPCBody bounds one request.
+const maxRPCBody = 4 << 20
+
+type rpcRequest struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+type rpcError struct {
+	Code    int      `json:"code"`
+	Message string   `json:"message"`
+	Data    *rpcData `json:"data,omitempty"`
+}
+
+type rpcData struct {
+	Code     tool.Code `json:"code"`
+	Gate     string    `json:"gate,omitempty"`
+	Required string    `json:"required,omitempty"`
+	Hint     string    `json:"hint,omitempty"`
+}
+
+type rpcResponse struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  any             `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+// RPC serves the capability RPC over HTTP (POST).
+type RPC struct {
+	Router *router.Router
+}
+
+type rpcMethod func(h *RPC, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
+
+var rpcMethods = map[string]rpcMethod{
+	"capability.list":          (*RPC).list,
+	"capability.invoke":        (*RPC).invoke,
+	"capability.auth.begin":    (*RPC).authBegin,
+	"capability.auth.complete": (*RPC).authComplete,
+}
+
+func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "the capability RPC takes POST", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRPCBody))
+	if err != nil {
+		writeRPC(w, rpcResponse{ID: json.RawMessage("null"), Error: &rpcError{Code: rpcInvalidRequest, Message: "request body too large or unreadable"}})
+		return
+	}
+	writeRPC(w, h.handle(r, body))
+}
+
+func writeRPC(w http.ResponseWriter, resp rpcResponse) {
+	resp.JSONRPC = "2.0"
+	if resp.ID == nil {
+		resp.ID = json.RawMessage("null")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+func (h *RPC) handle(r *http.Request, body []byte) rpcResponse {
+	var req rpcRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return rpcResponse{Error: &rpcError{Code: rpcParseError, Message: "parse error: " + err.Error()}}
+	}
+	resp := rpcResponse{ID: req.ID}
+	if req.JSONRPC != "2.0" || req.Method == "" {
+		resp.Error = &rpcError{Code: rpcInvalidRequest, Message: `invalid request: jsonrpc must be "2.0" and method set`}
+		return resp
+	}
+	// An unknown method is answered before any token check.
+	m, ok := rpcMethods[req.Method]
+	if !ok {
+		resp.Error = &rpcError{Code: rpcMethodNotFound, Message: "method not found: " + req.Method}
+		return resp
+	}
+	params := req.Params
+	if len(params) == 0 || string(params) == "null" {
+		params = json.RawMessage("{}")
+	}
+	var tok struct {
+		ContextToken *string `json:"context_token"`
+	}
+	if err := json.Unmarshal(params, &tok); err != nil {
+		resp.Error = &rpcError{Code: rpcInvalidParams, Message: "params must be an object"}
+		return resp
+	}
+	raw := ""
+	if tok.ContextToken != nil {
+		raw = *tok.ContextToken
+	} else {
+		raw = bearer(r)
+	}
+	caller, err := h.Router.Authenticate(raw)
+	if err != nil {
+		resp.Error = &rpcError{Code: rpcInvalidParams, Message: rpcMessage(err), Data: rpcErrData(err)}
+		return resp
+	}
+	result, err := m(h, r, caller, params)
+	if err != nil {
+		code := rpcInternalError
+		var pe paramsError
+		if errors.As(err, &pe) {
+			code = rpcInvalidParams
+		}
+		resp.Error = &rpcError{Code: code, Message: rpcMessage(err), Data: rpcErrData(err)}
+		return resp
+	}
+	resp.Result = result
+	return resp
+}
+
+// paramsError is a malformed params object: -32602.
+type paramsError struct{ msg string }
+
+func (e paramsError) Error() string { return e.msg }
+
+func decodeParams(params json.RawMessage, v any) error {
+	if err := json.Unmarshal(params, v); err != nil {
+		return paramsError{"invalid params: " + err.Error()}
+	}
+	return nil
+}
+
+// rpcMessage is "code: text", the caller-safe message of err.
+func rpcMessage(err error) string {
+	var pe paramsError
+	if errors.As(err, &pe) {
+		return pe.msg
+	}
+	return string(tool.ErrorCode(err)) + ": " + tool.ErrorMessage(err)
+}
+
+func rpcErrData(err error) *rpcData {
+	var pe paramsError
+	if errors.As(err, &pe) {
+		return nil
+	}
+	d := &rpcData{Code: tool.ErrorCode(err)}
+	var te *tool.Error
+	if errors.As(err, &te) {
+		d.Gate, d.Required, d.Hint = te.Gate, te.Required, te.Hint
+	}
+	return d
+}
+
+// bearer is the token of an "Authorization: Bearer" header.
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// Capability is one entry of capability.list: a bridge capability with its
+// operations, or any other tool as a capability of its own.
+type Capability struct {
+	ID           string      `json:"id"`
+	Description  string      `json:"description"`
+	Available    bool        `json:"available"`
+	RequiresAuth bool        `json:"requires_auth"`
+	Sensitive    bool        `json:"sensitive,omitempty"`
+	Operations   []Operation `json:"operations"`
+}
+
+type Operation struct {
+	Name         string          `json:"name"`
+	Tool         string          `json:"tool"` // the tool id
+	Description  string          `json:"description"`
+	RequiresAuth bool            `json:"requires_auth"`
+	Mutating     bool            `json:"mutating,omitempty"`
+	InputSchema  json.RawMessage `json:"input_schema,omitempty"`
+}
+
+// defaultOperation is the one operation of a capability that is a plain
+// tool (an extension command or an upstream MCP tool).
+const defaultOperation = "call"
+
+func (h *RPC) list(_ *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+	var p struct {
+		IncludeUnavailable bool `json:"include_unavailable"`
+	}
+	if err := decodeParams(params, &p); err != nil {
+		return nil, err
+	}
+	caps := []Capability{}
+	index := map[string]int{}
+	for _, d := range h.Router.List(c, nil, registry.Filter{AvailableOnly: !p.IncludeUnavailable}) {
+		id, op := router.CapabilityID(d), defaultOperation
+		desc := d.Description
+		if d.Kind == tool.KindBridge {
+			_, op, _ = strings.Cut(d.Name, ".")
+			desc = d.Title
+		}
+		i, ok := index[id]
+		if !ok {
+			i = len(caps)
+			index[id] = i
+			caps = append(caps, Capability{ID: id, Description: desc, Available: true, Sensitive: d.Sensitive})
+		}
+		cp := &caps[i]
+		cp.Available = cp.Available && d.Available && d.Quarantined == ""
+		cp.RequiresAuth = cp.RequiresAuth || d.RequiresAuth
+		cp.Operations = append(cp.Operations, Operation{Name: op, Tool: d.ID, Description: d.Description,
+			RequiresAuth: d.RequiresAuth, Mutating: d.Mutating, InputSchema: d.InputSchema})
+	}
+	return map[string]any{"capabilities": caps}, nil
+}
+
+func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+	var p struct {
+		Capability     string          `json:"capability"`
+		Operation      string          `json:"operation"`
+		Input          json.RawMessage `json:"input"`
+		Account        string          `json:"account"`
+		IdempotencyKey string          `json:"idempotency_key"`
+	}
+	if err := decodeParams(params, &p); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(p.Capability) == "" {
+		return nil, paramsError{"invalid params: capability is required"}
+	}
+	name := p.Capability
+	if p.Operation != "" && p.Operation != defaultOperation {
+		// A bridge capability gog.email with operation send is the tool
+		// bridge:gog:email.send.
+		ns, capName, ok := strings.Cut(p.Capability, ".")
+		if !ok {
+			return nil, tool.Errorf(tool.CodeNotFound, "no capability named %q: capability ids are namespaced, such as gog.email", p.Capability)
+		}
+		name = tool.ID(tool.KindBridge, ns, capName+"."+p.Operation)
+	}
+	requestID := newRequestID()
+	res, err := h.Router.Call(r.Context(), c, router.Request{Tool: name, Input: p.Input, Account: p.Account,
+		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": requestID}, nil
+}
+
+// output is the structured result when there is one, else the content.
+func output(res *tool.Result) any {
+	if len(res.Structured) > 0 {
+		return res.Structured
+	}
+	return map[string]any{"content": res.Content}
+}
+
+func (h *RPC) authBegin(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+	var p struct {
+		Capability  string `json:"capability"`
+		AccountHint string `json:"account_hint"`
+	}
+	if err := decodeParams(params, &p); err != nil {
+		return nil, err
+	}
+	return h.Router.AuthBegin(r.Context(), c, p.Capability, p.AccountHint)
+}
+
+func (h *RPC) authComplete(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+	var p struct {
+		FlowID      string `json:"flow_id"`
+		CallbackURL string `json:"callback_url"`
+		Code        string `json:"code"`
+	}
+	if err := decodeParams(params, &p); err != nil {
+		return nil, err
+	}
+	account, err := h.Router.AuthComplete(r.Context(), c, p.FlowID, p.CallbackURL, p.Code)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"ok": true, "account_ref": account}, nil
+}
+
+// methods lists the RPC's methods, for messages.
+func methods() []string {
+	out := make([]string, 0, len(rpcMethods))
+	for m := range rpcMethods {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
+}

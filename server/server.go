@@ -1,0 +1,261 @@
+// Package server is capgate's front door: it wires a config into a
+// router (registry, token verifier, store, audit log) and serves the
+// capability RPC and the MCP endpoint over HTTP and a Unix socket.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	capgate "github.com/capgate/capgate"
+	"github.com/capgate/capgate/audit"
+	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/token"
+)
+
+// Options are the seams of Open.
+type Options struct {
+	Logger    *slog.Logger
+	LookupEnv func(string) (string, bool)
+}
+
+// Server is a running capgate: its parts, built from one config.
+type Server struct {
+	Config   *config.Config
+	Router   *router.Router
+	Registry *registry.Registry
+	Store    *store.Store
+	Audit    *audit.Log
+	// SecretSource says where the token key came from, for the start banner.
+	SecretSource string
+
+	logger *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Open builds every part cfg names. Close releases them.
+func Open(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	s = &Server{Config: cfg, logger: opts.Logger, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	table, err := RiskTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	secret, source, err := Secret(cfg, opts.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	s.SecretSource = source
+	vopts := token.Options{Secret: secret, Audience: cfg.Auth.Audience}
+	if cfg.Auth.JWKSFile != "" {
+		if vopts.JWKS, err = os.ReadFile(cfg.Auth.JWKSFile); err != nil {
+			return nil, fmt.Errorf("%s: auth.jwks_file: %w", cfg.Path, err)
+		}
+	}
+	verifier, err := token.NewVerifier(vopts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: auth: %w", cfg.Path, err)
+	}
+	if s.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{LookupEnv: opts.LookupEnv}); err != nil {
+		return nil, err
+	}
+	if s.Audit, err = audit.Open(cfg.Audit.Path, audit.Options{}); err != nil {
+		return nil, err
+	}
+	if s.Registry, err = registry.Build(ctx, cfg, registry.BuildOptions{Secret: secret, Logger: opts.Logger, LookupEnv: opts.LookupEnv}); err != nil {
+		return nil, err
+	}
+	s.Router, err = router.New(router.Options{
+		Registry: s.Registry, Verifier: verifier, Risk: table, Policy: Policy(cfg),
+		State: s.Store, Audit: s.Audit, Secret: secret, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() {
+		defer close(s.done)
+		s.Registry.Run(runCtx)
+	}()
+	return s, nil
+}
+
+// Policy is the router's policy from the config.
+func Policy(cfg *config.Config) router.Policy {
+	p := router.Policy{
+		Grants: cfg.Policy.Grants, Acknowledge: cfg.Policy.Acknowledge,
+		Subjects:  map[string]router.Subject{},
+		RateLimit: router.RateLimit{PerMinute: cfg.Policy.RateLimit.PerMinute, Burst: cfg.Policy.RateLimit.Burst},
+	}
+	for sub, v := range cfg.Policy.Subjects {
+		p.Subjects[sub] = router.Subject{Grants: v.Grants, Acknowledge: v.Acknowledge}
+	}
+	if a := cfg.Auth.Anonymous; a != nil {
+		p.Anonymous = &router.Subject{Sub: a.Sub, Grants: a.Grants, Acknowledge: a.Acknowledge}
+	}
+	return p
+}
+
+// RiskTable is the config's risk file, or the built-in one.
+func RiskTable(cfg *config.Config) (*risk.Table, error) {
+	if cfg.Policy.RiskFile != "" {
+		return risk.LoadTable(cfg.Policy.RiskFile)
+	}
+	return risk.ParseTable(capgate.DefaultRiskFileName, capgate.DefaultRiskFile)
+}
+
+// DevSecretFile holds the token key capgate makes for itself when the
+// configured variable is unset, so a newcomer needs no setup; it lives in
+// the data directory with mode 0600.
+const DevSecretFile = "token.secret"
+
+// Secret reads the token key from the variable the config names (Ash's
+// encodings: hex, base64url or raw), else from the development key file,
+// which it creates on first use. source says which, without the value.
+func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []byte, source string, err error) {
+	if v, ok := lookup(cfg.Auth.SecretEnv); ok && strings.TrimSpace(v) != "" {
+		return token.ParseSecret(v), "$" + cfg.Auth.SecretEnv, nil
+	}
+	path := filepath.Join(cfg.Server.DataDir, DevSecretFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(cfg.Server.DataDir, 0o700); err != nil {
+			return nil, "", err
+		}
+		key := make([]byte, 32)
+		rand.Read(key)
+		b = []byte(hex.EncodeToString(key) + "\n")
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, "", fmt.Errorf("creating the development token key: %w", err)
+		}
+		_, werr := f.Write(b)
+		if err := errors.Join(werr, f.Close()); err != nil {
+			return nil, "", err
+		}
+	} else if err != nil {
+		return nil, "", fmt.Errorf("reading the development token key: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, "", fmt.Errorf("%s is readable by others: chmod 600 %s", path, path)
+	}
+	secret = token.ParseSecret(string(b))
+	if len(secret) == 0 {
+		return nil, "", fmt.Errorf("%s is empty", path)
+	}
+	return secret, path, nil
+}
+
+// Handler serves the capability RPC at /rpc.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/rpc", &RPC{Router: s.Router})
+	return mux
+}
+
+// Serve listens on the config's TCP address and Unix socket until ctx
+// ends, then shuts down gracefully: in-flight requests get grace to
+// finish. ready, when not nil, is called with the bound addresses.
+func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) error {
+	h := s.Handler()
+	ln, err := net.Listen("tcp", s.Config.Server.Listen)
+	if err != nil {
+		return err
+	}
+	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	listeners := []net.Listener{ln}
+	socket := ""
+	if s.Config.Server.Socket != "-" {
+		socket = s.Config.Server.Socket
+		_ = os.Remove(socket) // a stale socket from a previous run
+		uln, err := net.Listen("unix", socket)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("rpc socket: %w", err)
+		}
+		_ = os.Chmod(socket, 0o600)
+		servers = append(servers, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, uln)
+	}
+	if ready != nil {
+		ready(ln.Addr().String(), socket)
+	}
+	errc := make(chan error, len(servers))
+	var wg sync.WaitGroup
+	for i := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := servers[i].Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(shut)
+	}
+	wg.Wait()
+	if socket != "" {
+		_ = os.Remove(socket)
+	}
+	return err
+}
+
+// Close stops the sources, flushes the audit log and closes the store.
+func (s *Server) Close() error {
+	var errs []error
+	if s.cancel != nil {
+		s.cancel()
+		<-s.done
+	}
+	if s.Registry != nil {
+		errs = append(errs, s.Registry.Close())
+	}
+	if s.Audit != nil {
+		errs = append(errs, s.Audit.Close())
+	}
+	if s.Store != nil {
+		errs = append(errs, s.Store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// newRequestID names one RPC call in the audit log and its answer.
+func newRequestID() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "cap_" + hex.EncodeToString(b)
+}

@@ -1,0 +1,222 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Approval is an operator's approval of one call: bound to the caller
+// (Sub), the tool and the exact input (InputHash), short-lived, and used at
+// most once. It is pending until approved.
+type Approval struct {
+	ID        string // "apr_" + 32 hex: 128 random bits
+	Sub       string
+	ToolID    string
+	InputHash string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	// ApprovedAt and UsedAt are zero while not approved, not used.
+	ApprovedAt time.Time
+	UsedAt     time.Time
+	ApprovedBy string
+}
+
+// Approved reports whether an operator has approved a.
+func (a *Approval) Approved() bool { return !a.ApprovedAt.IsZero() }
+
+// ErrApproval is matched (errors.Is) by every refusal of Approve; the
+// reasons below tell them apart, and *ApprovalError carries the details.
+var ErrApproval = errors.New("store: approval refused")
+
+// Reasons Approve refuses, matched with errors.Is. ErrApprovalNotFound is
+// also ErrNotFound.
+var (
+	ErrApprovalNotFound = errors.New("no such approval")
+	ErrApprovalExpired  = errors.New("approval expired")
+	ErrApprovalApproved = errors.New("approval already approved")
+	ErrApprovalUsed     = errors.New("approval already used")
+)
+
+// ApprovalError says why Approve refused, in words for an operator.
+type ApprovalError struct {
+	ID     string
+	Reason error // one of ErrApprovalNotFound, ErrApprovalExpired, ErrApprovalApproved, ErrApprovalUsed
+	// Approval is the approval as it stands; nil when not found.
+	Approval *Approval
+}
+
+func (e *ApprovalError) Error() string {
+	a := e.Approval
+	switch {
+	case e.Reason == ErrApprovalNotFound || a == nil:
+		return fmt.Sprintf("approval %s not found: unknown, or expired and pruned", e.ID)
+	case e.Reason == ErrApprovalExpired:
+		return fmt.Sprintf("approval %s expired at %s; the caller has to make the call again for a new one",
+			e.ID, a.ExpiresAt.Format(time.RFC3339))
+	case e.Reason == ErrApprovalApproved:
+		return fmt.Sprintf("approval %s was already approved by %s at %s", e.ID, a.ApprovedBy, a.ApprovedAt.Format(time.RFC3339))
+	case e.Reason == ErrApprovalUsed:
+		return fmt.Sprintf("approval %s was already used at %s", e.ID, a.UsedAt.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("approval %s: %v", e.ID, e.Reason)
+}
+
+func (e *ApprovalError) Unwrap() []error {
+	if e.Reason == ErrApprovalNotFound {
+		return []error{ErrApproval, e.Reason, ErrNotFound}
+	}
+	return []error{ErrApproval, e.Reason}
+}
+
+const approvalCols = `id, sub, tool_id, input_hash, created_at, expires_at, approved_at, approved_by, used_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanApproval(row scanner) (*Approval, error) {
+	var a Approval
+	var created, expires, approved, used sql.NullInt64
+	var by sql.NullString
+	if err := row.Scan(&a.ID, &a.Sub, &a.ToolID, &a.InputHash, &created, &expires, &approved, &by, &used); err != nil {
+		return nil, err
+	}
+	a.CreatedAt, a.ExpiresAt = fromMS(created), fromMS(expires)
+	a.ApprovedAt, a.UsedAt = fromMS(approved), fromMS(used)
+	a.ApprovedBy = by.String
+	return &a, nil
+}
+
+// RequestApproval asks for an operator's approval of sub calling toolID
+// with the input whose hash is inputHash, valid for ttl. While an earlier
+// request with the same binding is live and unused, it returns that one,
+// so retries of a call wait on one approval.
+func (s *Store) RequestApproval(ctx context.Context, sub, toolID, inputHash string, ttl time.Duration) (*Approval, error) {
+	switch {
+	case sub == "" || toolID == "" || inputHash == "":
+		return nil, errors.New("store: request approval: sub, tool id and input hash are required")
+	case ttl <= 0:
+		return nil, fmt.Errorf("store: request approval: ttl %v is not positive", ttl)
+	}
+	now := s.nowMS()
+	// The transaction begins IMMEDIATE (see the DSN): two requests for one
+	// binding are serialised and the second finds the first's row.
+	// PostgreSQL would need a pg_advisory_xact_lock on the binding instead.
+	tx, err := s.ops.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("store: request approval: %w", err)
+	}
+	defer tx.Rollback()
+	a, err := scanApproval(tx.QueryRowContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
+		WHERE sub = ? AND tool_id = ? AND input_hash = ? AND used_at IS NULL AND expires_at > ?
+		ORDER BY created_at DESC, id DESC LIMIT 1`), sub, toolID, inputHash, now))
+	if err == nil {
+		return a, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("store: request approval: %w", err)
+	}
+	a = &Approval{
+		ID:        newID("apr_"),
+		Sub:       sub,
+		ToolID:    toolID,
+		InputHash: inputHash,
+		CreatedAt: time.UnixMilli(now),
+		ExpiresAt: time.UnixMilli(now + ttl.Milliseconds()),
+	}
+	if _, err := tx.ExecContext(ctx, rebind(`INSERT INTO approvals
+		(id, sub, tool_id, input_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`),
+		a.ID, a.Sub, a.ToolID, a.InputHash, now, ms(a.ExpiresAt)); err != nil {
+		return nil, fmt.Errorf("store: request approval: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("store: request approval: %w", err)
+	}
+	return a, nil
+}
+
+// Approve approves the pending approval id on behalf of by. Only a
+// pending, unexpired approval can be approved; any other is an
+// *ApprovalError saying why (not found, expired, already approved, used).
+func (s *Store) Approve(ctx context.Context, id, by string) (*Approval, error) {
+	if by == "" {
+		return nil, errors.New("store: approve: say who approves")
+	}
+	now := s.nowMS()
+	a, err := scanApproval(s.ops.QueryRowContext(ctx, rebind(`UPDATE approvals SET approved_at = ?, approved_by = ?
+		WHERE id = ? AND approved_at IS NULL AND used_at IS NULL AND expires_at > ?
+		RETURNING `+approvalCols), now, by, id, now))
+	if err == nil {
+		return a, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("store: approve: %w", err)
+	}
+	// Refused: find out why. An approval only moves forward (pending,
+	// approved, used; live, expired), so what is read now still explains
+	// the refusal.
+	a, err = scanApproval(s.ops.QueryRowContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals WHERE id = ?`), id))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, &ApprovalError{ID: id, Reason: ErrApprovalNotFound}
+	case err != nil:
+		return nil, fmt.Errorf("store: approve: %w", err)
+	case !a.UsedAt.IsZero():
+		return nil, &ApprovalError{ID: id, Reason: ErrApprovalUsed, Approval: a}
+	case ms(a.ExpiresAt) <= now:
+		return nil, &ApprovalError{ID: id, Reason: ErrApprovalExpired, Approval: a}
+	case a.Approved():
+		return nil, &ApprovalError{ID: id, Reason: ErrApprovalApproved, Approval: a}
+	}
+	// Pending and live after all: the clock went back. Say so rather
+	// than guess.
+	return nil, fmt.Errorf("store: approve %s: refused, then found pending; is the clock moving backwards?", id)
+}
+
+// UseApproval consumes one approved, unused, unexpired approval bound to
+// exactly (sub, toolID, inputHash) and returns it; ErrNotFound when there
+// is none. One statement marks it used, so it serves one call only.
+func (s *Store) UseApproval(ctx context.Context, sub, toolID, inputHash string) (*Approval, error) {
+	now := s.nowMS()
+	// The outer used_at IS NULL keeps this single-use on PostgreSQL too,
+	// where READ COMMITTED re-checks it after waiting on a racing update.
+	a, err := scanApproval(s.ops.QueryRowContext(ctx, rebind(`UPDATE approvals SET used_at = ?
+		WHERE used_at IS NULL AND id = (
+			SELECT id FROM approvals
+			WHERE sub = ? AND tool_id = ? AND input_hash = ?
+			  AND approved_at IS NOT NULL AND used_at IS NULL AND expires_at > ?
+			ORDER BY approved_at, id LIMIT 1)
+		RETURNING `+approvalCols), now, sub, toolID, inputHash, now))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: use approval: %w", err)
+	}
+	return a, nil
+}
+
+// Approvals lists the live approvals (not used, not expired), pending and
+// approved, newest first.
+func (s *Store) Approvals(ctx context.Context) ([]Approval, error) {
+	rows, err := s.ops.QueryContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
+		WHERE used_at IS NULL AND expires_at > ?
+		ORDER BY created_at DESC, id DESC`), s.nowMS())
+	if err != nil {
+		return nil, fmt.Errorf("store: approvals: %w", err)
+	}
+	defer rows.Close()
+	var out []Approval
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: approvals: %w", err)
+		}
+		out = append(out, *a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: approvals: %w", err)
+	}
+	return out, nil
+}

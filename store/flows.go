@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Flow is an auth flow under way: begun by Sub for CapabilityID, to be
+// completed once, by the same Sub, before ExpiresAt. State is the caller's
+// (a PKCE verifier, a redirect target ...).
+type Flow struct {
+	ID           string // "caf_" + 32 hex: 128 random bits
+	Sub          string
+	CapabilityID string
+	AccountHint  string
+	State        []byte
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
+}
+
+// BeginFlow starts an auth flow for sub, valid for FlowTTL.
+func (s *Store) BeginFlow(ctx context.Context, sub, capabilityID, accountHint string, state []byte) (*Flow, error) {
+	if sub == "" {
+		return nil, errors.New("store: begin flow: empty sub")
+	}
+	now := s.nowMS()
+	f := &Flow{
+		ID:           newID("caf_"),
+		Sub:          sub,
+		CapabilityID: capabilityID,
+		AccountHint:  accountHint,
+		State:        state,
+		CreatedAt:    time.UnixMilli(now),
+		ExpiresAt:    time.UnixMilli(now + FlowTTL.Milliseconds()),
+	}
+	_, err := s.ops.ExecContext(ctx, rebind(`INSERT INTO auth_flows
+		(id, sub, capability_id, account_hint, state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		f.ID, f.Sub, f.CapabilityID, f.AccountHint, f.State, now, ms(f.ExpiresAt))
+	if err != nil {
+		return nil, fmt.Errorf("store: begin flow: %w", err)
+	}
+	return f, nil
+}
+
+// TakeFlow consumes the flow id begun by sub and returns it. It is
+// ErrFlowInvalid when the flow is unknown, expired, already taken or was
+// begun by another sub; in the last case the flow stays for its owner.
+// One statement deletes the row, so of concurrent takers exactly one wins.
+func (s *Store) TakeFlow(ctx context.Context, id, sub string) (*Flow, error) {
+	f := &Flow{ID: id, Sub: sub}
+	var created, expires sql.NullInt64
+	err := s.ops.QueryRowContext(ctx, rebind(`DELETE FROM auth_flows
+		WHERE id = ? AND sub = ? AND expires_at > ?
+		RETURNING capability_id, account_hint, state, created_at, expires_at`),
+		id, sub, s.nowMS()).Scan(&f.CapabilityID, &f.AccountHint, &f.State, &created, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrFlowInvalid
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: take flow: %w", err)
+	}
+	f.CreatedAt, f.ExpiresAt = fromMS(created), fromMS(expires)
+	return f, nil
+}

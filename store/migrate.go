@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// A migration is one schema version: its statements run in order, in the
+// same transaction as the others pending and the schema_migrations rows
+// that record them. Versions only grow; an applied migration is never
+// edited, a change is a new one.
+type migration struct {
+	version int
+	stmts   []string
+}
+
+// opsMigrations build capgate.db.
+var opsMigrations = []migration{
+	{1, []string{
+		`CREATE TABLE auth_flows (
+			id            TEXT PRIMARY KEY,
+			sub           TEXT NOT NULL,
+			capability_id TEXT NOT NULL,
+			account_hint  TEXT NOT NULL,
+			state         BLOB,
+			created_at    INTEGER NOT NULL,
+			expires_at    INTEGER NOT NULL
+		)`,
+		`CREATE INDEX auth_flows_expires ON auth_flows (expires_at)`,
+		`CREATE TABLE idempotency (
+			sub        TEXT NOT NULL,
+			tool_id    TEXT NOT NULL,
+			idem_key   TEXT NOT NULL,
+			input_hash TEXT NOT NULL,
+			result     BLOB,
+			created_at INTEGER NOT NULL,
+			expires_at INTEGER NOT NULL,
+			PRIMARY KEY (sub, tool_id, idem_key)
+		)`,
+		`CREATE INDEX idempotency_expires ON idempotency (expires_at)`,
+		`CREATE TABLE approvals (
+			id          TEXT PRIMARY KEY,
+			sub         TEXT NOT NULL,
+			tool_id     TEXT NOT NULL,
+			input_hash  TEXT NOT NULL,
+			created_at  INTEGER NOT NULL,
+			expires_at  INTEGER NOT NULL,
+			approved_at INTEGER,
+			approved_by TEXT,
+			used_at     INTEGER
+		)`,
+		// Unused approvals only: used ones (kept until they expire) stay
+		// out of the lookups of RequestApproval and UseApproval.
+		`CREATE INDEX approvals_live ON approvals (sub, tool_id, input_hash, created_at) WHERE used_at IS NULL`,
+		`CREATE INDEX approvals_expires ON approvals (expires_at)`,
+	}},
+}
+
+// vaultMigrations build vault.db.
+var vaultMigrations = []migration{
+	{1, []string{
+		`CREATE TABLE credentials (
+			sub           TEXT NOT NULL,
+			capability_id TEXT NOT NULL,
+			account_ref   TEXT NOT NULL,
+			nonce         BLOB NOT NULL,
+			ciphertext    BLOB NOT NULL,
+			created_at    INTEGER NOT NULL,
+			updated_at    INTEGER NOT NULL,
+			PRIMARY KEY (sub, capability_id, account_ref)
+		)`,
+		// name -> value; holds the key check (see checkKey).
+		`CREATE TABLE vault_meta (
+			name  TEXT PRIMARY KEY,
+			value BLOB NOT NULL
+		)`,
+	}},
+}
+
+// migrate brings the database to the last version of list, in one
+// transaction. name is the file, for messages. A database with a version
+// beyond list is refused: it was written by a newer capgate.
+//
+// The transaction begins IMMEDIATE (see the DSN), so two processes opening
+// the same file at once apply the migrations once. PostgreSQL would take a
+// pg_advisory_xact_lock first for the same effect.
+func migrate(ctx context.Context, db *sql.DB, name string, list []migration, now func() time.Time) error {
+	for i, m := range list {
+		if m.version != i+1 {
+			panic(fmt.Sprintf("store: %s migration %d has version %d", name, i, m.version))
+		}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", name, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		applied_at INTEGER NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("store: %s: schema_migrations: %w", name, err)
+	}
+	var cur sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&cur); err != nil {
+		return fmt.Errorf("store: %s: schema version: %w", name, err)
+	}
+	latest := int64(len(list))
+	if cur.Int64 > latest {
+		return fmt.Errorf("store: %s has schema version %d, newer than this capgate knows (%d): "+
+			"it was written by a newer capgate; run that one, or point data_dir elsewhere", name, cur.Int64, latest)
+	}
+	if cur.Int64 == latest {
+		return nil // nothing to do; the rollback ends the read
+	}
+	for _, m := range list[cur.Int64:] {
+		for _, stmt := range m.stmts {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("store: %s: migration %d: %w", name, m.version, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`),
+			m.version, ms(now())); err != nil {
+			return fmt.Errorf("store: %s: migration %d: %w", name, m.version, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: %s: migrations: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package token
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"fmt"
+
+	"github.com/MicahParks/keyfunc/v3"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// alg is a signature algorithm Verify accepts.
+type alg uint8
+
+const (
+	algUnknown alg = iota
+	algHS256
+	algRS256
+	algRS384
+	algRS512
+	algPS256
+	algPS384
+	algPS512
+	algES256
+	algES384
+	algES512
+	algEdDSA
+)
+
+const (
+	asymmetricAlgs = "RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA"
+	acceptedAlgs   = "HS256, " + asymmetricAlgs
+)
+
+var algNames = [...]string{"", "HS256", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+func (a alg) String() string { return algNames[a] }
+
+func algByName(name string) alg {
+	for i := algHS256; i <= algEdDSA; i++ {
+		if algNames[i] == name {
+			return i
+		}
+	}
+	return algUnknown
+}
+
+// method is golang-jwt's implementation of an asymmetric alg.
+func (a alg) method() jwt.SigningMethod {
+	switch a {
+	case algRS256:
+		return jwt.SigningMethodRS256
+	case algRS384:
+		return jwt.SigningMethodRS384
+	case algRS512:
+		return jwt.SigningMethodRS512
+	case algPS256:
+		return jwt.SigningMethodPS256
+	case algPS384:
+		return jwt.SigningMethodPS384
+	case algPS512:
+		return jwt.SigningMethodPS512
+	case algES256:
+		return jwt.SigningMethodES256
+	case algES384:
+		return jwt.SigningMethodES384
+	case algES512:
+		return jwt.SigningMethodES512
+	case algEdDSA:
+		return jwt.SigningMethodEdDSA
+	}
+	return nil
+}
+
+// publicKey is one verification key of the JWKS.
+type publicKey struct {
+	kid    string
+	hasKid bool
+	alg    alg // the JWK's alg; algUnknown when it states none
+	key    crypto.PublicKey
+	kind   string // "RSA", "EC P-256", "EC P-384", "EC P-521", "Ed25519"
+}
+
+// kindFor is the key kind an alg needs.
+func kindFor(a alg) string {
+	switch a {
+	case algRS256, algRS384, algRS512, algPS256, algPS384, algPS512:
+		return "RSA"
+	case algES256:
+		return "EC P-256"
+	case algES384:
+		return "EC P-384"
+	case algES512:
+		return "EC P-521"
+	case algEdDSA:
+		return "Ed25519"
+	}
+	return ""
+}
+
+// fits says whether k may verify a token of alg a.
+func (k *publicKey) fits(a alg) bool {
+	return k.kind == kindFor(a) && (k.alg == algUnknown || k.alg == a)
+}
+
+// misfit says why k may not verify a token of alg a.
+func (k *publicKey) misfit(a alg) *Error {
+	if k.kind != kindFor(a) {
+		return fail(ReasonAlgorithm, fmt.Sprintf("alg %s does not fit the JWKS key (an %s key)", a, k.kind))
+	}
+	if k.alg != algUnknown && k.alg != a {
+		return fail(ReasonAlgorithm, fmt.Sprintf("alg %s is not the JWKS key's alg %s", a, k.alg))
+	}
+	return nil
+}
+
+// parseJWKS reads a JWKS's signature verification keys.
+func parseJWKS(raw []byte) ([]publicKey, error) {
+	kf, err := keyfunc.NewJWKSetJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("token: JWKS: %w", err)
+	}
+	jwks, err := kf.Storage().KeyReadAll(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("token: JWKS: %w", err)
+	}
+	if len(jwks) == 0 {
+		return nil, fmt.Errorf("token: JWKS has no keys")
+	}
+	keys := make([]publicKey, 0, len(jwks))
+	kids := make(map[string]bool)
+	for i, j := range jwks {
+		m := j.Marshal()
+		name := fmt.Sprintf("JWKS key %d", i+1)
+		if m.KID != "" {
+			name += fmt.Sprintf(" (kid %q)", m.KID)
+		}
+		if m.USE == "enc" {
+			continue // an encryption key
+		}
+		k := publicKey{kid: m.KID, hasKid: m.KID != ""}
+		key := j.Key()
+		if pk, ok := key.(interface{ Public() crypto.PublicKey }); ok {
+			key = pk.Public()
+		}
+		switch key := key.(type) {
+		case *rsa.PublicKey:
+			k.kind = "RSA"
+		case *ecdsa.PublicKey:
+			switch key.Curve {
+			case elliptic.P256():
+				k.kind = "EC P-256"
+			case elliptic.P384():
+				k.kind = "EC P-384"
+			case elliptic.P521():
+				k.kind = "EC P-521"
+			default:
+				return nil, fmt.Errorf("token: %s: unsupported curve", name)
+			}
+		case ed25519.PublicKey:
+			k.kind = "Ed25519"
+		case []byte:
+			return nil, fmt.Errorf("token: %s is a symmetric (oct) key; HS256 is verified with the shared secret only", name)
+		default:
+			return nil, fmt.Errorf("token: %s: kty %q is not a signature key capgate supports (RSA, EC, OKP Ed25519)", name, m.KTY)
+		}
+		k.key = key
+		if m.ALG != "" {
+			k.alg = algByName(string(m.ALG))
+			if k.alg == algUnknown || k.alg == algHS256 {
+				return nil, fmt.Errorf("token: %s: alg %q is not supported; accepted: %s", name, m.ALG, asymmetricAlgs)
+			}
+			if kindFor(k.alg) != k.kind {
+				return nil, fmt.Errorf("token: %s: alg %s does not fit its %s key", name, k.alg, k.kind)
+			}
+		}
+		if k.hasKid {
+			if kids[k.kid] {
+				return nil, fmt.Errorf("token: %s: another key has the same kid", name)
+			}
+			kids[k.kid] = true
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("token: JWKS has no signature keys (all are use \"enc\")")
+	}
+	return keys, nil
+}
+
+// checkAsymmetric verifies an RS*, PS*, ES* or EdDSA signature with the
+// JWKS key the token's kid names, or, without a kid, with any key that fits.
+func (v *Verifier) checkAsymmetric(h header, signingString string, sig []byte) *Error {
+	if v.keys == nil {
+		return fail(ReasonAlgorithm, fmt.Sprintf("alg %s is not accepted: no JWKS is configured", h.alg))
+	}
+	method := h.alg.method()
+	if h.hasKid {
+		for i := range v.keys {
+			k := &v.keys[i]
+			if !k.hasKid || k.kid != h.kid {
+				continue
+			}
+			if !k.fits(h.alg) {
+				return k.misfit(h.alg)
+			}
+			if method.Verify(signingString, sig, k.key) != nil {
+				return fail(ReasonSignature, fmt.Sprintf("%s signature does not verify", h.alg))
+			}
+			return nil
+		}
+		return fail(ReasonKey, "no JWKS key has the token's kid")
+	}
+	tried := 0
+	for i := range v.keys {
+		k := &v.keys[i]
+		if !k.fits(h.alg) {
+			continue
+		}
+		tried++
+		if method.Verify(signingString, sig, k.key) == nil {
+			return nil
+		}
+	}
+	if tried == 0 {
+		return fail(ReasonKey, fmt.Sprintf("no JWKS key fits alg %s", h.alg))
+	}
+	return fail(ReasonSignature, fmt.Sprintf("%s signature does not verify with any JWKS key", h.alg))
+}
