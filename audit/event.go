@@ -174,6 +174,25 @@ func appendField(b []byte, key, v string) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// plain8 reports whether none of the 8 bytes of s needs attention from
+// appendString: each is printable ASCII other than '"' and '\\'.
+func plain8(s string) bool {
+	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	ctl := (x - 0x20*ones) & ^x    // a byte below 0x20
+	quote := (x ^ '"'*ones) - ones // a '"' byte
+	quote &^= x ^ '"'*ones         //
+	bs := (x ^ '\\'*ones) - ones   // a '\\' byte
+	bs &^= x ^ '\\'*ones           //
+	high := x | (x + ones)         // 0x7f and above; carries only out of bytes already flagged
+	return (ctl|quote|bs|high)&highs == 0
+}
+
 // appendString appends s as a JSON string. Beyond what JSON requires it
 // escapes DEL, the C1 controls and U+2028/U+2029, so that a line printed to
 // a terminal cannot carry control sequences and no reader splits it; invalid
@@ -182,6 +201,13 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Skip 8 plain bytes at a time.
+		for i+8 <= len(s) && plain8(s[i:i+8]) {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {

@@ -111,8 +111,12 @@ type queue struct {
 // its own.
 const blockSize = 64 << 10
 
-// maxFree bounds the blocks kept for reuse.
-const maxFree = 64
+// Blocks kept for reuse: up to maxFree while the writer is busy, trimmed
+// to idleFree once a batch is small again.
+const (
+	maxFree  = 256
+	idleFree = 4
+)
 
 type block struct {
 	buf  []byte
@@ -473,7 +477,12 @@ func (l *Log) write(final bool) bool {
 		l.dropped.Add(uint64(q.n))
 	}
 	l.mu.Lock()
+	small := q.n < l.maxBatch
 	l.recycle(&q)
+	if small && len(l.free) > idleFree {
+		clear(l.free[idleFree:])
+		l.free = l.free[:idleFree]
+	}
 	l.mu.Unlock()
 	l.spare = q.blocks
 	return err == nil
@@ -536,7 +545,15 @@ func (l *Log) sync() {
 	if seq <= l.synced || l.fclosed {
 		return
 	}
-	_ = hash
+	if err := l.f.Sync(); err != nil {
+		l.setErr(fmt.Errorf("audit: %s: fsync: %w", l.path, err))
+		return
+	}
+	l.syncs.Add(1)
+	if err := l.writeHead(seq, &hash); err != nil {
+		l.setErr(err)
+		return
+	}
 	l.synced = seq
 }
 

@@ -50,14 +50,14 @@ type Server struct {
 }
 
 // Open builds every part cfg names. Close releases them.
-func Open(ctx context.Context, cfg *config.Config, opts Options) (s *Server, err error) {
+func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
 	}
-	s = &Server{Config: cfg, logger: opts.Logger, done: make(chan struct{})}
+	s := &Server{Config: cfg, logger: opts.Logger, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.Close()

@@ -92,6 +92,17 @@ func migrate(ctx context.Context, db *sql.DB, name string, list []migration, now
 			panic(fmt.Sprintf("store: %s migration %d has version %d", name, i, m.version))
 		}
 	}
+	latest := int64(len(list))
+	// Most opens find the schema current: a read tells, and it takes no
+	// write lock, so opening beside a busy server does not wait for one.
+	// An error here (no schema_migrations yet) is for the write path.
+	var cur sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&cur); err == nil {
+		if err := checkVersion(name, cur.Int64, latest); err != nil || cur.Int64 == latest {
+			return err
+		}
+	}
+
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", name, err)
@@ -103,17 +114,12 @@ func migrate(ctx context.Context, db *sql.DB, name string, list []migration, now
 	)`); err != nil {
 		return fmt.Errorf("store: %s: schema_migrations: %w", name, err)
 	}
-	var cur sql.NullInt64
+	// Again, under the write lock: another process may have migrated.
 	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&cur); err != nil {
 		return fmt.Errorf("store: %s: schema version: %w", name, err)
 	}
-	latest := int64(len(list))
-	if cur.Int64 > latest {
-		return fmt.Errorf("store: %s has schema version %d, newer than this capgate knows (%d): "+
-			"it was written by a newer capgate; run that one, or point data_dir elsewhere", name, cur.Int64, latest)
-	}
-	if cur.Int64 == latest {
-		return nil // nothing to do; the rollback ends the read
+	if err := checkVersion(name, cur.Int64, latest); err != nil || cur.Int64 == latest {
+		return err
 	}
 	for _, m := range list[cur.Int64:] {
 		for _, stmt := range m.stmts {
@@ -128,6 +134,15 @@ func migrate(ctx context.Context, db *sql.DB, name string, list []migration, now
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: %s: migrations: %w", name, err)
+	}
+	return nil
+}
+
+// checkVersion refuses a schema newer than this code knows.
+func checkVersion(name string, cur, latest int64) error {
+	if cur > latest {
+		return fmt.Errorf("store: %s has schema version %d, newer than this capgate knows (%d): "+
+			"it was written by a newer capgate; run that one, or point data_dir elsewhere", name, cur, latest)
 	}
 	return nil
 }

@@ -72,6 +72,7 @@ caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd())
+	root.AddCommand(newVersionCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd(), newTokenCmd(),
+		newServeCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd())
 	return root
 }

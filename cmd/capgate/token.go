@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/token"
 )
 
@@ -41,6 +43,7 @@ type tokenMintOptions struct {
 	ttl       time.Duration
 	ash       bool
 	secretEnv string
+	config    string
 }
 
 func newTokenMintCmd() *cobra.Command {
@@ -55,6 +58,10 @@ capability patterns the token allows and the risk tiers it acknowledges.
 The secret is read from the environment variable --secret-env names
 (` + tokenSecretEnv + `; when that is unset, ` + ashTokenSecretEnv + `), as hex,
 base64url or raw text, the way Ash reads it.
+
+With --config the secret is the one that config's server uses: the variable its
+[auth] secret_env names, else the development key capgate serve made in its
+data directory.
 
 With --ash the token is an Ash context token (typ ASH_CONTEXT, ver 1), byte
 for byte as Ash mints it; otherwise it is a standard JWT.
@@ -77,6 +84,7 @@ Exit status: 0 minted, 2 bad input or no secret.`,
 	f.DurationVar(&o.ttl, "ttl", token.DefaultTTL, "how long the token is valid")
 	f.BoolVar(&o.ash, "ash", false, "mint an Ash context token (typ ASH_CONTEXT) instead of a JWT")
 	f.StringVar(&o.secretEnv, "secret-env", tokenSecretEnv, "the environment variable holding the secret")
+	f.StringVar(&o.config, "config", "", "read the secret as this capgate.toml's server does")
 	return cmd
 }
 
@@ -100,7 +108,18 @@ func runTokenMint(out io.Writer, o tokenMintOptions, explicitEnv bool) error {
 			return usageError("--ack: a tier is blank")
 		}
 	}
-	secret := token.ParseSecret(os.Getenv(o.secretEnv))
+	var secret []byte
+	if o.config != "" {
+		cfg, err := config.Load(o.config)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		if secret, _, err = server.Secret(cfg, os.LookupEnv); err != nil {
+			return usageError("%v", err)
+		}
+	} else {
+		secret = token.ParseSecret(os.Getenv(o.secretEnv))
+	}
 	if secret == nil {
 		if explicitEnv {
 			return usageError("no token secret: %s is unset or blank", o.secretEnv)

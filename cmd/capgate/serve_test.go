@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
+)
+
+const capgatePkg = "github.com/capgate/capgate/cmd/capgate"
+
+// served is a `capgate serve` subprocess on a temp config.
+type served struct {
+	bin, config, dir, addr, socket, secret string
+	cmd                                    *exec.Cmd
+}
+
+func startServe(t *testing.T, extra string) *served {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	s := &served{bin: testkit.Build(t, capgatePkg), dir: t.TempDir(), addr: testkit.FreeAddr(t), secret: "serve-test-secret-value-9f8e7d"}
+	s.socket = filepath.Join(s.dir, "rpc.sock")
+	s.config = filepath.Join(s.dir, "capgate.toml")
+	src := fmt.Sprintf(`
+[server]
+listen = %q
+data_dir = "data"
+socket = %q
+
+[policy]
+grants = ["rye.fetch.*", "rye.execute.tool.bridge.gog.*", "rye.execute.tool.mcp.fx.*"]
+
+[capabilities.providers.gog]
+command = [%q]
+
+[mcp.servers.fx]
+command = %q
+
+[mcp.servers.fx.tools.t_00]
+risk = "LOW"
+[mcp.servers.fx.tools.t_02]
+risk = "CRITICAL"
+%s`, s.addr, s.socket, testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture), extra)
+	if err := os.WriteFile(s.config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd = exec.Command(s.bin, "serve", "--config", s.config)
+	s.cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+s.secret)
+	stdout, _ := s.cmd.StdoutPipe()
+	var stderr bytes.Buffer
+	s.cmd.Stderr = &stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			s.cmd.Process.Kill()
+			s.cmd.Wait()
+		}
+	})
+	ready := make(chan string, 1)
+	go func() {
+		defer close(ready) // the process ended before its banner
+		var banner strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			banner.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "a dev token") {
+				ready <- banner.String()
+			}
+		}
+	}()
+	select {
+	case banner, ok := <-ready:
+		if !ok {
+			s.cmd.Wait()
+			t.Fatalf("capgate serve exited:\n%s", stderr.String())
+		}
+		if !strings.Contains(banner, "http://"+s.addr+"/rpc") || !strings.Contains(banner, "unix://"+s.socket) ||
+			!strings.Contains(banner, "$CAPGATE_TOKEN_SECRET") || strings.Contains(banner, s.secret) {
+			t.Errorf("banner:\n%s", banner)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("capgate serve did not start:\n%s", stderr.String())
+	}
+	return s
+}
+
+// run runs the capgate CLI with env added and returns stdout, stderr and
+// the exit code.
+func (s *served) run(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(s.bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func (s *served) mint(t *testing.T, sub, chat string) string {
+	t.Helper()
+	out, errb, code := s.run(t, []string{"CAPGATE_TOKEN_SECRET=" + s.secret}, "token", "mint", "--config", s.config, "--ash", "--sub", sub, "--chat-type", chat)
+	if code != 0 {
+		t.Fatalf("mint: %s", errb)
+	}
+	return strings.TrimSpace(out)
+}
+
+// as runs `capgate capability ...` with tok against the HTTP endpoint.
+func (s *served) as(t *testing.T, tok string, args ...string) (string, string, int) {
+	t.Helper()
+	return s.run(t, []string{"ASH_CONTEXT_TOKEN=" + tok, "CAPGATE_URL=http://" + s.addr + "/rpc"}, append([]string{"capability"}, args...)...)
+}
+
+// TestServeCapabilityRPC drives a real `capgate serve` with the real CLI:
+// two users, one bridge capability, flows, chat policy, spoofing, output
+// hardening, approvals, the Unix socket and the audit file.
+func TestServeCapabilityRPC(t *testing.T) {
+	s := startServe(t, "")
+	alice, bob := s.mint(t, "alice", "private"), s.mint(t, "bob", "private")
+
+	out, errb, code := s.as(t, alice, "list")
+	if code != 0 || !strings.Contains(out, `"id": "gog.email"`) || !strings.Contains(out, `"name": "list_messages"`) {
+		t.Fatalf("list: %d %s %s", code, out, errb)
+	}
+	// The Unix socket answers the same.
+	sockOut, _, code := s.run(t, []string{"ASH_CONTEXT_TOKEN=" + alice}, "capability", "list", "--url", "unix://"+s.socket)
+	if code != 0 || sockOut != out {
+		t.Errorf("unix socket list: %d %s", code, sockOut)
+	}
+
+	out, errb, code = s.as(t, alice, "auth", "begin", "--capability", "gog.email", "--account", "work")
+	flow := regexp.MustCompile(`caf_[0-9a-f]{32}`).FindString(out)
+	if code != 0 || flow == "" || !strings.Contains(out, "auth_url") || strings.Contains(out, "nonce") {
+		t.Fatalf("auth begin: %d %s %s", code, out, errb)
+	}
+	_, errb, code = s.as(t, bob, "auth", "complete", "--flow-id", flow, "--code", "authcode-Q7x")
+	if code != 1 || !strings.Contains(errb, "capability_auth_flow_invalid") {
+		t.Errorf("bob completes alice's flow: %d %s", code, errb)
+	}
+	out, errb, code = s.as(t, alice, "auth", "complete", "--flow-id", flow, "--callback-url", "https://localhost/cb?code=authcode-Q7x&state=s1")
+	if code != 0 || !strings.Contains(out, `"account_ref": "work"`) {
+		t.Fatalf("alice completes: %d %s %s", code, out, errb)
+	}
+	_, errb, code = s.as(t, alice, "auth", "complete", "--flow-id", flow, "--code", "authcode-Q7x")
+	if code != 1 || !strings.Contains(errb, "capability_auth_flow_invalid") {
+		t.Errorf("a flow completes once: %d %s", code, errb)
+	}
+
+	spoof := `{"folder":"inbox","user_id":"bob","chat_id":"x","chat_type":"private"}`
+	out, errb, code = s.as(t, alice, "invoke", "--capability", "gog.email", "--operation", "list_messages", "--input-json", spoof)
+	if code != 0 || !strings.Contains(out, `"token_sub": "alice"`) || !strings.Contains(out, `"ok": true`) || !strings.Contains(out, `"request_id": "cap_`) {
+		t.Errorf("alice invokes: %d %s %s", code, out, errb)
+	}
+	_, errb, code = s.as(t, bob, "invoke", "--capability", "gog.email", "--operation", "list_messages", "--input-json", `{"user_id":"alice"}`)
+	if code != 1 || !strings.Contains(errb, "capability_auth_required") || !strings.Contains(errb, "to allow it: run capability.auth.begin") {
+		t.Errorf("bob has no credential: %d %s", code, errb)
+	}
+	group := s.mint(t, "alice", "group")
+	_, errb, code = s.as(t, group, "invoke", "--capability", "gog.email", "--operation", "list_messages", "--input-json", spoof)
+	if code != 1 || !strings.Contains(errb, "capability_access_denied") {
+		t.Errorf("sensitive in a group: %d %s", code, errb)
+	}
+	out, errb, code = s.as(t, group, "invoke", "--capability", "gog.calendar", "--operation", "list_events", "--input-json", `{"leak":true}`)
+	if code != 1 || !strings.Contains(errb, "capability_invalid_output") || strings.Contains(out+errb, "ya29") {
+		t.Errorf("leaky provider: %d %s %s", code, out, errb)
+	}
+
+	// Approvals: the operator approves on the host, the retry passes once.
+	_, errb, code = s.as(t, alice, "invoke", "--capability", "mcp:fx:t_02", "--input-json", `{"n":1}`)
+	id := regexp.MustCompile(`apr_[0-9a-f]{32}`).FindString(errb)
+	if code != 1 || !strings.Contains(errb, "approval_required") || id == "" {
+		t.Fatalf("critical tool: %d %s", code, errb)
+	}
+	if out, errb, code := s.run(t, nil, "approve", id, "--config", s.config); code != 0 {
+		t.Fatalf("approve: %d %s %s", code, out, errb)
+	}
+	if out, errb, code := s.as(t, alice, "invoke", "--capability", "mcp:fx:t_02", "--input-json", `{"n":1}`); code != 0 {
+		t.Errorf("approved retry: %d %s %s", code, out, errb)
+	}
+
+	// The protocol's own error codes.
+	for _, tc := range []struct {
+		body     string
+		code     int
+		contains string
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"capability.nope","params":{}}`, -32601, "method not found"},
+		{`{"jsonrpc":"2.0","id":1,"method":"capability.list","params":{}}`, -32602, "token_invalid: missing"},
+		{`{"jsonrpc":"2.0","id":1,"method":"capability.list","params":{"context_token":"x.y.z"}}`, -32602, "token_invalid: format"},
+		{`{"jsonrpc":"2.0","id":1,"method":"capability.invoke","params":{"context_token":"` + alice + `","capability":"gog.nope","operation":"x"}}`, -32603, "capability_not_found: "},
+		{`{"jsonrpc":"2.0","id":1,"method":"capability.list"`, -32700, "parse error"},
+	} {
+		resp, err := http.Post("http://"+s.addr+"/rpc", "application/json", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Error struct {
+				Code    int
+				Message string
+				Data    struct{ Code string }
+			}
+		}
+		json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if r.Error.Code != tc.code || !strings.Contains(r.Error.Message, tc.contains) {
+			t.Errorf("%s: %+v", tc.body, r.Error)
+		}
+		if tc.code == -32603 && r.Error.Data.Code != "capability_not_found" {
+			t.Errorf("data.code: %+v", r.Error)
+		}
+	}
+
+	// Graceful stop; then the audit file holds no token or secret.
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve exit: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+	if _, err := os.Stat(s.socket); !os.IsNotExist(err) {
+		t.Errorf("the socket is left behind: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, "data", "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{alice, bob, group, strings.Split(alice, ".")[2], s.secret, "ya29", "authcode-Q7x"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("the audit file holds %.24s…", secret)
+		}
+	}
+	if n := strings.Count(string(b), "\n"); n < 15 {
+		t.Errorf("audit file has %d lines", n)
+	}
+}
