@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"encoding"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -78,6 +80,7 @@ type Log struct {
 	prev   [sha256.Size]byte
 	size   int64 // bytes of whole lines in the file
 	out    []byte
+	digest hash.Hash
 	spare  []*block // the queue's other slice of blocks
 	broken bool     // a failed write could not be cut back: nothing more is written
 
@@ -123,11 +126,15 @@ type block struct {
 	ends []partEnds // where each event's parts end in buf
 }
 
-type partEnds struct{ head, tail int }
+// partEnds says where an event's parts end in its block's buf. The head
+// part is followed by the tail part, then, if pre > 0, the marshalled
+// SHA-256 state after the line's first pre bytes (all in the head part),
+// which the writer continues from.
+type partEnds struct{ head, tail, end, pre int }
 
-// add appends an encoded event whose head part is b[:head], taking a
-// block from free if needed. Call with mu held.
-func (l *Log) add(b []byte, head int) int {
+// add appends an encoded event (see partEnds), taking a block from free if
+// needed. Call with mu held.
+func (l *Log) add(b []byte, head, tail, pre int) int {
 	q := &l.queue
 	var blk *block
 	if k := len(q.blocks); k > 0 && len(q.blocks[k-1].buf)+len(b) <= cap(q.blocks[k-1].buf) {
@@ -143,7 +150,7 @@ func (l *Log) add(b []byte, head int) int {
 	}
 	off := len(blk.buf)
 	blk.buf = append(blk.buf, b...)
-	blk.ends = append(blk.ends, partEnds{off + head, off + len(b)})
+	blk.ends = append(blk.ends, partEnds{off + head, off + tail, off + len(b), pre})
 	q.n++
 	return q.n
 }
@@ -209,6 +216,7 @@ func Open(path string, opts Options) (*Log, error) {
 		sdone:      make(chan struct{}),
 		f:          f,
 		w:          f,
+		digest:     sha256.New(),
 	}
 	l.cond.L = &l.mu
 	if err := l.resume(); err != nil {
@@ -282,8 +290,22 @@ func (l *Log) resume() error {
 	return nil
 }
 
-// encBufs holds Log's encoding buffers.
-var encBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+// encoder is what Log needs to encode an event.
+type encoder struct {
+	buf []byte
+	h   hash.Hash
+}
+
+var encoders = sync.Pool{New: func() any { return &encoder{buf: make([]byte, 0, 1024), h: sha256.New()} }}
+
+// midstate says whether SHA-256 state can be carried from Log to the
+// writer, so that callers hash what they can of a line in parallel.
+var midstate = func() bool {
+	h := sha256.New()
+	_, a := h.(encoding.BinaryAppender)
+	_, u := h.(encoding.BinaryUnmarshaler)
+	return a && u
+}()
 
 // Log queues e for the writer. It waits only when MaxPending events are
 // already queued. After Close, e is dropped and counted.
@@ -291,10 +313,21 @@ func (l *Log) Log(e Event) {
 	if e.Time.IsZero() {
 		e.Time = l.now()
 	}
-	bp := encBufs.Get().(*[]byte)
-	b := appendHead((*bp)[:0], &e)
+	enc := encoders.Get().(*encoder)
+	b := appendHead(enc.buf[:0], &e)
 	head := len(b)
 	b = appendTail(b, &e)
+	tail := len(b)
+	// The head part starts the line and does not depend on the order of
+	// lines: hash its whole blocks here rather than in the writer.
+	pre := head &^ (sha256.BlockSize - 1)
+	if midstate && pre > 0 {
+		enc.h.Reset()
+		enc.h.Write(b[:pre])
+		b, _ = enc.h.(encoding.BinaryAppender).AppendBinary(b)
+	} else {
+		pre = 0
+	}
 
 	l.mu.Lock()
 	for l.queue.n >= l.maxPending && !l.closed {
@@ -304,15 +337,15 @@ func (l *Log) Log(e Event) {
 		l.mu.Unlock()
 		l.dropped.Add(1)
 	} else {
-		n := l.add(b, head)
+		n := l.add(b, head, tail, pre)
 		l.mu.Unlock()
 		if n == 1 || n >= l.maxBatch {
 			signal(l.wsig)
 		}
 	}
 	if cap(b) <= 64<<10 {
-		*bp = b
-		encBufs.Put(bp)
+		enc.buf = b
+		encoders.Put(enc)
 	}
 }
 
@@ -509,9 +542,17 @@ func (l *Log) writeQueue(q *queue) error {
 			line := len(out)
 			seq++
 			out = appendLine(out, blk.buf[start:e.head], seq, blk.buf[e.head:e.tail], &prev)
-			prev = sha256.Sum256(out[line:])
+			if e.pre > 0 {
+				if err := l.digest.(encoding.BinaryUnmarshaler).UnmarshalBinary(blk.buf[e.tail:e.end]); err != nil {
+					panic("audit: sha256 state: " + err.Error()) // made by Log from the same type
+				}
+				l.digest.Write(out[line+e.pre:])
+				l.digest.Sum(prev[:0])
+			} else {
+				prev = sha256.Sum256(out[line:])
+			}
 			out = append(out, '\n')
-			start = e.tail
+			start = e.end
 			if len(out) < writeChunk && (bi < len(q.blocks)-1 || i < len(blk.ends)-1) {
 				continue
 			}

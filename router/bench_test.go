@@ -1,0 +1,100 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	capgate "github.com/capgate/capgate"
+	"github.com/capgate/capgate/audit"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/token"
+	"github.com/capgate/capgate/tool"
+)
+
+// noop is an in-process source whose one tool answers at once, so a
+// benchmark measures the router and nothing else.
+type noop struct{ result *tool.Result }
+
+func (noop) ID() string      { return "bench" }
+func (noop) Kind() tool.Kind { return tool.KindMCP }
+func (noop) List(context.Context) ([]*tool.Descriptor, error) {
+	return []*tool.Descriptor{{
+		ID: tool.ID(tool.KindMCP, "bench", "noop"), Kind: tool.KindMCP, Source: "bench", Name: "noop",
+		Description: "does nothing", Available: true,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"]}`),
+		Risk:        risk.Assessment{Level: risk.Low},
+	}}, nil
+}
+func (n noop) Call(context.Context, tool.Call) (*tool.Result, error) { return n.result, nil }
+
+func benchRouter(b *testing.B) (*Router, string) {
+	b.Helper()
+	ctx := context.Background()
+	reg, err := registry.New(ctx, []tool.Source{noop{tool.TextResult(`{"ok":true}`)}}, registry.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { reg.Close() })
+	dir := b.TempDir()
+	st, err := store.Open(ctx, dir, store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	log, err := audit.Open(filepath.Join(dir, "audit.jsonl"), audit.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { log.Close() })
+	secret := []byte("bench-secret")
+	v, _ := token.NewVerifier(token.Options{Secret: secret})
+	table, _ := risk.ParseTable(capgate.DefaultRiskFileName, capgate.DefaultRiskFile)
+	r, err := New(Options{Registry: reg, Verifier: v, Risk: table, State: st, Audit: log,
+		Policy: Policy{Grants: []string{"rye.fetch.*", "rye.execute.tool.mcp.bench.*"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := token.Mint(secret, token.Claims{Sub: "alice", ChatType: "private",
+		Caps: []string{"rye.fetch.tool.*", "rye.execute.tool.mcp.*"}}, token.MintOptions{Ash: true})
+	return r, raw
+}
+
+// BenchmarkCall is the router's own cost per call on a no-op tool: every
+// gate, schema validation, output hardening and two audit events.
+func BenchmarkCall(b *testing.B) {
+	r, raw := benchRouter(b)
+	c, err := r.Authenticate(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := Request{Tool: "bench__noop", Input: json.RawMessage(`{"message":"hello"}`), Protocol: "bench"}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Call(ctx, c, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAuthenticateAndCall adds verifying the token, as every HTTP
+// request does.
+func BenchmarkAuthenticateAndCall(b *testing.B) {
+	r, raw := benchRouter(b)
+	req := Request{Tool: "bench__noop", Input: json.RawMessage(`{"message":"hello"}`), Protocol: "bench"}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := r.Authenticate(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Call(ctx, c, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
