@@ -657,9 +657,26 @@ func (f *failingFile) Truncate(size int64) error {
 
 // swapFile replaces the log's file, returning the old one.
 func swapFile(l *Log, w writeTruncater) {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
+	l.iomu.Lock()
+	defer l.iomu.Unlock()
 	l.w = w
+}
+
+// pending counts the events logged but not yet written.
+func pending(l *Log) int {
+	l.wmu.Lock() // not in the middle of making lines
+	defer l.wmu.Unlock()
+	l.iomu.Lock() // nor of writing them
+	defer l.iomu.Unlock()
+	l.mu.Lock()
+	n := l.queue.n
+	l.mu.Unlock()
+	l.omu.Lock()
+	defer l.omu.Unlock()
+	for _, c := range l.outbox {
+		n += c.n
+	}
+	return n
 }
 
 // A write that fails keeps its events queued; a partial write is cut back;
@@ -680,18 +697,13 @@ func TestWriteErrorRetries(t *testing.T) {
 	if err := l.Flush(); err == nil || !strings.Contains(err.Error(), "write: no space left on device") {
 		t.Fatalf("Flush on a full disk: %v, want a write error", err)
 	}
-	l.wmu.Lock() // not in the middle of a background attempt
-	l.mu.Lock()
-	queued := l.queue.n
-	l.mu.Unlock()
-	if queued != 5 || l.Dropped() != 0 {
-		t.Fatalf("after a failed write: %d queued, %d dropped; want 5 and 0", queued, l.Dropped())
+	if queued := pending(l); queued != 5 || l.Dropped() != 0 {
+		t.Fatalf("after a failed write: %d pending, %d dropped; want 5 and 0", queued, l.Dropped())
 	}
 	if rep, err := VerifyFile(path); err != nil || rep.Lines != 1 {
 		t.Fatalf("partial write not cut back: %+v %v", rep, err)
 	}
-	l.w = rw
-	l.wmu.Unlock()
+	swapFile(l, rw)
 	l.Log(fullEvent(TypeToolCall, 6))
 	// The writer, woken by the first of the 5 events, may have failed on
 	// its own after that Flush: its error is reported once, now.

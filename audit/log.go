@@ -1,14 +1,10 @@
 package audit
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"encoding"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,16 +16,15 @@ import (
 
 // Options tune a Log. The zero value is ready to use.
 type Options struct {
-	// FlushInterval bounds how long an event waits in memory before the
-	// writer writes it; the syncer then fsyncs it. Default 50ms.
+	// FlushInterval bounds how long an event waits in memory before it is
+	// written and synced with the events around it. Default 50ms.
 	FlushInterval time.Duration
-	// MaxBatch: the writer starts at once when this many events wait;
-	// default 256.
+	// MaxBatch: at this many waiting events the writer starts at once
+	// instead of waiting out FlushInterval. Default 256.
 	MaxBatch int
-	// MaxPending is the backlog at which Log waits for the writer instead
-	// of queueing more: the disk has fallen this many events behind, or
-	// keeps failing. Default 64 × MaxBatch. An audit record is never
-	// dropped to make room.
+	// MaxPending is the backlog at which Log waits instead of queueing
+	// more: the disk has fallen this many events behind, or keeps failing.
+	// Default 64 × MaxBatch. An audit record is never dropped to make room.
 	MaxPending int
 	// Now stamps events whose Time is zero; default time.Now.
 	Now func() time.Time
@@ -38,20 +33,26 @@ type Options struct {
 const (
 	defaultFlushInterval = 50 * time.Millisecond
 	defaultMaxBatch      = 256
-	// writeChunk bounds the bytes the writer holds before a write(2).
-	writeChunk = 256 << 10
+	// chunkSize is about how many bytes of lines go to one write(2).
+	chunkSize = 256 << 10
+	// maxOutbox is about how many bytes of lines, hashed and waiting to be
+	// written, the writer runs ahead of the disk.
+	maxOutbox = 16 * chunkSize
 )
 
 // Log is an append-only, hash-chained audit log file. It is safe for
 // concurrent use.
 //
-// Log encodes an event in the caller's goroutine and queues the bytes; it
-// never waits for the disk (short of MaxPending). Two goroutines do the
-// rest, as a pipelined group commit: the writer takes everything queued at
-// most FlushInterval after the first event arrived (at once at MaxBatch),
-// gives each line its seq and prev, hashes it and writes the lot; the
-// syncer fsyncs what has been written and then replaces the .head
-// sidecar, while the writer goes on writing.
+// Events go through three stages, each ahead of the next so that none
+// waits for the disk unless the disk falls far behind:
+//
+//   - Log encodes the event in the caller's goroutine, all but seq and
+//     prev, and queues the bytes.
+//   - The writer takes everything queued at most FlushInterval after the
+//     first event arrived (at once when MaxBatch wait), gives each line
+//     its seq and prev, hashes it, and passes the lines on in chunks.
+//   - The I/O goroutine writes the chunks, fsyncs the file once for all of
+//     them (group commit), then replaces the .head sidecar.
 type Log struct {
 	path       string
 	interval   time.Duration
@@ -59,112 +60,53 @@ type Log struct {
 	maxPending int
 	now        func() time.Time
 
-	mu    sync.Mutex
-	cond  sync.Cond // on mu; Log waits here at MaxPending
-	queue queue     // encoded events waiting for the writer
-	free  []*block  // blocks to reuse
-	// closed: Log drops. Set under mu.
-	closed bool
+	// Queue: encoded events waiting for the writer.
+	mu     sync.Mutex
+	cond   sync.Cond // on mu; Log waits here at MaxPending
+	queue  queue
+	free   []*block // blocks to reuse
+	closed bool     // Log drops
 
-	wsig  chan struct{} // cap 1: work for the writer
-	ssig  chan struct{} // cap 1: work for the syncer
-	wstop chan struct{}
-	sstop chan struct{}
-	wdone chan struct{}
-	sdone chan struct{}
+	// Writer: wmu is held while lines are made; it guards the chain.
+	wmu   sync.Mutex
+	seq   uint64
+	prev  [sha256.Size]byte
+	spare []*block
 
-	// wmu is held while writing; it guards the fields below.
-	wmu    sync.Mutex
-	w      writeTruncater // f, but tests put a failing one in
-	seq    uint64
-	prev   [sha256.Size]byte
-	size   int64 // bytes of whole lines in the file
-	out    []byte
-	digest hash.Hash
-	spare  []*block // the queue's other slice of blocks
-	broken bool     // a failed write could not be cut back: nothing more is written
+	// Outbox: chunks of lines made, waiting to be written.
+	omu    sync.Mutex
+	ocond  sync.Cond // on omu; the writer waits here when the outbox is full
+	outbox []*chunk
+	obytes int
+	ofree  []*chunk
+	ostop  bool // Close: the writer must not wait for room
 
-	// hmu guards the last line written, which the syncer makes durable.
-	hmu       sync.Mutex
+	// I/O: iomu is held while writing and syncing; it guards the fields
+	// below.
+	iomu      sync.Mutex
+	f         *os.File
+	w         writeTruncater // f; tests put a failing one in
+	dir       *os.File
+	size      int64 // bytes of whole lines in the file
 	wroteSeq  uint64
 	wroteHash [sha256.Size]byte
+	synced    uint64 // last line fsynced and recorded in .head
+	fclosed   bool
 
-	// smu is held while syncing; it guards the fields below.
-	smu     sync.Mutex
-	f       *os.File
-	dir     *os.File
-	synced  uint64 // seq of the last line fsynced and recorded in .head
-	fclosed bool
+	broken atomic.Bool // a failed write could not be cut back: nothing more is written
+
+	wsig  chan struct{} // cap 1: work for the writer
+	iosig chan struct{} // cap 1: work for the I/O goroutine
+	wstop chan struct{}
+	iostp chan struct{}
+	wdone chan struct{}
+	iodon chan struct{}
 
 	emu sync.Mutex
 	err error // first error not yet returned by Flush or Close
 
 	dropped atomic.Uint64
 	syncs   atomic.Uint64 // fsyncs of the log file
-}
-
-// queue is encoded events, in blocks. Each event is the head and tail
-// parts of its line (see appendHead), back to back in one block.
-type queue struct {
-	blocks []*block
-	n      int // events
-}
-
-// blockSize is the usual size of a block; a bigger event gets a block of
-// its own.
-const blockSize = 64 << 10
-
-// Blocks kept for reuse: up to maxFree while the writer is busy, trimmed
-// to idleFree once a batch is small again.
-const (
-	maxFree  = 256
-	idleFree = 4
-)
-
-type block struct {
-	buf  []byte
-	ends []partEnds // where each event's parts end in buf
-}
-
-// partEnds says where an event's parts end in its block's buf. The head
-// part is followed by the tail part, then, if pre > 0, the marshalled
-// SHA-256 state after the line's first pre bytes (all in the head part),
-// which the writer continues from.
-type partEnds struct{ head, tail, end, pre int }
-
-// add appends an encoded event (see partEnds), taking a block from free if
-// needed. Call with mu held.
-func (l *Log) add(b []byte, head, tail, pre int) int {
-	q := &l.queue
-	var blk *block
-	if k := len(q.blocks); k > 0 && len(q.blocks[k-1].buf)+len(b) <= cap(q.blocks[k-1].buf) {
-		blk = q.blocks[k-1]
-	} else {
-		if k := len(l.free); k > 0 && len(b) <= blockSize {
-			blk = l.free[k-1]
-			l.free = l.free[:k-1]
-		} else {
-			blk = &block{buf: make([]byte, 0, max(blockSize, len(b))), ends: make([]partEnds, 0, 128)}
-		}
-		q.blocks = append(q.blocks, blk)
-	}
-	off := len(blk.buf)
-	blk.buf = append(blk.buf, b...)
-	blk.ends = append(blk.ends, partEnds{off + head, off + tail, off + len(b), pre})
-	q.n++
-	return q.n
-}
-
-// recycle keeps q's blocks for reuse and empties q. Call with mu held.
-func (l *Log) recycle(q *queue) {
-	for i, blk := range q.blocks {
-		if len(l.free) < maxFree && cap(blk.buf) == blockSize {
-			blk.buf, blk.ends = blk.buf[:0], blk.ends[:0]
-			l.free = append(l.free, blk)
-		}
-		q.blocks[i] = nil
-	}
-	q.blocks, q.n = q.blocks[:0], 0
 }
 
 type writeTruncater interface {
@@ -208,22 +150,21 @@ func Open(path string, opts Options) (*Log, error) {
 		maxBatch:   opts.MaxBatch,
 		maxPending: opts.MaxPending,
 		now:        opts.Now,
-		wsig:       make(chan struct{}, 1),
-		ssig:       make(chan struct{}, 1),
-		wstop:      make(chan struct{}),
-		sstop:      make(chan struct{}),
-		wdone:      make(chan struct{}),
-		sdone:      make(chan struct{}),
 		f:          f,
 		w:          f,
-		digest:     sha256.New(),
+		wsig:       make(chan struct{}, 1),
+		iosig:      make(chan struct{}, 1),
+		wstop:      make(chan struct{}),
+		iostp:      make(chan struct{}),
+		wdone:      make(chan struct{}),
+		iodon:      make(chan struct{}),
 	}
 	l.cond.L = &l.mu
+	l.ocond.L = &l.omu
 	if err := l.resume(); err != nil {
 		f.Close()
 		return nil, err
 	}
-	l.wroteSeq, l.wroteHash, l.synced = l.seq, l.prev, l.seq
 	if l.dir, err = os.Open(filepath.Dir(path)); err == nil {
 		err = l.dir.Sync() // make a new file's name durable
 	}
@@ -235,7 +176,7 @@ func Open(path string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	go l.writer()
-	go l.syncer()
+	go l.ioer()
 	return l, nil
 }
 
@@ -245,14 +186,13 @@ func (l *Log) resume() error {
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	size := st.Size()
-	l.size = size
-	if size > 0 {
-		start, err := tailStart(l.f, size, 1)
+	l.size = st.Size()
+	if l.size > 0 {
+		start, err := tailStart(l.f, l.size, 1)
 		if err != nil {
 			return fmt.Errorf("audit: %s: %w", l.path, err)
 		}
-		line := make([]byte, size-start)
+		line := make([]byte, l.size-start)
 		if _, err := l.f.ReadAt(line, start); err != nil {
 			return fmt.Errorf("audit: %s: %w", l.path, err)
 		}
@@ -274,6 +214,7 @@ func (l *Log) resume() error {
 		l.seq = seq
 		l.prev = sha256.Sum256(line)
 	}
+	l.wroteSeq, l.wroteHash, l.synced = l.seq, l.prev, l.seq
 	h, ok, err := readHead(l.path + ".head")
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
@@ -290,44 +231,16 @@ func (l *Log) resume() error {
 	return nil
 }
 
-// encoder is what Log needs to encode an event.
-type encoder struct {
-	buf []byte
-	h   hash.Hash
-}
-
-var encoders = sync.Pool{New: func() any { return &encoder{buf: make([]byte, 0, 1024), h: sha256.New()} }}
-
-// midstate says whether SHA-256 state can be carried from Log to the
-// writer, so that callers hash what they can of a line in parallel.
-var midstate = func() bool {
-	h := sha256.New()
-	_, a := h.(encoding.BinaryAppender)
-	_, u := h.(encoding.BinaryUnmarshaler)
-	return a && u
-}()
-
 // Log queues e for the writer. It waits only when MaxPending events are
 // already queued. After Close, e is dropped and counted.
 func (l *Log) Log(e Event) {
 	if e.Time.IsZero() {
 		e.Time = l.now()
 	}
-	enc := encoders.Get().(*encoder)
-	b := appendHead(enc.buf[:0], &e)
+	bp := encBufs.Get().(*[]byte)
+	b := appendHead((*bp)[:0], &e)
 	head := len(b)
 	b = appendTail(b, &e)
-	tail := len(b)
-	// The head part starts the line and does not depend on the order of
-	// lines: hash its whole blocks here rather than in the writer.
-	pre := head &^ (sha256.BlockSize - 1)
-	if midstate && pre > 0 {
-		enc.h.Reset()
-		enc.h.Write(b[:pre])
-		b, _ = enc.h.(encoding.BinaryAppender).AppendBinary(b)
-	} else {
-		pre = 0
-	}
 
 	l.mu.Lock()
 	for l.queue.n >= l.maxPending && !l.closed {
@@ -337,17 +250,20 @@ func (l *Log) Log(e Event) {
 		l.mu.Unlock()
 		l.dropped.Add(1)
 	} else {
-		n := l.add(b, head, tail, pre)
+		n := l.add(b, head)
 		l.mu.Unlock()
 		if n == 1 || n >= l.maxBatch {
 			signal(l.wsig)
 		}
 	}
 	if cap(b) <= 64<<10 {
-		enc.buf = b
-		encoders.Put(enc)
+		*bp = b
+		encBufs.Put(bp)
 	}
 }
+
+// encBufs holds Log's encoding buffers.
+var encBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 func signal(c chan struct{}) {
 	select {
@@ -356,19 +272,19 @@ func signal(c chan struct{}) {
 	}
 }
 
-// Flush writes and fsyncs every event queued before it was called. It
+// Flush writes and fsyncs every event logged before it was called. It
 // returns the first error since the previous Flush, from its own work or
-// the background's. Events that failed to be written stay queued and are
+// the background's. Events that failed to be written stay pending and are
 // tried again.
 func (l *Log) Flush() error {
 	l.write(false)
-	l.sync()
+	l.io()
 	return l.takeErr()
 }
 
-// Close writes and fsyncs what is queued, stops the writer and the syncer
-// and closes the file. Events logged during or after Close are either
-// written or dropped and counted by Dropped.
+// Close writes and fsyncs what is pending, stops the goroutines and closes
+// the file. Events logged during or after Close are either written or
+// dropped and counted by Dropped.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -378,17 +294,27 @@ func (l *Log) Close() error {
 	l.closed = true
 	l.cond.Broadcast()
 	l.mu.Unlock()
+	l.omu.Lock()
+	l.ostop = true
+	l.ocond.Broadcast()
+	l.omu.Unlock()
+
 	close(l.wstop)
 	<-l.wdone
-	l.write(true)
-	close(l.sstop)
-	<-l.sdone
-	l.sync()
+	l.write(false)
+	close(l.iostp)
+	<-l.iodon
+	if !l.io() {
+		l.omu.Lock()
+		for _, c := range l.outbox {
+			l.dropped.Add(uint64(c.n))
+		}
+		l.outbox = nil
+		l.omu.Unlock()
+	}
 
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	l.smu.Lock()
-	defer l.smu.Unlock()
+	l.iomu.Lock()
+	defer l.iomu.Unlock()
 	l.fclosed = true
 	err := l.takeErr()
 	if cerr := l.f.Close(); err == nil && cerr != nil {
@@ -421,39 +347,29 @@ func (l *Log) takeErr() error {
 	return err
 }
 
-// writer writes queued events at most interval after the first of them
-// arrived, or at once when maxBatch are queued.
+// writer makes lines of queued events at most interval after the first of
+// them arrived, or at once when maxBatch are queued.
 func (l *Log) writer() {
 	defer close(l.wdone)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	wait := func(c <-chan struct{}) bool { // false: stop
-		t.Reset(l.interval)
-		defer t.Stop()
-		select {
-		case <-c:
-		case <-t.C:
-		case <-l.wstop:
-			return false
-		}
-		return true
-	}
 	for {
 		select {
 		case <-l.wsig:
 		case <-l.wstop:
 			return
 		}
-		if !l.full() && !wait(l.wsig) {
-			return
-		}
-		if !l.write(false) {
-			// The events stay queued; try again after an interval.
-			if !wait(nil) {
+		if !l.full() {
+			t.Reset(l.interval)
+			select {
+			case <-l.wsig:
+			case <-t.C:
+			case <-l.wstop:
 				return
 			}
-			signal(l.wsig)
+			t.Stop()
 		}
+		l.write(true)
 	}
 }
 
@@ -463,23 +379,89 @@ func (l *Log) full() bool {
 	return l.queue.n >= l.maxBatch
 }
 
-// syncer fsyncs what the writer wrote, as often as the disk allows.
-func (l *Log) syncer() {
-	defer close(l.sdone)
+// ioer writes and syncs what the writer made, as soon as it can; after a
+// failure it tries again every interval.
+func (l *Log) ioer() {
+	defer close(l.iodon)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
 	for {
 		select {
-		case <-l.ssig:
-		case <-l.sstop:
+		case <-l.iosig:
+		case <-l.iostp:
 			return
 		}
-		l.sync()
+		if !l.io() {
+			t.Reset(l.interval)
+			select {
+			case <-t.C:
+			case <-l.iostp:
+				return
+			}
+			signal(l.iosig)
+		}
 	}
 }
 
-// write writes the queued events and reports whether it succeeded. On
-// failure the events are queued again in front, unless final (Close) or
-// the file is broken, when they are dropped and counted.
-func (l *Log) write(final bool) bool {
+// queue is encoded events, in blocks. Each event is the head and tail
+// parts of its line (see appendHead), back to back in one block.
+type queue struct {
+	blocks []*block
+	n      int // events
+}
+
+// blockSize is the usual size of a block; a bigger event gets a block of
+// its own.
+const blockSize = 64 << 10
+
+// Blocks and chunks kept for reuse: up to maxFree while busy, trimmed to
+// idleFree once a batch is small again.
+const (
+	maxFree  = 256
+	idleFree = 4
+)
+
+type block struct {
+	buf  []byte
+	ends []partEnds // where each event's parts end in buf
+}
+
+type partEnds struct{ head, tail int }
+
+// add appends an encoded event whose head part is b[:head], taking a
+// block from free if needed. Call with mu held.
+func (l *Log) add(b []byte, head int) int {
+	q := &l.queue
+	var blk *block
+	if k := len(q.blocks); k > 0 && len(q.blocks[k-1].buf)+len(b) <= cap(q.blocks[k-1].buf) {
+		blk = q.blocks[k-1]
+	} else {
+		if k := len(l.free); k > 0 && len(b) <= blockSize {
+			blk = l.free[k-1]
+			l.free = l.free[:k-1]
+		} else {
+			blk = &block{buf: make([]byte, 0, max(blockSize, len(b))), ends: make([]partEnds, 0, 128)}
+		}
+		q.blocks = append(q.blocks, blk)
+	}
+	off := len(blk.buf)
+	blk.buf = append(blk.buf, b...)
+	blk.ends = append(blk.ends, partEnds{off + head, off + len(b)})
+	q.n++
+	return q.n
+}
+
+// chunk is lines made by the writer, for one write(2).
+type chunk struct {
+	buf  []byte
+	n    int               // lines
+	seq  uint64            // the last line's seq
+	hash [sha256.Size]byte // and hash
+}
+
+// write makes lines of the queued events and puts them in the outbox;
+// with wait (the writer goroutine) it waits for room there.
+func (l *Log) write(wait bool) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	l.mu.Lock()
@@ -487,115 +469,164 @@ func (l *Log) write(final bool) bool {
 	l.queue = queue{blocks: l.spare[:0]}
 	l.cond.Broadcast()
 	l.mu.Unlock()
-	if q.n == 0 || l.fclosedW() {
+	if q.n == 0 {
 		l.spare = q.blocks[:0]
-		return true
+		return
 	}
-	err := l.writeQueue(&q)
-	if err == nil {
-		l.hmu.Lock()
-		l.wroteSeq, l.wroteHash = l.seq, l.prev
-		l.hmu.Unlock()
-		signal(l.ssig)
-	} else {
-		l.setErr(err)
-		if !final && !l.broken {
-			l.mu.Lock()
-			l.queue.blocks = append(q.blocks, l.queue.blocks...)
-			l.queue.n += q.n
-			l.mu.Unlock()
-			l.spare = nil
-			return false
-		}
+	if l.broken.Load() {
+		l.setErr(fmt.Errorf("audit: %s: not written: an earlier failed write could not be cut back", l.path))
 		l.dropped.Add(uint64(q.n))
+	} else {
+		seq, prev := l.seq, l.prev
+		c := l.newChunk()
+		for bi, blk := range q.blocks {
+			start := 0
+			for i, e := range blk.ends {
+				line := len(c.buf)
+				seq++
+				c.buf = appendLine(c.buf, blk.buf[start:e.head], seq, blk.buf[e.head:e.tail], &prev)
+				prev = sha256.Sum256(c.buf[line:])
+				c.buf = append(c.buf, '\n')
+				c.n++
+				start = e.tail
+				if len(c.buf) >= chunkSize || (bi == len(q.blocks)-1 && i == len(blk.ends)-1) {
+					c.seq, c.hash = seq, prev
+					l.post(c, wait)
+					c = l.newChunk()
+				}
+			}
+		}
+		l.seq, l.prev = seq, prev
+		l.freeChunk(c)
+		signal(l.iosig)
 	}
 	l.mu.Lock()
-	small := q.n < l.maxBatch
 	l.recycle(&q)
+	l.mu.Unlock()
+	l.spare = q.blocks
+}
+
+// recycle keeps q's blocks for reuse and empties q. Call with mu held.
+func (l *Log) recycle(q *queue) {
+	small := q.n < l.maxBatch
+	for i, blk := range q.blocks {
+		if len(l.free) < maxFree && cap(blk.buf) == blockSize {
+			blk.buf, blk.ends = blk.buf[:0], blk.ends[:0]
+			l.free = append(l.free, blk)
+		}
+		q.blocks[i] = nil
+	}
+	q.blocks, q.n = q.blocks[:0], 0
 	if small && len(l.free) > idleFree {
 		clear(l.free[idleFree:])
 		l.free = l.free[:idleFree]
 	}
-	l.mu.Unlock()
-	l.spare = q.blocks
-	return err == nil
 }
 
-// fclosedW reports, under wmu, whether Close has closed the file.
-func (l *Log) fclosedW() bool {
-	l.smu.Lock()
-	defer l.smu.Unlock()
-	return l.fclosed
-}
-
-// writeQueue gives q's lines their seq and prev and appends them to the
-// file. A failed write is cut back, so that the file stays whole lines.
-func (l *Log) writeQueue(q *queue) error {
-	if l.broken {
-		return fmt.Errorf("audit: %s: not written: an earlier failed write could not be cut back", l.path)
+func (l *Log) newChunk() *chunk {
+	l.omu.Lock()
+	defer l.omu.Unlock()
+	if k := len(l.ofree); k > 0 {
+		c := l.ofree[k-1]
+		l.ofree = l.ofree[:k-1]
+		return c
 	}
-	seq, prev, size := l.seq, l.prev, l.size
-	out := l.out[:0]
-	for bi, blk := range q.blocks {
-		start := 0
-		for i, e := range blk.ends {
-			line := len(out)
-			seq++
-			out = appendLine(out, blk.buf[start:e.head], seq, blk.buf[e.head:e.tail], &prev)
-			if e.pre > 0 {
-				if err := l.digest.(encoding.BinaryUnmarshaler).UnmarshalBinary(blk.buf[e.tail:e.end]); err != nil {
-					panic("audit: sha256 state: " + err.Error()) // made by Log from the same type
-				}
-				l.digest.Write(out[line+e.pre:])
-				l.digest.Sum(prev[:0])
-			} else {
-				prev = sha256.Sum256(out[line:])
-			}
-			out = append(out, '\n')
-			start = e.end
-			if len(out) < writeChunk && (bi < len(q.blocks)-1 || i < len(blk.ends)-1) {
-				continue
-			}
-			n, err := l.w.Write(out)
-			size += int64(n)
-			if err != nil {
-				if terr := l.w.Truncate(l.size); terr != nil {
-					l.broken = true
-					return fmt.Errorf("audit: %s: write: %v; cutting back the partial write failed too, so nothing more is written: %v", l.path, err, terr)
-				}
-				return fmt.Errorf("audit: %s: write: %w", l.path, err)
-			}
-			out = out[:0]
+	return &chunk{buf: make([]byte, 0, chunkSize+4<<10)}
+}
+
+// freeChunkLocked keeps c for reuse. Call with omu held.
+func (l *Log) freeChunkLocked(c *chunk) {
+	if len(l.ofree) < maxFree/4 && cap(c.buf) <= 2*chunkSize {
+		c.buf, c.n = c.buf[:0], 0
+		l.ofree = append(l.ofree, c)
+	}
+}
+
+func (l *Log) freeChunk(c *chunk) {
+	l.omu.Lock()
+	l.freeChunkLocked(c)
+	l.omu.Unlock()
+}
+
+// post appends c to the outbox; with wait, it first waits for room.
+func (l *Log) post(c *chunk, wait bool) {
+	l.omu.Lock()
+	for wait && l.obytes >= maxOutbox && !l.ostop {
+		l.ocond.Wait()
+	}
+	l.outbox = append(l.outbox, c)
+	l.obytes += len(c.buf)
+	n := len(l.outbox)
+	l.omu.Unlock()
+	if n == 1 || !wait {
+		signal(l.iosig)
+	}
+}
+
+// io writes the outbox's chunks in order, then fsyncs the file and records
+// the last line in the .head sidecar. It reports whether all went well. A
+// chunk that fails to be written is cut back off the file and stays first
+// in the outbox, to be written again, byte for byte: the lines after it
+// were chained to it. If it cannot be cut back the log is broken, and what
+// the outbox holds is dropped and counted.
+func (l *Log) io() bool {
+	l.iomu.Lock()
+	defer l.iomu.Unlock()
+	if l.fclosed {
+		return true
+	}
+	for {
+		l.omu.Lock()
+		if len(l.outbox) == 0 {
+			l.omu.Unlock()
+			break
 		}
+		c := l.outbox[0]
+		l.omu.Unlock()
+		n, err := l.w.Write(c.buf)
+		if err != nil {
+			if n > 0 {
+				if terr := l.w.Truncate(l.size); terr != nil {
+					l.broken.Store(true)
+					l.setErr(fmt.Errorf("audit: %s: write: %v; cutting back the partial write failed too, so nothing more is written: %v", l.path, err, terr))
+					l.omu.Lock()
+					for _, c := range l.outbox {
+						l.dropped.Add(uint64(c.n))
+					}
+					clear(l.outbox)
+					l.outbox, l.obytes = l.outbox[:0], 0
+					l.ocond.Broadcast()
+					l.omu.Unlock()
+					return false
+				}
+			}
+			l.setErr(fmt.Errorf("audit: %s: write: %w", l.path, err))
+			return false
+		}
+		l.size += int64(n)
+		l.wroteSeq, l.wroteHash = c.seq, c.hash
+		l.omu.Lock()
+		l.outbox[0] = nil
+		l.outbox = l.outbox[1:]
+		l.obytes -= len(c.buf)
+		l.freeChunkLocked(c)
+		l.ocond.Broadcast()
+		l.omu.Unlock()
 	}
-	if cap(out) <= 2*writeChunk {
-		l.out = out
-	}
-	l.seq, l.prev, l.size = seq, prev, size
-	return nil
-}
-
-// sync fsyncs the file up to the last line written, then records that line
-// in the .head sidecar.
-func (l *Log) sync() {
-	l.smu.Lock()
-	defer l.smu.Unlock()
-	l.hmu.Lock()
-	seq, hash := l.wroteSeq, l.wroteHash
-	l.hmu.Unlock()
-	if seq <= l.synced || l.fclosed {
-		return
+	if l.wroteSeq <= l.synced {
+		return true
 	}
 	if err := l.f.Sync(); err != nil {
 		l.setErr(fmt.Errorf("audit: %s: fsync: %w", l.path, err))
-		return
+		return false
 	}
 	l.syncs.Add(1)
-	if err := l.writeHead(seq, &hash); err != nil {
+	if err := l.writeHead(l.wroteSeq, &l.wroteHash); err != nil {
 		l.setErr(err)
-		return
+		return false
 	}
-	l.synced = seq
+	l.synced = l.wroteSeq
+	return true
 }
 
 // writeHead replaces <path>.head with seq and hash, atomically.
@@ -629,140 +660,4 @@ func (l *Log) writeHead(seq uint64, hash *[sha256.Size]byte) error {
 		return fmt.Errorf("audit: %s: %w", head, err)
 	}
 	return nil
-}
-
-// head is a .head sidecar.
-type head struct {
-	seq  uint64
-	hash string
-}
-
-// readHead reads a .head sidecar; ok is false when there is none.
-func readHead(path string) (h head, ok bool, err error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return head{}, false, nil
-	}
-	if err != nil {
-		return head{}, false, err
-	}
-	var v struct {
-		Seq  *uint64 `json:"seq"`
-		Hash string  `json:"hash"`
-	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		return head{}, false, fmt.Errorf("%s: not a head sidecar: %v", path, err)
-	}
-	if v.Seq == nil || !isHash(v.Hash) {
-		return head{}, false, fmt.Errorf(`%s: not a head sidecar: want {"seq":N,"hash":"<64 hex digits>"}`, path)
-	}
-	return head{*v.Seq, v.Hash}, true, nil
-}
-
-// parseLine reads seq and prev from a line, or says what is wrong with it.
-func parseLine(line []byte) (seq uint64, prev string, reason string) {
-	if len(bytes.TrimSpace(line)) == 0 {
-		return 0, "", "empty line"
-	}
-	var v struct {
-		Seq  *uint64 `json:"seq"`
-		Prev *string `json:"prev"`
-	}
-	if err := json.Unmarshal(line, &v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return 0, "", fmt.Sprintf("not an audit record: %v", err)
-		}
-		return 0, "", fmt.Sprintf("not valid JSON: %v", err)
-	}
-	switch {
-	case v.Seq == nil:
-		return 0, "", "no seq"
-	case *v.Seq == 0:
-		return 0, "", "seq is 0; seq starts at 1"
-	case v.Prev == nil:
-		return 0, "", "no prev"
-	case !isHash(*v.Prev):
-		return 0, "", fmt.Sprintf("prev %q is not 64 lowercase hex digits", *v.Prev)
-	}
-	return *v.Seq, *v.Prev, ""
-}
-
-func isHash(s string) bool {
-	if len(s) != 2*sha256.Size {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// tailStart returns the offset at which the last n lines of a file of size
-// bytes begin. The file's final newline ends its last line; a last line
-// without one still counts.
-func tailStart(r io.ReaderAt, size int64, n int) (int64, error) {
-	if n <= 0 {
-		return size, nil
-	}
-	var buf [32 << 10]byte
-	found := 0
-	for end := size; end > 0; {
-		start := max(end-int64(len(buf)), 0)
-		chunk := buf[:end-start]
-		if _, err := r.ReadAt(chunk, start); err != nil && err != io.EOF {
-			return 0, err
-		}
-		for i := len(chunk) - 1; i >= 0; i-- {
-			if chunk[i] != '\n' || start+int64(i) == size-1 {
-				continue
-			}
-			if found++; found == n {
-				return start + int64(i) + 1, nil
-			}
-		}
-		end = start
-	}
-	return 0, nil
-}
-
-// countLines counts the newlines in the first size bytes.
-func countLines(r io.ReaderAt, size int64) (int, error) {
-	sr := io.NewSectionReader(r, 0, size)
-	var buf [64 << 10]byte
-	n := 0
-	for {
-		m, err := sr.Read(buf[:])
-		n += bytes.Count(buf[:m], []byte{'\n'})
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-}
-
-// TailFile returns the last n lines of the file at path, as they are.
-func TailFile(path string, n int) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	start, err := tailStart(f, st.Size(), n)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	out := make([]byte, st.Size()-start)
-	if _, err := f.ReadAt(out, start); err != nil && err != io.EOF {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return out, nil
 }

@@ -54,6 +54,7 @@ type Registry struct {
 	mu       sync.Mutex // serialises refreshes
 	lastGood map[string][]*tool.Descriptor
 	changed  chan struct{}
+	watchers []func(*Snapshot)
 }
 
 // New builds the first snapshot from every source, listing them
@@ -146,7 +147,18 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		return err
 	}
 	r.snap.Store(snap)
+	for _, w := range r.watchers {
+		w(snap)
+	}
 	return nil
+}
+
+// Watch calls f with every new snapshot, after it is in place. f runs
+// while refreshes are held back, so it must not refresh.
+func (r *Registry) Watch(f func(*Snapshot)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watchers = append(r.watchers, f)
 }
 
 // build turns listed tools into a snapshot: hashes, names, overrides,

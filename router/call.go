@@ -226,6 +226,9 @@ func visible(c *Caller, d *tool.Descriptor) bool {
 		c.grants.Allows(permissions.Required(permissions.Execute, permissions.Tool, d.ID))
 }
 
+// Visible reports whether the caller may see the tool listed.
+func (r *Router) Visible(c *Caller, d *tool.Descriptor) bool { return c != nil && visible(c, d) }
+
 // List returns the tools the caller may see, in id order.
 func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descriptor {
 	if c == nil {

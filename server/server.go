@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
@@ -41,6 +44,7 @@ type Server struct {
 	Registry *registry.Registry
 	Store    *store.Store
 	Audit    *audit.Log
+	MCP      *MCP
 	// SecretSource says where the token key came from, for the start banner.
 	SecretSource string
 
@@ -98,6 +102,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
+	s.MCP = NewMCP(s.Router, s.Registry)
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() {
@@ -173,11 +178,27 @@ func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []by
 	return secret, path, nil
 }
 
-// Handler serves the capability RPC at /rpc.
+// Handler serves MCP at /mcp (with its protected-resource metadata) and
+// the capability RPC at /rpc.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/mcp", &bearerAuth{router: s.Router, next: s.MCP.Handler()})
+	mux.Handle(metadataPath, metadataHandler())
+	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
 	mux.Handle("/rpc", &RPC{Router: s.Router})
 	return mux
+}
+
+// ServeStdio serves one MCP client over in and out as the caller whose
+// token is raw (or the anonymous caller), until ctx ends or in closes.
+func (s *Server) ServeStdio(ctx context.Context, raw string, in io.Reader, out io.Writer) error {
+	c, err := s.Router.Authenticate(raw)
+	if err != nil {
+		return err
+	}
+	stdio := mcpserver.NewStdioServer(s.MCP.Server())
+	stdio.SetContextFunc(func(ctx context.Context) context.Context { return WithCaller(ctx, c) })
+	return stdio.Listen(ctx, in, out)
 }
 
 // Serve listens on the config's TCP address and Unix socket until ctx

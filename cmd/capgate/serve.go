@@ -16,12 +16,19 @@ import (
 
 func newServeCmd() *cobra.Command {
 	var configPath string
+	var stdio bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the catalog behind the router",
-		Long: `serve starts the config's sources and serves them, behind the router, as the
-capability RPC (POST /rpc, and the Unix socket [server] socket) on
-[server] listen. SIGINT or SIGTERM stops it gracefully.`,
+		Long: `serve starts the config's sources and serves them, behind the router, as an
+MCP server (streamable HTTP at /mcp) and the capability RPC (POST /rpc, and the
+Unix socket [server] socket) on [server] listen. Every HTTP request carries
+"Authorization: Bearer <token>".
+
+With --stdio it serves one MCP client over stdin and stdout instead, as the
+caller whose token is in CAPGATE_TOKEN or ASH_CONTEXT_TOKEN.
+
+SIGINT or SIGTERM stops it gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(configPath)
@@ -36,9 +43,20 @@ capability RPC (POST /rpc, and the Unix socket [server] socket) on
 				return &exitError{code: exitDenied, err: err}
 			}
 			defer srv.Close()
+			if stdio {
+				tok := os.Getenv("CAPGATE_TOKEN")
+				if tok == "" {
+					tok = os.Getenv("ASH_CONTEXT_TOKEN")
+				}
+				if err := srv.ServeStdio(ctx, tok, cmd.InOrStdin(), cmd.OutOrStdout()); err != nil && ctx.Err() == nil {
+					return &exitError{code: exitDenied, err: err}
+				}
+				return nil
+			}
 			err = srv.Serve(ctx, func(addr, socket string) {
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", version(), len(srv.Registry.Snapshot().Tools), cfg.Path)
+				fmt.Fprintf(out, "  MCP             http://%s/mcp\n", addr)
 				fmt.Fprintf(out, "  capability RPC  http://%s/rpc\n", addr)
 				if socket != "" {
 					fmt.Fprintf(out, "                  unix://%s\n", socket)
@@ -53,5 +71,6 @@ capability RPC (POST /rpc, and the Unix socket [server] socket) on
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml to serve")
+	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve one MCP client over stdin and stdout")
 	return cmd
 }

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	capgate "github.com/capgate/capgate"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/tool"
+)
+
+// MCP is the catalog served as one MCP server: every tool of the registry,
+// shown to each caller only when it may fetch it, each call through the
+// router.
+type MCP struct {
+	router   *router.Router
+	registry *registry.Registry
+	srv      *mcpserver.MCPServer
+
+	mu    sync.Mutex
+	names []string // exposed names currently registered
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying the verified caller.
+func WithCaller(ctx context.Context, c *router.Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the caller ctx carries, or nil.
+func CallerFrom(ctx context.Context) *router.Caller {
+	c, _ := ctx.Value(callerKey{}).(*router.Caller)
+	return c
+}
+
+// NewMCP builds the MCP server over reg and keeps its tool list in step
+// with the catalog (clients get tools/list_changed).
+func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
+	m := &MCP{router: rt, registry: reg}
+	m.srv = mcpserver.NewMCPServer("capgate", capgate.Version,
+		mcpserver.WithToolCapabilities(true),
+		mcpserver.WithLogging(),
+		mcpserver.WithRecovery(),
+		mcpserver.WithToolFilter(m.filter),
+		mcpserver.WithInstructions("capgate routes every tool call through its capability policy. A denied call returns a result whose text names the code, the capability string that was missing and what would allow it."),
+	)
+	m.sync(reg.Snapshot())
+	reg.Watch(m.sync)
+	return m
+}
+
+// Server is the underlying mcp-go server.
+func (m *MCP) Server() *mcpserver.MCPServer { return m.srv }
+
+// sync registers the snapshot's tools, replacing the previous set.
+func (m *MCP) sync(snap *registry.Snapshot) {
+	tools := make([]mcpserver.ServerTool, 0, len(snap.Tools))
+	names := make([]string, 0, len(snap.Tools))
+	for _, d := range snap.Tools {
+		tools = append(tools, mcpserver.ServerTool{Tool: mcpTool(d), Handler: m.call})
+		names = append(names, d.ExposedName)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if slices.Equal(names, m.names) && !changed(m.srv, snap) {
+		return
+	}
+	m.names = names
+	m.srv.SetTools(tools...)
+}
+
+// changed reports whether any registered tool differs from the snapshot's.
+func changed(srv *mcpserver.MCPServer, snap *registry.Snapshot) bool {
+	have := srv.ListTools()
+	for _, d := range snap.Tools {
+		t, ok := have[d.ExposedName]
+		if !ok {
+			return true
+		}
+		a, _ := json.Marshal(t.Tool)
+		b, _ := json.Marshal(mcpTool(d))
+		if string(a) != string(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// filter shows a caller only the tools it may fetch.
+func (m *MCP) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	c := CallerFrom(ctx)
+	if c == nil {
+		return nil
+	}
+	snap := m.registry.Snapshot()
+	out := tools[:0:0]
+	for _, t := range tools {
+		if d, ok := snap.ByExposedName(t.Name); ok && m.router.Visible(c, d) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// mcpTool is how a descriptor is listed: its exposed name, its input
+// schema byte for byte, annotations derived from its risk, and capgate's
+// view of it under _meta.
+func mcpTool(d *tool.Descriptor) mcp.Tool {
+	schema := d.InputSchema
+	if len(schema) == 0 {
+		schema = json.RawMessage(`{"type":"object"}`)
+	}
+	effects := make([]string, len(d.Risk.Effects))
+	for i, e := range d.Risk.Effects {
+		effects[i] = string(e)
+	}
+	t := mcp.Tool{
+		Name:           d.ExposedName,
+		Title:          d.Title,
+		Description:    d.Description,
+		RawInputSchema: schema,
+		Annotations:    annotations(d),
+		Meta: &mcp.Meta{AdditionalFields: map[string]any{
+			"capgate/tool_id":      d.ID,
+			"capgate/risk":         d.Risk.Level.String(),
+			"capgate/side_effects": effects,
+		}},
+	}
+	if len(d.OutputSchema) > 0 {
+		t.RawOutputSchema = d.OutputSchema
+	}
+	return t
+}
+
+// annotations derive MCP's hints from the tool's risk, not from what the
+// source claimed: read-only when it writes nothing, destructive when it
+// deletes, pays or runs code, open-world when it reaches the network.
+func annotations(d *tool.Descriptor) mcp.ToolAnnotation {
+	writes, destructive, open := d.Mutating, false, false
+	for _, e := range d.Risk.Effects {
+		writes = writes || e.Writes()
+		switch e {
+		case risk.FSDelete, risk.DatabaseDelete, risk.CloudResourceDelete, risk.Payments, risk.SystemExec, risk.CloudKeyWrite:
+			destructive = true
+		case risk.NetworkHTTP, risk.NetworkSocket, risk.NetworkDNS:
+			open = true
+		}
+	}
+	destructive = destructive || d.Risk.Level >= risk.High
+	readOnly := !writes && !destructive
+	return mcp.ToolAnnotation{Title: d.Title, ReadOnlyHint: &readOnly, DestructiveHint: &destructive,
+		IdempotentHint: &readOnly, OpenWorldHint: &open}
+}
+
+// call runs a tools/call through the router. A denial is a tool result
+// with isError, whose text an agent can explain to its user.
+func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	c := CallerFrom(ctx)
+	input := req.Params.RawArguments
+	if len(input) == 0 && req.Params.Arguments != nil {
+		input, _ = json.Marshal(req.Params.Arguments)
+	}
+	r := router.Request{Tool: req.Params.Name, Input: input, Protocol: "mcp"}
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ProtocolVersion != "" {
+		r.Protocol = "mcp/" + info.ProtocolVersion
+	}
+	if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
+		token, srv := meta.ProgressToken, mcpserver.ServerFromContext(ctx)
+		r.Progress = func(progress, total float64, message string) {
+			p := map[string]any{"progressToken": token, "progress": progress}
+			if total > 0 {
+				p["total"] = total
+			}
+			if message != "" {
+				p["message"] = message
+			}
+			_ = srv.SendNotificationToClient(ctx, "notifications/progress", p)
+		}
+	}
+	res, err := m.router.Call(ctx, c, r)
+	if err != nil {
+		return denial(err), nil
+	}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	rm := json.RawMessage(raw)
+	out, err := mcp.ParseCallToolResult(&rm)
+	if err != nil {
+		return denial(tool.Wrap(err, tool.CodeInvalidOutput, "the tool's result is not a valid MCP result")), nil
+	}
+	return out, nil
+}
+
+// denial turns a router error into an isError result: the code first,
+// then the message, the capability string and what would allow it.
+func denial(err error) *mcp.CallToolResult {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", tool.ErrorCode(err), tool.ErrorMessage(err))
+	meta := map[string]any{"code": string(tool.ErrorCode(err))}
+	var te *tool.Error
+	if errors.As(err, &te) {
+		if te.Required != "" {
+			fmt.Fprintf(&b, "\nrequired: %s", te.Required)
+			meta["required"] = te.Required
+		}
+		if te.Hint != "" {
+			fmt.Fprintf(&b, "\nto allow it: %s", te.Hint)
+			meta["hint"] = te.Hint
+		}
+		if te.Gate != "" {
+			meta["gate"] = te.Gate
+		}
+	}
+	res := mcp.NewToolResultError(b.String())
+	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"capgate/error": meta}}
+	return res
+}
+
+// Handler serves MCP over streamable HTTP behind bearer-token checks.
+func (m *MCP) Handler() http.Handler {
+	return mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"))
+}

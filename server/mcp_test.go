@@ -1,0 +1,284 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+const testSecret = "server-test-secret-abcdef0123456789"
+
+// open starts a Server on a temp config over the MCP fixture, served on a
+// real loopback listener.
+func open(t *testing.T, extra string) (*Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	src := fmt.Sprintf(`
+[server]
+data_dir = "data"
+socket = "-"
+
+[policy]
+grants = ["rye.fetch.tool.mcp.fx.*", "rye.execute.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.slow"]
+
+[mcp.servers.fx]
+command = %q
+
+[mcp.servers.fx.tools.echo]
+risk = "LOW"
+[mcp.servers.fx.tools.slow]
+risk = "LOW"
+[mcp.servers.fx.tools.t_00]
+risk = "LOW"
+%s`, testkit.Build(t, testkit.MCPFixture), extra)
+	path := filepath.Join(dir, "capgate.toml")
+	os.WriteFile(path, []byte(src), 0o600)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(k string) (string, bool) {
+		if k == "CAPGATE_TOKEN_SECRET" {
+			return testSecret, true
+		}
+		return os.LookupEnv(k)
+	}
+	s, err := Open(context.Background(), cfg, Options{LookupEnv: lookup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return s, hs.URL
+}
+
+func mint(t *testing.T, c token.Claims) string {
+	t.Helper()
+	s, err := token.Mint(token.ParseSecret(testSecret), c, token.MintOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func connect(t *testing.T, url, tok, protocol string) *client.Client {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(url+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts []client.ClientOption
+	if protocol != "" {
+		opts = append(opts, client.WithProtocolVersion(protocol))
+	}
+	c := client.NewClient(tr, opts...)
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = protocol
+	if protocol == "" {
+		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func resultText(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestMCPFrontDoor(t *testing.T) {
+	_, url := open(t, "")
+	for _, protocol := range []string{"", "2025-11-25"} {
+		t.Run("protocol="+protocol, func(t *testing.T) {
+			ctx := context.Background()
+			c := connect(t, url, mint(t, token.Claims{Sub: "alice"}), protocol)
+			tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]mcp.Tool{}
+			for _, tl := range tools.Tools {
+				names[tl.Name] = tl
+			}
+			echo, ok := names["fx__echo"]
+			if len(names) != 28 || !ok || names["fx__mutate"].Name == "" {
+				t.Fatalf("tools: %d %v", len(names), names)
+			}
+			if echo.Meta == nil || echo.Meta.AdditionalFields["capgate/tool_id"] != "mcp:fx:echo" || echo.Meta.AdditionalFields["capgate/risk"] != "LOW" ||
+				echo.Annotations.ReadOnlyHint == nil || !*echo.Annotations.ReadOnlyHint || *echo.Annotations.DestructiveHint {
+				t.Errorf("echo as listed: %+v %+v", echo.Meta, echo.Annotations)
+			}
+			call := func(name string, args map[string]any) *mcp.CallToolResult {
+				req := mcp.CallToolRequest{}
+				req.Params.Name, req.Params.Arguments = name, args
+				r, err := c.CallTool(ctx, req)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				return r
+			}
+			if r := call("fx__echo", map[string]any{"message": "hi"}); r.IsError || resultText(r) != "echo: hi" {
+				t.Errorf("echo: %+v", r)
+			}
+			r := call("fx__t_00", nil)
+			if !r.IsError || !strings.Contains(resultText(r), "permission_denied") || !strings.Contains(resultText(r), "required: rye.execute.tool.mcp.fx.t_00") ||
+				!strings.Contains(resultText(r), "to allow it:") {
+				t.Errorf("denied: %+v", resultText(r))
+			}
+			if r := call("fx__echo", map[string]any{"message": 3}); !r.IsError || !strings.Contains(resultText(r), "input.message") {
+				t.Errorf("invalid input: %s", resultText(r))
+			}
+			// Progress is passed through from the upstream.
+			var mu sync.Mutex
+			var progress []float64
+			c.OnNotification(func(n mcp.JSONRPCNotification) {
+				if n.Method == "notifications/progress" {
+					mu.Lock()
+					progress = append(progress, n.Params.AdditionalFields["progress"].(float64))
+					mu.Unlock()
+				}
+			})
+			req := mcp.CallToolRequest{}
+			req.Params.Name, req.Params.Arguments = "fx__slow", map[string]any{"delay_ms": 5}
+			req.Params.Meta = &mcp.Meta{ProgressToken: "p1"}
+			res, err := c.CallTool(ctx, req)
+			if err != nil || resultText(res) != "done" {
+				t.Fatalf("slow: %v %+v", err, res)
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				mu.Lock()
+				n := len(progress)
+				mu.Unlock()
+				if n >= 3 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			mu.Lock()
+			if len(progress) < 3 || progress[0] >= progress[len(progress)-1] {
+				t.Errorf("progress %v", progress)
+			}
+			mu.Unlock()
+		})
+	}
+}
+
+// A caller sees only what it may fetch, and its token narrows it.
+func TestMCPVisibility(t *testing.T) {
+	_, url := open(t, "")
+	c := connect(t, url, mint(t, token.Claims{Sub: "bob", Caps: []string{"rye.fetch.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.echo"}}), "")
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools.Tools) != 1 || tools.Tools[0].Name != "fx__echo" {
+		t.Errorf("narrowed list: %v", tools.Tools)
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "fx__t_00"
+	_, err = c.CallTool(context.Background(), req)
+	if err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("a hidden tool is not found: %v", err)
+	}
+}
+
+func TestMCPUnauthorized(t *testing.T) {
+	_, url := open(t, "")
+	for _, auth := range []string{"", "Bearer nope", "Bearer " + mint(t, token.Claims{Sub: "x", ExpiresAt: time.Now().Add(-time.Hour), IssuedAt: time.Now().Add(-2 * time.Hour)})} {
+		req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		www := resp.Header.Get("WWW-Authenticate")
+		if resp.StatusCode != 401 || !strings.Contains(www, `resource_metadata="http://`) || !strings.Contains(www, metadataPath) {
+			t.Errorf("%q: %d %q", auth, resp.StatusCode, www)
+		}
+		if auth != "" && strings.Contains(www, strings.TrimPrefix(auth, "Bearer ")) {
+			t.Errorf("the challenge echoes the token")
+		}
+	}
+	resp, err := http.Get(url + metadataPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	n, _ := resp.Body.Read(buf)
+	b.Write(buf[:n])
+	if resp.StatusCode != 200 || !strings.Contains(b.String(), `"resource":"`+url+`/mcp"`) {
+		t.Errorf("metadata: %d %s", resp.StatusCode, b.String())
+	}
+}
+
+// A session opened by alice cannot be used with bob's token.
+func TestMCPSessionBoundToSubject(t *testing.T) {
+	_, url := open(t, "")
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	post := func(tok, sid, body string) *http.Response {
+		req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	alice, bob := mint(t, token.Claims{Sub: "alice"}), mint(t, token.Claims{Sub: "bob"})
+	resp := post(alice, "", init)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d %q", resp.StatusCode, sid)
+	}
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	if r := post(bob, sid, list); r.StatusCode != http.StatusForbidden {
+		t.Errorf("bob on alice's session: %d", r.StatusCode)
+	}
+	if r := post(alice, sid, list); r.StatusCode != 200 {
+		t.Errorf("alice on her session: %d", r.StatusCode)
+	}
+}
