@@ -890,3 +890,53 @@ func TestDiscard(t *testing.T) {
 	var s Sink = Discard
 	s.Log(fullEvent(TypeToolCall, 1)) // must not panic
 }
+
+// checkString encodes s and checks that the result is one line of valid
+// JSON, free of raw control characters, that decodes as encoding/json
+// decodes its own encoding of s.
+func checkString(t *testing.T, s string) {
+	t.Helper()
+	got := appendString(nil, s)
+	for _, c := range got {
+		if c < 0x20 || c == 0x7f {
+			t.Fatalf("%q: raw byte %#x in %q", s, c, got)
+		}
+	}
+	for _, r := range string(got) {
+		if (r >= 0x80 && r <= 0x9f) || r == '\u2028' || r == '\u2029' {
+			t.Fatalf("%q: raw %U in %q", s, r, got)
+		}
+	}
+	var dec, want string
+	if err := json.Unmarshal(got, &dec); err != nil {
+		t.Fatalf("%q: %v: %s", s, err, got)
+	}
+	if err := json.Unmarshal(must(json.Marshal(s)), &want); err != nil {
+		t.Fatal(err)
+	}
+	if dec != want {
+		t.Fatalf("%q encodes to %s, which decodes to %q, want %q", s, got, dec, want)
+	}
+}
+
+// Every special byte at every offset of a long string, so that the
+// 8-bytes-at-a-time scan meets it in each lane.
+func TestEscapingEveryLane(t *testing.T) {
+	specials := []string{"\x00", "\x1f", "\n", `"`, `\`, "\x7f", "\x80", "\xff", "\u0085", "\u009b", "\u2028", "é", "😀", "\xe2\x80"}
+	base := "abcdefghijklmnopqrstuvwxyz0123"
+	for _, sp := range specials {
+		for i := 0; i <= len(base); i++ {
+			checkString(t, base[:i]+sp+base[i:])
+		}
+	}
+	for c := 0; c < 0x100; c++ {
+		checkString(t, strings.Repeat(string([]byte{byte(c)}), 17))
+	}
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "plain ascii text, long enough", "\"\\\n\t\x00\x7f", "\u2028\u0085日本😀", "\xff\xfe\xe2\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) { checkString(t, s) })
+}

@@ -277,7 +277,7 @@ func signal(c chan struct{}) {
 // the background's. Events that failed to be written stay pending and are
 // tried again.
 func (l *Log) Flush() error {
-	l.write(false)
+	l.write()
 	l.io()
 	return l.takeErr()
 }
@@ -301,7 +301,7 @@ func (l *Log) Close() error {
 
 	close(l.wstop)
 	<-l.wdone
-	l.write(false)
+	l.write()
 	close(l.iostp)
 	<-l.iodon
 	if !l.io() {
@@ -369,8 +369,20 @@ func (l *Log) writer() {
 			}
 			t.Stop()
 		}
-		l.write(true)
+		l.waitRoom()
+		l.write()
 	}
+}
+
+// waitRoom waits until the I/O goroutine is less than maxOutbox behind,
+// or Close. The writer waits here, not holding wmu, so that Flush never
+// waits for the disk to catch up.
+func (l *Log) waitRoom() {
+	l.omu.Lock()
+	for l.obytes >= maxOutbox && !l.ostop {
+		l.ocond.Wait()
+	}
+	l.omu.Unlock()
 }
 
 func (l *Log) full() bool {
@@ -459,9 +471,8 @@ type chunk struct {
 	hash [sha256.Size]byte // and hash
 }
 
-// write makes lines of the queued events and puts them in the outbox;
-// with wait (the writer goroutine) it waits for room there.
-func (l *Log) write(wait bool) {
+// write makes lines of the queued events and puts them in the outbox.
+func (l *Log) write() {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	l.mu.Lock()
@@ -491,7 +502,7 @@ func (l *Log) write(wait bool) {
 				start = e.tail
 				if len(c.buf) >= chunkSize || (bi == len(q.blocks)-1 && i == len(blk.ends)-1) {
 					c.seq, c.hash = seq, prev
-					l.post(c, wait)
+					l.post(c)
 					c = l.newChunk()
 				}
 			}
@@ -548,17 +559,14 @@ func (l *Log) freeChunk(c *chunk) {
 	l.omu.Unlock()
 }
 
-// post appends c to the outbox; with wait, it first waits for room.
-func (l *Log) post(c *chunk, wait bool) {
+// post appends c to the outbox.
+func (l *Log) post(c *chunk) {
 	l.omu.Lock()
-	for wait && l.obytes >= maxOutbox && !l.ostop {
-		l.ocond.Wait()
-	}
 	l.outbox = append(l.outbox, c)
 	l.obytes += len(c.buf)
 	n := len(l.outbox)
 	l.omu.Unlock()
-	if n == 1 || !wait {
+	if n == 1 {
 		signal(l.iosig)
 	}
 }

@@ -176,33 +176,12 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ProtocolVersion != "" {
 		r.Protocol = "mcp/" + info.ProtocolVersion
 	}
-	if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
-		token, srv := meta.ProgressToken, mcpserver.ServerFromContext(ctx)
-		r.Progress = func(progress, total float64, message string) {
-			p := map[string]any{"progressToken": token, "progress": progress}
-			if total > 0 {
-				p["total"] = total
-			}
-			if message != "" {
-				p["message"] = message
-			}
-			_ = srv.SendNotificationToClient(ctx, "notifications/progress", p)
-		}
-	}
+	r.Progress = progressSender(ctx, req)
 	res, err := m.router.Call(ctx, c, r)
 	if err != nil {
 		return denial(err), nil
 	}
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	rm := json.RawMessage(raw)
-	out, err := mcp.ParseCallToolResult(&rm)
-	if err != nil {
-		return denial(tool.Wrap(err, tool.CodeInvalidOutput, "the tool's result is not a valid MCP result")), nil
-	}
-	return out, nil
+	return toMCPResult(res)
 }
 
 // denial turns a router error into an isError result: the code first,

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,6 +15,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/testkit"
 )
@@ -258,5 +263,54 @@ func TestServeCapabilityRPC(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "\n"); n < 15 {
 		t.Errorf("audit file has %d lines", n)
+	}
+}
+
+// TestConnectAndStdio reaches a running capgate the sandbox way: `capgate
+// connect` as a stdio MCP server, driven by an mcp-go client, forwarding
+// to the host over HTTP; and `capgate serve --stdio` directly.
+func TestConnectAndStdio(t *testing.T) {
+	s := startServe(t, "")
+	tok := s.mint(t, "sandbox", "private")
+	for name, argv := range map[string][]string{
+		"connect": {"connect", "http://" + s.addr + "/mcp"},
+		"stdio":   {"serve", "--stdio", "--config", s.config},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret)
+			tr := transport.NewStdio(s.bin, env, argv...)
+			c := client.NewClient(tr)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			init := mcp.InitializeRequest{}
+			init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+			if _, err := c.Initialize(ctx, init); err != nil {
+				t.Fatal(err)
+			}
+			tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+			if err != nil || len(tools.Tools) < 3 {
+				t.Fatalf("tools: %v %v", err, tools)
+			}
+			req := mcp.CallToolRequest{}
+			req.Params.Name, req.Params.Arguments = "fx__t_00", map[string]any{}
+			res, err := c.CallTool(ctx, req)
+			if err != nil || res.IsError {
+				t.Fatalf("t_00: %v %+v", err, res)
+			}
+			req.Params.Name = "fx__t_02"
+			res, err = c.CallTool(ctx, req)
+			if err != nil || !res.IsError || !strings.Contains(fmt.Sprint(res.Content), "approval_required") {
+				t.Errorf("critical tool: %v %+v", err, res)
+			}
+		})
+	}
+	// A bad token fails at once, with a message.
+	_, errb, code := s.run(t, []string{"CAPGATE_TOKEN=bad"}, "connect", "http://"+s.addr+"/mcp")
+	if code != 1 || !strings.Contains(errb, "connecting to") {
+		t.Errorf("bad token: %d %s", code, errb)
 	}
 }

@@ -194,6 +194,14 @@ func addTools(s *server.MCPServer) {
 					return nil, fmt.Errorf("sending progress: %w", err)
 				}
 			}
+			// The TypeScript SDK hands notifications to their handlers a
+			// microtask late but drops a request's progress handler as soon
+			// as its response is parsed: a last progress notification that
+			// arrives in the same read as the response is lost. A pause
+			// keeps them apart.
+			if token != nil && !sleep(ctx, 50*time.Millisecond) {
+				return nil, ctx.Err()
+			}
 			return text("Tool with progress executed successfully"), nil
 		})
 

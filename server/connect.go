@@ -1,0 +1,112 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	capgate "github.com/capgate/capgate"
+	mcpsrc "github.com/capgate/capgate/sources/mcp"
+	"github.com/capgate/capgate/tool"
+)
+
+// Connect serves over in and out, as a stdio MCP server, the tools of a
+// remote capgate at url (its /mcp endpoint), calling it with tok as the
+// bearer token: how a sandboxed runtime reaches the host. The remote
+// decides everything; this side only forwards, progress included.
+func Connect(ctx context.Context, url, tok string, in io.Reader, out io.Writer, logger *slog.Logger) error {
+	src, err := mcpsrc.New(mcpsrc.Options{Name: "remote", URL: url, Logger: logger,
+		Headers: map[string]string{"Authorization": "Bearer " + tok}})
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if err := src.Connect(ctx); err != nil {
+		return fmt.Errorf("connecting to %s: %w", url, err)
+	}
+	srv := mcpserver.NewMCPServer("capgate-connect", capgate.Version, mcpserver.WithToolCapabilities(true))
+	sync := func() {
+		ds, err := src.List(ctx)
+		if err != nil {
+			logger.Warn("listing the remote's tools failed", "err", err)
+			return
+		}
+		tools := make([]mcpserver.ServerTool, 0, len(ds))
+		for _, d := range ds {
+			tools = append(tools, mcpserver.ServerTool{Tool: remoteTool(d), Handler: forward(src, d)})
+		}
+		srv.SetTools(tools...)
+	}
+	sync()
+	src.OnChange(sync)
+	return mcpserver.NewStdioServer(srv).Listen(ctx, in, out)
+}
+
+// remoteTool lists a remote tool as the remote listed it.
+func remoteTool(d *tool.Descriptor) mcp.Tool {
+	schema := d.InputSchema
+	if len(schema) == 0 {
+		schema = json.RawMessage(`{"type":"object"}`)
+	}
+	t := mcp.Tool{Name: d.Name, Title: d.Title, Description: d.Description, RawInputSchema: schema,
+		Annotations: mcp.ToolAnnotation{ReadOnlyHint: d.Annotations.ReadOnlyHint, DestructiveHint: d.Annotations.DestructiveHint,
+			IdempotentHint: d.Annotations.IdempotentHint, OpenWorldHint: d.Annotations.OpenWorldHint}}
+	if len(d.OutputSchema) > 0 {
+		t.RawOutputSchema = d.OutputSchema
+	}
+	return t
+}
+
+func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		input := req.Params.RawArguments
+		if len(input) == 0 && req.Params.Arguments != nil {
+			input, _ = json.Marshal(req.Params.Arguments)
+		}
+		call := tool.Call{Tool: d, Input: input, Progress: progressSender(ctx, req)}
+		res, err := src.Call(ctx, call)
+		if err != nil {
+			return denial(err), nil
+		}
+		return toMCPResult(res)
+	}
+}
+
+// progressSender relays progress to the client that asked for it with a
+// progress token; nil when it did not.
+func progressSender(ctx context.Context, req mcp.CallToolRequest) func(progress, total float64, message string) {
+	meta := req.Params.Meta
+	if meta == nil || meta.ProgressToken == nil {
+		return nil
+	}
+	token, srv := meta.ProgressToken, mcpserver.ServerFromContext(ctx)
+	return func(progress, total float64, message string) {
+		p := map[string]any{"progressToken": token, "progress": progress}
+		if total > 0 {
+			p["total"] = total
+		}
+		if message != "" {
+			p["message"] = message
+		}
+		_ = srv.SendNotificationToClient(ctx, "notifications/progress", p)
+	}
+}
+
+// toMCPResult converts a tool result to mcp-go's form.
+func toMCPResult(res *tool.Result) (*mcp.CallToolResult, error) {
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	rm := json.RawMessage(raw)
+	out, err := mcp.ParseCallToolResult(&rm)
+	if err != nil {
+		return denial(tool.Wrap(err, tool.CodeInvalidOutput, "the tool's result is not a valid MCP result")), nil
+	}
+	return out, nil
+}
