@@ -107,9 +107,26 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 	s.cancel = cancel
 	go func() {
 		defer close(s.done)
+		go s.prune(runCtx)
 		s.Registry.Run(runCtx)
 	}()
 	return s, nil
+}
+
+// prune drops expired flows, idempotency records and approvals now and then.
+func (s *Server) prune(ctx context.Context) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Store.Prune(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Warn("pruning the store failed", "err", err)
+			}
+		}
+	}
 }
 
 // Policy is the router's policy from the config.

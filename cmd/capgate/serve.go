@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -62,7 +63,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 					fmt.Fprintf(out, "                  unix://%s\n", socket)
 				}
 				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
-				fmt.Fprintf(out, "  a dev token     capgate token mint --config %s --sub you\n", configPath)
+				fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you\n", selfCommand(), configPath)
 			})
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
@@ -73,4 +74,13 @@ SIGINT or SIGTERM stops it gracefully.`,
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml to serve")
 	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve one MCP client over stdin and stdout")
 	return cmd
+}
+
+// selfCommand is how the user ran capgate: "go run ./cmd/capgate" when the
+// binary is one go run built, else "capgate".
+func selfCommand() string {
+	if strings.Contains(os.Args[0], "go-build") {
+		return "go run ./cmd/capgate"
+	}
+	return "capgate"
 }

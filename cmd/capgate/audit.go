@@ -1,0 +1,104 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/capgate/capgate/audit"
+	"github.com/capgate/capgate/config"
+)
+
+func newAuditCmd() *cobra.Command {
+	var configPath, file string
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Verify and read the audit log",
+		Long: `audit works on the audit log: the file [audit] path of the config (--config,
+default ./capgate.toml; by default <data_dir>/audit.jsonl), or the file given
+with --file. The log is JSON lines, one per event, each holding the SHA-256
+of the line before it; <log>.head records the last line synced.`,
+	}
+	cmd.PersistentFlags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml whose audit log to use")
+	cmd.PersistentFlags().StringVar(&file, "file", "", "the audit log file, instead of the config's")
+	logPath := func(cmd *cobra.Command) (string, error) {
+		if cmd.Flags().Changed("file") {
+			if cmd.Flags().Changed("config") {
+				return "", usageError("give --config or --file, not both")
+			}
+			if file == "" {
+				return "", usageError("--file: empty path")
+			}
+			return file, nil
+		}
+		cfg, err := config.Load(configPath)
+		if err != nil {
+			return "", usageError("%v", err)
+		}
+		return cfg.Audit.Path, nil
+	}
+
+	verify := &cobra.Command{
+		Use:   "verify",
+		Short: "Check the audit log's hash chain and its .head sidecar",
+		Long: `verify reads the whole audit log and checks that every line is a record whose
+seq is its line number and whose prev is the SHA-256 of the line before it,
+then that the file agrees with its .head sidecar. It names the first line
+where a line was edited, removed, inserted or reordered, or says that lines
+were cut off the end.
+
+Exit status: 0 when the log is intact, 1 when it is not, 2 when it cannot be
+read.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path, err := logPath(cmd)
+			if err != nil {
+				return err
+			}
+			rep, err := audit.VerifyFile(path)
+			var ve *audit.VerifyError
+			if errors.As(err, &ve) {
+				return &exitError{code: exitDenied, err: err}
+			}
+			if err != nil {
+				return usageError("%v", err)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s: %d lines, chain intact (head %s)\n", path, rep.Lines, rep.Head)
+			if !rep.Sidecar {
+				fmt.Fprintf(out, "note: no %s.head sidecar, so lines cut off the end would go unseen\n", path)
+			}
+			return nil
+		},
+	}
+
+	var n int
+	tail := &cobra.Command{
+		Use:   "tail",
+		Short: "Print the last lines of the audit log, as they are",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n < 0 {
+				return usageError("-n %d: want 0 or more lines", n)
+			}
+			path, err := logPath(cmd)
+			if err != nil {
+				return err
+			}
+			b, err := audit.TailFile(path, n)
+			if err != nil {
+				return usageError("%v", err)
+			}
+			if len(b) > 0 && b[len(b)-1] != '\n' {
+				b = append(b, '\n') // an incomplete last line
+			}
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		},
+	}
+	tail.Flags().IntVarP(&n, "lines", "n", 20, "how many lines")
+
+	cmd.AddCommand(verify, tail)
+	return cmd
+}
