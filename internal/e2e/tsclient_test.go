@@ -62,7 +62,7 @@ func TestTSClientAgainstFixture(t *testing.T) {
 	if got := rep.Denied.text(); got != "ok" || rep.Denied.IsError {
 		t.Errorf("t_00 = %q (isError %v), want %q", got, rep.Denied.IsError, "ok")
 	}
-	checkProgress(t, rep)
+	checkProgress(t, rep, false)
 	if len(rep.Progress) != 3 {
 		t.Errorf("progress notifications = %+v, want the fixture's 3", rep.Progress)
 	}
@@ -108,7 +108,7 @@ func TestTSClientCapgate(t *testing.T) {
 			t.Errorf("fx__t_00's denial %q does not say %q", rep.Denied.text(), want)
 		}
 	}
-	checkProgress(t, rep)
+	checkProgress(t, rep, true)
 }
 
 // TestTSClientCapgateBadToken: a token capgate cannot verify is refused with
@@ -138,8 +138,17 @@ func TestTSClientCapgateNarrowToken(t *testing.T) {
 	}
 }
 
-// checkProgress: the slow tool reported progress that went up, and answered.
-func checkProgress(t *testing.T, rep *clientReport) {
+// checkProgress: the slow tool answered, and reported progress that went
+// up. The MCP spec says progress MUST increase with each notification; with
+// strictOrder false (the fixture, which capgate does not control) arrival
+// out of order is only logged.
+//
+// Why it can arrive out of order: mcp-go v1.2.1's streamable HTTP server
+// puts every notification of a session, progress included, on one session
+// channel that both the POST's response stream and the standalone GET
+// stream (which the TypeScript SDK opens) read from, so a call's progress is
+// split between the two streams and their order between them is not kept.
+func checkProgress(t *testing.T, rep *clientReport, strictOrder bool) {
 	t.Helper()
 	if got := rep.Slow.text(); got != "done" || rep.Slow.IsError {
 		t.Errorf("slow = %q (isError %v), want %q", got, rep.Slow.IsError, "done")
@@ -147,11 +156,22 @@ func checkProgress(t *testing.T, rep *clientReport) {
 	if len(rep.Progress) == 0 {
 		t.Fatalf("no progress notification arrived for slow (http: %+v)", rep.HTTP)
 	}
-	for i := 1; i < len(rep.Progress); i++ {
-		if rep.Progress[i].Progress <= rep.Progress[i-1].Progress {
-			t.Errorf("progress did not increase: %+v", rep.Progress)
-			break
+	var values []float64
+	for _, p := range rep.Progress {
+		values = append(values, p.Progress)
+	}
+	if !slices.IsSorted(values) || len(slices.Compact(slices.Clone(values))) != len(values) {
+		msg := fmt.Sprintf("progress did not increase from one notification to the next: %v "+
+			"(mcp-go splits a call's progress between the POST and GET streams)", values)
+		if strictOrder {
+			t.Error(msg)
+		} else {
+			t.Log(msg)
 		}
+	}
+	slices.Sort(values)
+	if len(slices.Compact(values)) != len(rep.Progress) {
+		t.Errorf("progress values repeat: %+v", rep.Progress)
 	}
 }
 
