@@ -940,3 +940,18 @@ func FuzzAppendString(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) { checkString(t, s) })
 }
+
+func TestOpenTwice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path, Options{})
+	if l2, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "in use") {
+		if l2 != nil {
+			l2.Close()
+		}
+		t.Fatalf("second Open of an open log: %v, want in use", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	openT(t, path, Options{}).Close()
+}

@@ -35,6 +35,19 @@
 // rewrite of the whole file and its sidecar by someone who can write both.
 // Copy the head hash elsewhere to anchor it.
 //
+// # Writing
+//
+// Log never waits for the disk in the normal course: it encodes the event
+// and queues it. A writer goroutine gives queued lines their seq and prev at
+// most FlushInterval after the first of them arrived (at once when MaxBatch
+// wait); an I/O goroutine writes them and fsyncs once per group, then
+// replaces the sidecar. Flush and Close return once what was logged before
+// them is on disk. A failed write is cut back off the file and tried again,
+// byte for byte; if the disk falls MaxPending events behind, Log waits
+// rather than drop records. Events logged after Close are dropped and
+// counted (Dropped). One Log at a time may have a file open: Open takes an
+// exclusive flock.
+//
 // Records never carry tokens, secrets or credential values: Event has no
 // field for them, and callers must not put them in Detail or Reason.
 package audit

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -143,6 +144,14 @@ func Open(path string, opts Options) (*Log, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
+	}
+	// Two writers would fork the chain.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("audit: %s: in use: another Log (another capgate process?) has it open", path)
+		}
+		return nil, fmt.Errorf("audit: %s: flock: %w", path, err)
 	}
 	l := &Log{
 		path:       path,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -18,6 +19,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var configPath string
 	var stdio bool
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the catalog behind the router",
@@ -35,6 +37,17 @@ SIGINT or SIGTERM stops it gracefully.`,
 			cfg, err := config.Load(configPath)
 			if err != nil {
 				return usageError("%v", err)
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return usageError("%v", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return usageError("%v", err)
+				}
+				defer pprof.StopCPUProfile()
 			}
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -73,6 +86,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 	}
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml to serve")
 	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve one MCP client over stdin and stdout")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file until capgate stops")
 	return cmd
 }
 

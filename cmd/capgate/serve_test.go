@@ -314,3 +314,25 @@ func TestConnectAndStdio(t *testing.T) {
 		t.Errorf("bad token: %d %s", code, errb)
 	}
 }
+
+// TestBench runs `capgate bench` against a real capgate in front of the
+// MCP fixture served over streamable HTTP.
+func TestBench(t *testing.T) {
+	upstream := testkit.FreeAddr(t)
+	kill := testkit.ServeMCPFixture(t, "-http", upstream)
+	defer kill()
+	s := startServe(t, fmt.Sprintf("[policy.subjects.bench]\ngrants = [\"rye.execute.tool.mcp.up.*\"]\n[mcp.servers.up]\nurl = \"http://%s/mcp\"\n[mcp.servers.up.tools.t_00]\nrisk = \"LOW\"\n", upstream))
+	// The catalog lists the HTTP upstream once it answers.
+	tok := s.mint(t, "bench", "private")
+	out, errb, code := s.run(t, []string{"CAPGATE_TOKEN=" + tok}, "bench",
+		"--direct", "http://"+upstream+"/mcp", "--direct-tool", "t_00",
+		"--through", "http://"+s.addr+"/mcp", "--through-tool", "up__t_00",
+		"--calls", "40", "--concurrency", "1,4", "--pid", fmt.Sprint(s.cmd.Process.Pid))
+	if code != 0 {
+		t.Fatalf("bench: %d %s %s", code, out, errb)
+	}
+	rows := regexp.MustCompile(`(?m)^(1|4)\s+capgate\s+40\s+0\s+\d+µs\s+\d+µs\s+\d+\s+\d+µs$`).FindAllString(out, -1)
+	if len(rows) != 2 || !regexp.MustCompile(`(?m)^4\s+direct\s+40\s+0\s`).MatchString(out) {
+		t.Errorf("bench output:\n%s", out)
+	}
+}

@@ -75,7 +75,7 @@ func TestTSClientAgainstFixture(t *testing.T) {
 			http.Error(w, `{"error":"token_invalid"}`, http.StatusUnauthorized)
 		}))
 		defer srv.Close()
-		bad := runTSClientBadToken(t, dir, srv.URL+"/mcp")
+		bad := runTSClientBadToken(t, dir, srv.URL+"/mcp", "")
 		if bad.Status != http.StatusUnauthorized || bad.WWWAuthenticate != challenge {
 			t.Errorf("bad token: status %d, WWW-Authenticate %q; want 401, %q (%+v)",
 				bad.Status, bad.WWWAuthenticate, challenge, bad)
@@ -112,16 +112,26 @@ func TestTSClientCapgate(t *testing.T) {
 }
 
 // TestTSClientCapgateBadToken: a token capgate cannot verify is refused with
-// 401 and a WWW-Authenticate challenge, so the SDK's connect fails.
+// 401 and a WWW-Authenticate challenge, so the SDK's connect fails: one that
+// is not a token at all, and a well-formed one signed with another key.
 func TestTSClientCapgateBadToken(t *testing.T) {
 	dir := installTSClient(t)
 	cg := startCapgate(t)
-	bad := runTSClientBadToken(t, dir, cg.url)
-	if bad.Status != http.StatusUnauthorized {
-		t.Errorf("connect with a bad token: status %d, want 401 (%+v)", bad.Status, bad)
-	}
-	if !strings.HasPrefix(strings.ToLower(bad.WWWAuthenticate), "bearer") {
-		t.Errorf("401 without a Bearer WWW-Authenticate challenge: %q (%+v)", bad.WWWAuthenticate, bad)
+	other := make([]byte, 32)
+	rand.Read(other)
+	for name, tok := range map[string]string{
+		"malformed": "not-a-valid-token",
+		"wrong key": cg.mintWith(t, hex.EncodeToString(other), "--sub", "alice"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := runTSClientBadToken(t, dir, cg.url, tok)
+			if bad.Status != http.StatusUnauthorized {
+				t.Errorf("connect with a bad token: status %d, want 401 (%+v)", bad.Status, bad)
+			}
+			if !strings.HasPrefix(strings.ToLower(bad.WWWAuthenticate), "bearer") {
+				t.Errorf("401 without a Bearer WWW-Authenticate challenge: %q (%+v)", bad.WWWAuthenticate, bad)
+			}
+		})
 	}
 }
 
@@ -395,11 +405,11 @@ func runTSClient(t *testing.T, dir, url, token string, env ...string) *clientRep
 	return &rep
 }
 
-// runTSClientBadToken runs the client in its bad-token mode: its connect
-// must fail.
-func runTSClientBadToken(t *testing.T, dir, url string) *badTokenReport {
+// runTSClientBadToken runs the client in its bad-token mode with token
+// (empty: a made-up one): its connect must fail.
+func runTSClientBadToken(t *testing.T, dir, url, token string) *badTokenReport {
 	t.Helper()
-	out, errb, err := runNode(t, dir, "CAPGATE_MCP_URL="+url, "CAPGATE_TOKEN=", "CAPGATE_BAD_TOKEN=1")
+	out, errb, err := runNode(t, dir, "CAPGATE_MCP_URL="+url, "CAPGATE_TOKEN="+token, "CAPGATE_BAD_TOKEN=1")
 	if err != nil {
 		t.Fatalf("bad-token mode: %v (did it connect?)\nstdout: %s\nstderr: %s", err, out, errb)
 	}
@@ -535,10 +545,16 @@ risk = "LOW"
 // mint runs `capgate token mint --config F args...` and returns the token.
 func (cg *capgate) mint(t *testing.T, args ...string) string {
 	t.Helper()
+	return cg.mintWith(t, cg.secret, args...)
+}
+
+// mintWith mints with the token key secret instead of the server's.
+func (cg *capgate) mintWith(t *testing.T, secret string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cg.bin, append([]string{"token", "mint", "--config", cg.config}, args...)...)
-	cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+cg.secret)
+	cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+secret)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -30,6 +31,17 @@ import (
 // Protocol is the MCP revision capgate speaks to upstreams: the session
 // protocol, which every server of today understands.
 const Protocol = "2025-11-25"
+
+// pooledClient keeps enough idle connections per upstream that concurrent
+// calls reuse them: net/http's default of two per host makes most calls
+// under load open a new TCP connection.
+var pooledClient = &http.Client{Transport: &http.Transport{
+	Proxy:               http.ProxyFromEnvironment,
+	MaxIdleConns:        512,
+	MaxIdleConnsPerHost: 128,
+	IdleConnTimeout:     90 * time.Second,
+	ForceAttemptHTTP2:   true,
+}}
 
 // hostEnv is what a stdio upstream gets from the host besides its env.
 var hostEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"}
@@ -205,7 +217,8 @@ func (s *Source) newClient() (*client.Client, error) {
 		}
 		return client.NewClient(t, opts...), nil
 	default:
-		t, err := transport.NewStreamableHTTP(s.opts.URL, transport.WithHTTPHeaders(s.opts.Headers))
+		t, err := transport.NewStreamableHTTP(s.opts.URL, transport.WithHTTPHeaders(s.opts.Headers),
+			transport.WithHTTPBasicClient(pooledClient))
 		if err != nil {
 			return nil, err
 		}
