@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -674,7 +675,7 @@ func pending(l *Log) int {
 	l.omu.Lock()
 	defer l.omu.Unlock()
 	for _, c := range l.outbox {
-		n += c.n
+		n += len(c.lines)
 	}
 	return n
 }
@@ -941,17 +942,141 @@ func FuzzAppendString(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) { checkString(t, s) })
 }
 
-func TestOpenTwice(t *testing.T) {
+// Two Logs on one file, as two capgate processes sharing a config have:
+// each chains its lines to whatever the file ends with when it writes.
+func TestTwoLogsOneFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l := openT(t, path, Options{})
-	if l2, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "in use") {
-		if l2 != nil {
-			l2.Close()
+	a := openT(t, path, Options{FlushInterval: time.Hour, MaxBatch: 1 << 20})
+	b := openT(t, path, Options{FlushInterval: time.Hour, MaxBatch: 1 << 20})
+	want := []string{}
+	step := func(l *Log, name string, n int) {
+		for i := range n {
+			e := fullEvent(TypeToolCall, i)
+			e.Detail = fmt.Sprintf("%s-%d", name, len(want))
+			want = append(want, e.Detail)
+			l.Log(e)
 		}
-		t.Fatalf("second Open of an open log: %v, want in use", err)
+		if err := l.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := VerifyFile(path); err != nil || rep.Lines != len(want) || !rep.Sidecar {
+			t.Fatalf("after %s wrote: %+v %v, want %d lines", name, rep, err, len(want))
+		}
 	}
-	if err := l.Close(); err != nil {
+	// Each step but the first two finds lines it did not write at the end.
+	step(a, "a", 3)
+	step(b, "b", 2) // b opened on an empty file
+	step(a, "a", 1)
+	step(a, "a", 2) // a wrote last: no rechaining
+	step(b, "b", 4)
+	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	openT(t, path, Options{}).Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range readLines(t, path) {
+		if !strings.Contains(line, fmt.Sprintf(`"detail":%q`, want[i])) {
+			t.Errorf("line %d: want detail %s: %s", i+1, want[i], line)
+		}
+	}
+}
+
+func TestTwoLogsOneFileConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	const logs, goroutines, each = 3, 4, 300
+	var ls []*Log
+	for range logs {
+		ls = append(ls, openT(t, path, Options{FlushInterval: time.Millisecond, MaxBatch: 16}))
+	}
+	var wg sync.WaitGroup
+	for li, l := range ls {
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range each {
+					e := fullEvent(TypeToolCall, i)
+					e.Sub = fmt.Sprintf("log%d-g%d", li, g)
+					l.Log(e)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, l := range ls {
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := VerifyFile(path)
+	if err != nil || rep.Lines != logs*goroutines*each || !rep.Sidecar {
+		t.Fatalf("%+v %v, want %d lines", rep, err, logs*goroutines*each)
+	}
+	count := map[string]int{}
+	for _, line := range readLines(t, path) {
+		var v struct{ Sub string }
+		json.Unmarshal([]byte(line), &v)
+		count[v.Sub]++
+	}
+	if len(count) != logs*goroutines {
+		t.Errorf("%d writers in the file, want %d", len(count), logs*goroutines)
+	}
+	for sub, n := range count {
+		if n != each {
+			t.Errorf("%s: %d lines, want %d", sub, n, each)
+		}
+	}
+}
+
+// A file cut back behind a Log's back is not extended.
+func TestCutBackWhileOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path, Options{FlushInterval: time.Hour, MaxBatch: 1 << 20})
+	defer l.Close()
+	l.Log(fullEvent(TypeToolCall, 1))
+	l.Log(fullEvent(TypeToolCall, 2))
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	lines := readLines(t, path)
+	writeLines(t, path, lines[:1])
+	l.Log(fullEvent(TypeToolCall, 3))
+	if err := l.Flush(); err == nil || !strings.Contains(err.Error(), "cut back") {
+		t.Errorf("Flush after the file was cut back: %v", err)
+	}
+	if got := readLines(t, path); len(got) != 1 {
+		t.Errorf("the cut-back file was extended to %d lines", len(got))
+	}
+}
+
+// VerifyFile and TailFile read a log in use as of a moment between
+// commits: a line half written under the lock is not seen.
+func TestSnapshotWaitsForWriter(t *testing.T) {
+	path, lines := tampered(t)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	unlock, err := lockFile(f, syscall.LOCK_EX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(lines[0][:30]) // a write in progress
+	done := make(chan error, 2)
+	go func() { _, err := VerifyFile(path); done <- err }()
+	go func() { _, err := TailFile(path, 1); done <- err }()
+	select {
+	case err := <-done:
+		t.Fatalf("read a log while it was locked for writing: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := f.Truncate(int64(len(strings.Join(lines, "\n")) + 1)); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("after the writer unlocked: %v", err)
+		}
+	}
 }

@@ -124,22 +124,19 @@ func countLines(r io.ReaderAt, size int64) (int, error) {
 	}
 }
 
-// TailFile returns the last n lines of the file at path, as they are.
+// TailFile returns the last n lines of the file at path, as they are, as
+// of a moment between two group commits.
 func TailFile(path string, n int) ([]byte, error) {
-	f, err := os.Open(path)
+	f, size, _, _, err := snapshot(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	start, err := tailStart(f, st.Size(), n)
+	start, err := tailStart(f, size, n)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	out := make([]byte, st.Size()-start)
+	out := make([]byte, size-start)
 	if _, err := f.ReadAt(out, start); err != nil && err != io.EOF {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -81,6 +81,11 @@ type Log struct {
 	obytes int
 	ofree  []*chunk
 	ostop  bool // Close: the writer must not wait for room
+	// The last line written, for the writer to chain from when the outbox
+	// is empty: it differs from the writer's own only when another Log
+	// (another process) appended to the file meanwhile.
+	tailSeq  uint64
+	tailHash [sha256.Size]byte
 
 	// I/O: iomu is held while writing and syncing; it guards the fields
 	// below.
@@ -93,6 +98,7 @@ type Log struct {
 	wroteHash [sha256.Size]byte
 	synced    uint64 // last line fsynced and recorded in .head
 	fclosed   bool
+	rebuf     []byte // for rechain
 
 	broken atomic.Bool // a failed write could not be cut back: nothing more is written
 
@@ -145,14 +151,6 @@ func Open(path string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	// Two writers would fork the chain.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("audit: %s: in use: another Log (another capgate process?) has it open", path)
-		}
-		return nil, fmt.Errorf("audit: %s: flock: %w", path, err)
-	}
 	l := &Log{
 		path:       path,
 		interval:   opts.FlushInterval,
@@ -191,39 +189,21 @@ func Open(path string, opts Options) (*Log, error) {
 
 // resume reads the file's last line and its sidecar to continue the chain.
 func (l *Log) resume() error {
+	unlock, err := lockFile(l.f, syscall.LOCK_EX)
+	if err != nil {
+		return fmt.Errorf("audit: %s: %w", l.path, err)
+	}
+	defer unlock()
 	st, err := l.f.Stat()
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
 	l.size = st.Size()
-	if l.size > 0 {
-		start, err := tailStart(l.f, l.size, 1)
-		if err != nil {
-			return fmt.Errorf("audit: %s: %w", l.path, err)
-		}
-		line := make([]byte, l.size-start)
-		if _, err := l.f.ReadAt(line, start); err != nil {
-			return fmt.Errorf("audit: %s: %w", l.path, err)
-		}
-		fail := func(format string, args ...any) error {
-			n, err := countLines(l.f, start)
-			if err != nil {
-				return fmt.Errorf("audit: %s: %w", l.path, err)
-			}
-			return fmt.Errorf("audit: %s:%d: last line: %s; move the file aside, or remove the line if you know why it is broken", l.path, n+1, fmt.Sprintf(format, args...))
-		}
-		if line[len(line)-1] != '\n' {
-			return fail("incomplete: no newline at the end (a write was cut short)")
-		}
-		line = line[:len(line)-1]
-		seq, _, reason := parseLine(line)
-		if reason != "" {
-			return fail("%s", reason)
-		}
-		l.seq = seq
-		l.prev = sha256.Sum256(line)
+	if l.seq, l.prev, err = readTail(l.f, l.size, l.path); err != nil {
+		return err
 	}
 	l.wroteSeq, l.wroteHash, l.synced = l.seq, l.prev, l.seq
+	l.tailSeq, l.tailHash = l.seq, l.prev
 	h, ok, err := readHead(l.path + ".head")
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
@@ -238,6 +218,55 @@ func (l *Log) resume() error {
 		return fmt.Errorf("audit: %s: line %d: hash does not match %s.head: the last line was edited or replaced; move the log and its .head aside", l.path, l.seq, l.path)
 	}
 	return nil
+}
+
+// readTail returns the seq and hash of the last line of f, of size bytes;
+// 0 and the zero hash for an empty file. A last line that is incomplete or
+// not a record is an error naming path:line.
+func readTail(f *os.File, size int64, path string) (seq uint64, hash [sha256.Size]byte, err error) {
+	if size == 0 {
+		return 0, hash, nil
+	}
+	start, err := tailStart(f, size, 1)
+	if err != nil {
+		return 0, hash, fmt.Errorf("audit: %s: %w", path, err)
+	}
+	line := make([]byte, size-start)
+	if _, err := f.ReadAt(line, start); err != nil {
+		return 0, hash, fmt.Errorf("audit: %s: %w", path, err)
+	}
+	fail := func(reason string) error {
+		n, err := countLines(f, start)
+		if err != nil {
+			return fmt.Errorf("audit: %s: %w", path, err)
+		}
+		return fmt.Errorf("audit: %s:%d: last line: %s; move the file aside, or remove the line if you know why it is broken", path, n+1, reason)
+	}
+	if line[len(line)-1] != '\n' {
+		return 0, hash, fail("incomplete: no newline at the end (a write was cut short)")
+	}
+	line = line[:len(line)-1]
+	seq, _, reason := parseLine(line)
+	if reason != "" {
+		return 0, hash, fail(reason)
+	}
+	return seq, sha256.Sum256(line), nil
+}
+
+// lockFile flocks f (LOCK_EX or LOCK_SH), waiting for it, and returns the
+// unlock.
+func lockFile(f *os.File, how int) (unlock func(), err error) {
+	fd := int(f.Fd())
+	for {
+		err = syscall.Flock(fd, how)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("flock: %w", err)
+	}
+	return func() { syscall.Flock(fd, syscall.LOCK_UN) }, nil
 }
 
 // Log queues e for the writer. It waits only when MaxPending events are
@@ -316,7 +345,7 @@ func (l *Log) Close() error {
 	if !l.io() {
 		l.omu.Lock()
 		for _, c := range l.outbox {
-			l.dropped.Add(uint64(c.n))
+			l.dropped.Add(uint64(len(c.lines)))
 		}
 		l.outbox = nil
 		l.omu.Unlock()
@@ -472,12 +501,50 @@ func (l *Log) add(b []byte, head int) int {
 	return q.n
 }
 
-// chunk is lines made by the writer, for one write(2).
+// chunk is lines made by the writer, for one write(2), chained to the line
+// baseSeq, whose hash is base.
 type chunk struct {
-	buf  []byte
-	n    int               // lines
-	seq  uint64            // the last line's seq
-	hash [sha256.Size]byte // and hash
+	buf     []byte
+	lines   []lineIdx
+	baseSeq uint64
+	base    [sha256.Size]byte
+	seq     uint64            // the last line's seq
+	hash    [sha256.Size]byte // and hash
+}
+
+// lineIdx locates a line in its chunk: its seq digits, and its end, after
+// the newline. Its prev is the 64 bytes before the closing `"}` and newline.
+type lineIdx struct{ seqStart, seqEnd, end int }
+
+// prevEnd is how far before a line's end its prev begins: 64 hex digits,
+// `"}` and the newline.
+const prevEnd = 2*sha256.Size + 3
+
+// rechain gives c's lines new seqs and prevs, chained to the line seq whose
+// hash is hash, building them in buf, and returns c's old buffer.
+func rechain(c *chunk, seq uint64, hash [sha256.Size]byte, buf []byte) []byte {
+	c.baseSeq, c.base = seq, hash
+	out := buf[:0]
+	start := 0
+	for i, li := range c.lines {
+		line := len(out)
+		seq++
+		out = append(out, c.buf[start:li.seqStart]...)
+		ss := len(out)
+		out = strconv.AppendUint(out, seq, 10)
+		se := len(out)
+		out = append(out, c.buf[li.seqEnd:li.end-prevEnd]...)
+		out = hex.AppendEncode(out, hash[:])
+		out = append(out, '"', '}')
+		hash = sha256.Sum256(out[line:])
+		out = append(out, '\n')
+		c.lines[i] = lineIdx{ss, se, len(out)}
+		start = li.end
+	}
+	c.seq, c.hash = seq, hash
+	old := c.buf
+	c.buf = out
+	return old
 }
 
 // write makes lines of the queued events and puts them in the outbox.
@@ -497,22 +564,35 @@ func (l *Log) write() {
 		l.setErr(fmt.Errorf("audit: %s: not written: an earlier failed write could not be cut back", l.path))
 		l.dropped.Add(uint64(q.n))
 	} else {
+		l.omu.Lock()
+		if len(l.outbox) == 0 {
+			l.seq, l.prev = l.tailSeq, l.tailHash
+		}
+		l.omu.Unlock()
 		seq, prev := l.seq, l.prev
 		c := l.newChunk()
+		c.baseSeq, c.base = seq, prev
 		for bi, blk := range q.blocks {
 			start := 0
 			for i, e := range blk.ends {
 				line := len(c.buf)
 				seq++
-				c.buf = appendLine(c.buf, blk.buf[start:e.head], seq, blk.buf[e.head:e.tail], &prev)
+				c.buf = append(c.buf, blk.buf[start:e.head]...)
+				ss := len(c.buf)
+				c.buf = strconv.AppendUint(c.buf, seq, 10)
+				se := len(c.buf)
+				c.buf = append(c.buf, blk.buf[e.head:e.tail]...)
+				c.buf = hex.AppendEncode(c.buf, prev[:])
+				c.buf = append(c.buf, '"', '}')
 				prev = sha256.Sum256(c.buf[line:])
 				c.buf = append(c.buf, '\n')
-				c.n++
+				c.lines = append(c.lines, lineIdx{ss, se, len(c.buf)})
 				start = e.tail
 				if len(c.buf) >= chunkSize || (bi == len(q.blocks)-1 && i == len(blk.ends)-1) {
 					c.seq, c.hash = seq, prev
 					l.post(c)
 					c = l.newChunk()
+					c.baseSeq, c.base = seq, prev
 				}
 			}
 		}
@@ -557,7 +637,7 @@ func (l *Log) newChunk() *chunk {
 // freeChunkLocked keeps c for reuse. Call with omu held.
 func (l *Log) freeChunkLocked(c *chunk) {
 	if len(l.ofree) < maxFree/4 && cap(c.buf) <= 2*chunkSize {
-		c.buf, c.n = c.buf[:0], 0
+		c.buf, c.lines = c.buf[:0], c.lines[:0]
 		l.ofree = append(l.ofree, c)
 	}
 }
@@ -581,16 +661,52 @@ func (l *Log) post(c *chunk) {
 }
 
 // io writes the outbox's chunks in order, then fsyncs the file and records
-// the last line in the .head sidecar. It reports whether all went well. A
-// chunk that fails to be written is cut back off the file and stays first
-// in the outbox, to be written again, byte for byte: the lines after it
-// were chained to it. If it cannot be cut back the log is broken, and what
-// the outbox holds is dropped and counted.
+// the last line in the .head sidecar. It reports whether all went well.
+//
+// It holds an exclusive flock on the file meanwhile, so that several Logs,
+// in several processes, can share one file: if the file has grown since
+// this Log last wrote, its lines are chained anew to the last line there.
+//
+// A chunk that fails to be written is cut back off the file and stays
+// first in the outbox, to be tried again. If it cannot be cut back the log
+// is broken, and what the outbox holds is dropped and counted.
 func (l *Log) io() bool {
 	l.iomu.Lock()
 	defer l.iomu.Unlock()
 	if l.fclosed {
 		return true
+	}
+	l.omu.Lock()
+	idle := len(l.outbox) == 0
+	l.omu.Unlock()
+	if idle && l.wroteSeq <= l.synced {
+		return true
+	}
+	unlock, err := lockFile(l.f, syscall.LOCK_EX)
+	if err != nil {
+		l.setErr(fmt.Errorf("audit: %s: %w", l.path, err))
+		return false
+	}
+	defer unlock()
+	if !idle {
+		st, err := l.f.Stat()
+		if err != nil {
+			l.setErr(fmt.Errorf("audit: %w", err))
+			return false
+		}
+		if st.Size() < l.size {
+			l.setErr(fmt.Errorf("audit: %s: the file was cut back from %d to %d bytes behind this Log's back; not extending it", l.path, l.size, st.Size()))
+			return false
+		}
+		if st.Size() > l.size { // another Log wrote
+			seq, hash, err := readTail(l.f, st.Size(), l.path)
+			if err != nil {
+				l.setErr(err)
+				return false
+			}
+			l.size, l.wroteSeq, l.wroteHash = st.Size(), seq, hash
+			l.synced = seq // the other Log synced its lines before it unlocked
+		}
 	}
 	for {
 		l.omu.Lock()
@@ -600,6 +716,9 @@ func (l *Log) io() bool {
 		}
 		c := l.outbox[0]
 		l.omu.Unlock()
+		if c.baseSeq != l.wroteSeq || c.base != l.wroteHash {
+			l.rebuf = rechain(c, l.wroteSeq, l.wroteHash, l.rebuf)
+		}
 		n, err := l.w.Write(c.buf)
 		if err != nil {
 			if n > 0 {
@@ -608,7 +727,7 @@ func (l *Log) io() bool {
 					l.setErr(fmt.Errorf("audit: %s: write: %v; cutting back the partial write failed too, so nothing more is written: %v", l.path, err, terr))
 					l.omu.Lock()
 					for _, c := range l.outbox {
-						l.dropped.Add(uint64(c.n))
+						l.dropped.Add(uint64(len(c.lines)))
 					}
 					clear(l.outbox)
 					l.outbox, l.obytes = l.outbox[:0], 0
@@ -623,6 +742,7 @@ func (l *Log) io() bool {
 		l.size += int64(n)
 		l.wroteSeq, l.wroteHash = c.seq, c.hash
 		l.omu.Lock()
+		l.tailSeq, l.tailHash = c.seq, c.hash
 		l.outbox[0] = nil
 		l.outbox = l.outbox[1:]
 		l.obytes -= len(c.buf)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Report is what a verification found.
@@ -108,17 +109,40 @@ func verify(r io.Reader, at int) (rep Report, hashAt string, err error) {
 	return Report{Lines: n, Head: string(prevHex[:])}, hashAt, nil
 }
 
+// snapshot opens the log at path and, while no Log is writing to it,
+// takes its size and reads its sidecar, so that a log in use is read as of
+// a moment between two group commits.
+func snapshot(path string) (f *os.File, size int64, h head, haveHead bool, err error) {
+	f, err = os.Open(path)
+	if err != nil {
+		return nil, 0, head{}, false, err
+	}
+	unlock, err := lockFile(f, syscall.LOCK_SH)
+	if err != nil {
+		f.Close()
+		return nil, 0, head{}, false, fmt.Errorf("%s: %w", path, err)
+	}
+	defer unlock()
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, head{}, false, err
+	}
+	h, haveHead, err = readHead(path + ".head")
+	if err != nil {
+		f.Close()
+		return nil, 0, head{}, false, &VerifyError{Path: path, Reason: err.Error()}
+	}
+	return f, st.Size(), h, haveHead, nil
+}
+
 // VerifyFile verifies the log at path like Verify, then checks it against
 // its .head sidecar, if there is one: a file with fewer lines than the
 // sidecar records was cut back, and a line whose hash differs from the
 // sidecar's was edited. A file with more lines than the sidecar is fine:
 // the writer stopped before updating it.
 func VerifyFile(path string) (Report, error) {
-	h, haveHead, err := readHead(path + ".head")
-	if err != nil {
-		return Report{}, &VerifyError{Path: path, Reason: err.Error()}
-	}
-	f, err := os.Open(path)
+	f, size, h, haveHead, err := snapshot(path)
 	if err != nil {
 		return Report{}, err
 	}
@@ -127,7 +151,7 @@ func VerifyFile(path string) (Report, error) {
 	if haveHead {
 		at = int(min(h.seq, uint64(^uint(0)>>1)))
 	}
-	rep, hashAt, err := verify(f, at)
+	rep, hashAt, err := verify(io.NewSectionReader(f, 0, size), at)
 	if err != nil {
 		if ve, ok := err.(*VerifyError); ok {
 			ve.Path = path

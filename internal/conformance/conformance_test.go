@@ -26,6 +26,7 @@ func TestConformanceFixture(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite runs Node; skipped with -short")
 	}
+	Install(t) // first: without npm, skip (or fail in CI) before building anything
 	url := StartFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
