@@ -55,6 +55,12 @@ func fullEvent(typ string, i int) Event {
 	}
 }
 
+// appendEvent appends e as one line, without its newline.
+func appendEvent(b []byte, e *Event, seq uint64, prev *[sha256.Size]byte) []byte {
+	b, _, _ = appendLine(b, appendHead(nil, e), seq, appendTail(nil, e), prev)
+	return b
+}
+
 func openT(t *testing.T, path string, opts Options) *Log {
 	t.Helper()
 	l, err := Open(path, opts)
@@ -1077,6 +1083,47 @@ func TestSnapshotWaitsForWriter(t *testing.T) {
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Errorf("after the writer unlocked: %v", err)
+		}
+	}
+}
+
+// rechain gives a chunk's lines exactly the bytes they would have had if
+// they had been made on the new base.
+func TestRechain(t *testing.T) {
+	events := []Event{fullEvent(TypeToolCall, 1), {Type: TypeApproval, Time: time.Unix(5, 0)}, fullEvent(TypeCapabilityCheck, 3)}
+	line := func(b []byte, e *Event, seq uint64, prev *[sha256.Size]byte) ([]byte, lineIdx) {
+		start := len(b)
+		b, ss, se := appendLine(b, appendHead(nil, e), seq, appendTail(nil, e), prev)
+		*prev = sha256.Sum256(b[start:])
+		b = append(b, '\n')
+		return b, lineIdx{ss, se, len(b)}
+	}
+	c := &chunk{}
+	var prev [sha256.Size]byte
+	for i := range events {
+		var li lineIdx
+		c.buf, li = line(c.buf, &events[i], uint64(i+1), &prev)
+		c.lines = append(c.lines, li)
+	}
+	base := sha256.Sum256([]byte("some other line"))
+	rechain(c, 41, base, nil)
+
+	var want []byte
+	prev = base
+	for i := range events {
+		start := len(want)
+		want = append(appendEvent(want, &events[i], uint64(42+i), &prev), '\n')
+		prev = sha256.Sum256(want[start : len(want)-1])
+	}
+	if string(c.buf) != string(want) {
+		t.Errorf("rechained:\n%s\nwant:\n%s", c.buf, want)
+	}
+	if c.seq != 44 || c.hash != prev || c.baseSeq != 41 || c.base != base {
+		t.Errorf("chunk chain: seq %d base %d", c.seq, c.baseSeq)
+	}
+	for i, li := range c.lines {
+		if got := string(c.buf[li.seqStart:li.seqEnd]); got != fmt.Sprint(42+i) {
+			t.Errorf("line %d: seq digits %q", i+1, got)
 		}
 	}
 }

@@ -69,7 +69,7 @@ func BenchmarkChain(b *testing.B) {
 	seq := uint64(1)
 	b.ReportAllocs()
 	for b.Loop() {
-		line = appendLine(line[:0], head, seq, tail, &prev)
+		line, _, _ = appendLine(line[:0], head, seq, tail, &prev)
 		prev = sha256.Sum256(line)
 		seq++
 	}

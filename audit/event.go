@@ -45,8 +45,13 @@
 // them is on disk. A failed write is cut back off the file and tried again,
 // byte for byte; if the disk falls MaxPending events behind, Log waits
 // rather than drop records. Events logged after Close are dropped and
-// counted (Dropped). One Log at a time may have a file open: Open takes an
-// exclusive flock.
+// counted (Dropped).
+//
+// Several Logs, in one process or several, may share a file: each group
+// commit holds an exclusive flock(2) on it, and lines are chained to
+// whatever the file ends with at that moment. VerifyFile and TailFile take
+// a shared flock for an instant, to read the file as of a moment between
+// commits.
 //
 // Records never carry tokens, secrets or credential values: Event has no
 // field for them, and callers must not put them in Detail or Reason.
@@ -159,22 +164,16 @@ func appendTail(b []byte, e *Event) []byte {
 	return append(b, `,"prev":"`...)
 }
 
-// appendLine appends a whole line, without its newline, from the parts.
-func appendLine(b, head []byte, seq uint64, tail []byte, prev *[sha256.Size]byte) []byte {
+// appendLine appends a whole line, without its newline, from its parts,
+// and says where seq's digits are in the result.
+func appendLine(b, head []byte, seq uint64, tail []byte, prev *[sha256.Size]byte) (_ []byte, seqStart, seqEnd int) {
 	b = append(b, head...)
+	seqStart = len(b)
 	b = strconv.AppendUint(b, seq, 10)
+	seqEnd = len(b)
 	b = append(b, tail...)
 	b = hex.AppendEncode(b, prev[:])
-	return append(b, '"', '}')
-}
-
-// appendEvent appends e as one line, without its newline.
-func appendEvent(b []byte, e *Event, seq uint64, prev *[sha256.Size]byte) []byte {
-	b = appendHead(b, e)
-	b = strconv.AppendUint(b, seq, 10)
-	b = appendTail(b, e)
-	b = hex.AppendEncode(b, prev[:])
-	return append(b, '"', '}')
+	return append(b, '"', '}'), seqStart, seqEnd
 }
 
 // appendField appends key and the string v, unless v is empty.

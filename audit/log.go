@@ -52,8 +52,10 @@ const (
 //   - The writer takes everything queued at most FlushInterval after the
 //     first event arrived (at once when MaxBatch wait), gives each line
 //     its seq and prev, hashes it, and passes the lines on in chunks.
-//   - The I/O goroutine writes the chunks, fsyncs the file once for all of
-//     them (group commit), then replaces the .head sidecar.
+//   - The I/O goroutine, holding an exclusive flock on the file, writes the
+//     chunks, fsyncs the file once for all of them (group commit), then
+//     replaces the .head sidecar. If another Log appended since, it first
+//     chains the chunks anew to the file's last line.
 type Log struct {
 	path       string
 	interval   time.Duration
@@ -529,13 +531,8 @@ func rechain(c *chunk, seq uint64, hash [sha256.Size]byte, buf []byte) []byte {
 	for i, li := range c.lines {
 		line := len(out)
 		seq++
-		out = append(out, c.buf[start:li.seqStart]...)
-		ss := len(out)
-		out = strconv.AppendUint(out, seq, 10)
-		se := len(out)
-		out = append(out, c.buf[li.seqEnd:li.end-prevEnd]...)
-		out = hex.AppendEncode(out, hash[:])
-		out = append(out, '"', '}')
+		var ss, se int
+		out, ss, se = appendLine(out, c.buf[start:li.seqStart], seq, c.buf[li.seqEnd:li.end-prevEnd], &hash)
 		hash = sha256.Sum256(out[line:])
 		out = append(out, '\n')
 		c.lines[i] = lineIdx{ss, se, len(out)}
@@ -577,13 +574,8 @@ func (l *Log) write() {
 			for i, e := range blk.ends {
 				line := len(c.buf)
 				seq++
-				c.buf = append(c.buf, blk.buf[start:e.head]...)
-				ss := len(c.buf)
-				c.buf = strconv.AppendUint(c.buf, seq, 10)
-				se := len(c.buf)
-				c.buf = append(c.buf, blk.buf[e.head:e.tail]...)
-				c.buf = hex.AppendEncode(c.buf, prev[:])
-				c.buf = append(c.buf, '"', '}')
+				var ss, se int
+				c.buf, ss, se = appendLine(c.buf, blk.buf[start:e.head], seq, blk.buf[e.head:e.tail], &prev)
 				prev = sha256.Sum256(c.buf[line:])
 				c.buf = append(c.buf, '\n')
 				c.lines = append(c.lines, lineIdx{ss, se, len(c.buf)})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/capgate/capgate/registry"
@@ -309,14 +308,4 @@ func (h *RPC) authComplete(r *http.Request, c *router.Caller, params json.RawMes
 		return nil, err
 	}
 	return map[string]any{"ok": true, "account_ref": account}, nil
-}
-
-// methods lists the RPC's methods, for messages.
-func methods() []string {
-	out := make([]string, 0, len(rpcMethods))
-	for m := range rpcMethods {
-		out = append(out, m)
-	}
-	slices.Sort(out)
-	return out
 }
