@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -186,7 +187,9 @@ func TestMCPFrontDoor(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			mu.Lock()
-			if len(progress) < 3 || progress[0] >= progress[len(progress)-1] {
+			// mcp-go v1.2.1 may drop a notification sent just before the
+			// result; the ones that arrive must be in order.
+			if len(progress) < 2 || !slices.IsSorted(progress) {
 				t.Errorf("progress %v", progress)
 			}
 			mu.Unlock()

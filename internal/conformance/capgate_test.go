@@ -1,0 +1,97 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
+)
+
+// TestConformanceThroughCapgate (expected results in capgate_baseline.json:
+// what capgate does not relay yet, each with its reason) runs the suite against the fixture
+// directly and through capgate in transparent mode (one upstream, prefix
+// ""), with anonymous callers as the suite sends no token. Scenarios that
+// differ must be listed, with their reason, in capgate_baseline.json.
+func TestConformanceThroughCapgate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the MCP conformance suite")
+	}
+	Install(t)
+	fx := StartFixture(t)
+	ctx := context.Background()
+	direct, err := Run(ctx, t, fx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	addr := testkit.FreeAddr(t)
+	cfg := filepath.Join(dir, "capgate.toml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+[server]
+listen = %q
+data_dir = "data"
+socket = "-"
+
+[auth.anonymous]
+sub = "conformance"
+grants = ["rye.*"]
+acknowledge = ["unrestricted", "elevated"]
+
+[mcp.servers.fx]
+url = %q
+prefix = ""
+`, addr, fx)), 0o600)
+	cmd := exec.Command(testkit.Build(t, "github.com/capgate/capgate/cmd/capgate"), "serve", "--config", cfg)
+	cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET=conformance-secret")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "a dev token") {
+				ready <- true
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("capgate serve exited")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("capgate serve did not start")
+	}
+	proxied, err := Run(ctx, t, "http://"+addr+"/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("direct:  %s", Summary(direct))
+	t.Logf("capgate: %s", Summary(proxied))
+	base, err := LoadBaseline("capgate_baseline.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range base.Check(proxied) {
+		t.Error(p)
+	}
+	// Every difference from the direct run is a listed, explained failure.
+	for _, d := range Compare(direct, proxied) {
+		name, _, _ := strings.Cut(d, ":")
+		if e, ok := base.Scenarios[name]; !ok || e.Expect != "fail" {
+			t.Errorf("through capgate differs from direct, unexplained: %s", d)
+		}
+	}
+}
