@@ -513,6 +513,14 @@ func (p *parser) body(body []byte, closeLine int) {
 		return
 	}
 	if err != nil {
+		// ParseDirective's errors read "path:line: message".
+		rest := strings.TrimPrefix(err.Error(), p.path+":")
+		if n, msg, ok := strings.Cut(rest, ": "); ok {
+			if line, aerr := strconv.Atoi(n); aerr == nil {
+				p.fail(line, "", "%s", msg)
+				return
+			}
+		}
 		p.errs = append(p.errs, err)
 		return
 	}

@@ -261,4 +261,8 @@ func TestParseErrorLines(t *testing.T) {
 	if !errors.As(err, &e) || e.Path != "a/b.md" || e.Line != 4 || e.Field != "env" {
 		t.Fatalf("%#v", e)
 	}
+	_, err = Parse("a/b.md", []byte("---\ndescription: d\n---\nDo.\n<permissions>\n<execute></execute>\n</permissions>\n"))
+	if !errors.As(err, &e) || e.Line != 6 || e.Error() != "a/b.md:6: <execute> is empty; list <tool>, <directive> or <knowledge> items, or write *" {
+		t.Fatalf("%v", err)
+	}
 }

@@ -73,6 +73,6 @@ caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd(), newTokenCmd(),
-		newServeCmd(), newConnectCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd(), newAuditCmd(), newBenchCmd())
+		newServeCmd(), newConnectCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd(), newAuditCmd(), newBenchCmd(), newSkillCmd())
 	return root
 }
