@@ -182,7 +182,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 			Hint:    "the tool's source must not return credentials"}
 	}
 	if idem {
-		b, err := resultJSON(res)
+		b, err := json.Marshal(res)
 		if err == nil {
 			err = r.opts.State.PutIdempotency(ctx, c.Sub, d.ID, req.IdempotencyKey, inputHash, b, r.opts.IdempotencyTTL)
 		}

@@ -334,9 +334,7 @@ type discard struct{}
 
 func (discard) Log(audit.Event) {}
 
-// resultJSON and parseResult store results for idempotency.
-func resultJSON(res *tool.Result) ([]byte, error) { return json.Marshal(res) }
-
+// parseResult reads a result stored for idempotency.
 func parseResult(b []byte) (*tool.Result, error) {
 	var res tool.Result
 	if err := json.Unmarshal(b, &res); err != nil {

@@ -35,11 +35,12 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "405 method not allowed: capgate offers no standalone SSE stream", http.StatusMethodNotAllowed)
 		return
 	}
-	c, err := a.router.Authenticate(bearer(r))
+	raw := bearer(r)
+	c, err := a.router.Authenticate(raw)
 	if err != nil {
 		metadata := "http://" + r.Host + metadataPath
 		value := `Bearer resource_metadata="` + metadata + `"`
-		if bearer(r) != "" {
+		if raw != "" {
 			value += `, error="invalid_token", error_description="` + strings.ReplaceAll(tool.ErrorMessage(err), `"`, "'") + `"`
 		}
 		w.Header().Set("WWW-Authenticate", value)

@@ -1,12 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 
@@ -28,8 +28,8 @@ type MCP struct {
 	registry *registry.Registry
 	srv      *mcpserver.MCPServer
 
-	mu    sync.Mutex
-	names []string // exposed names currently registered
+	mu     sync.Mutex
+	listed []byte // the registered tool list as JSON, to skip no-op syncs
 }
 
 type callerKey struct{}
@@ -64,38 +64,24 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 // Server is the underlying mcp-go server.
 func (m *MCP) Server() *mcpserver.MCPServer { return m.srv }
 
-// sync registers the snapshot's tools, replacing the previous set.
+// sync registers the snapshot's tools, replacing the previous set, when
+// the list differs from what clients were last told.
 func (m *MCP) sync(snap *registry.Snapshot) {
 	tools := make([]mcpserver.ServerTool, 0, len(snap.Tools))
-	names := make([]string, 0, len(snap.Tools))
+	listed := make([]mcp.Tool, 0, len(snap.Tools))
 	for _, d := range snap.Tools {
-		tools = append(tools, mcpserver.ServerTool{Tool: mcpTool(d), Handler: m.call})
-		names = append(names, d.ExposedName)
+		t := mcpTool(d)
+		tools = append(tools, mcpserver.ServerTool{Tool: t, Handler: m.call})
+		listed = append(listed, t)
 	}
+	b, _ := json.Marshal(listed)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if slices.Equal(names, m.names) && !changed(m.srv, snap) {
+	if m.listed != nil && bytes.Equal(b, m.listed) {
 		return
 	}
-	m.names = names
+	m.listed = b
 	m.srv.SetTools(tools...)
-}
-
-// changed reports whether any registered tool differs from the snapshot's.
-func changed(srv *mcpserver.MCPServer, snap *registry.Snapshot) bool {
-	have := srv.ListTools()
-	for _, d := range snap.Tools {
-		t, ok := have[d.ExposedName]
-		if !ok {
-			return true
-		}
-		a, _ := json.Marshal(t.Tool)
-		b, _ := json.Marshal(mcpTool(d))
-		if string(a) != string(b) {
-			return true
-		}
-	}
-	return false
 }
 
 // filter shows a caller only the tools it may fetch.

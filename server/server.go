@@ -67,7 +67,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 			s.Close()
 		}
 	}()
-	table, err := RiskTable(cfg)
+	table, err := RiskTable(cfg.Policy.RiskFile)
 	if err != nil {
 		return nil, err
 	}
@@ -145,10 +145,10 @@ func Policy(cfg *config.Config) router.Policy {
 	return p
 }
 
-// RiskTable is the config's risk file, or the built-in one.
-func RiskTable(cfg *config.Config) (*risk.Table, error) {
-	if cfg.Policy.RiskFile != "" {
-		return risk.LoadTable(cfg.Policy.RiskFile)
+// RiskTable loads the risk file at path, or the built-in one when path is "".
+func RiskTable(path string) (*risk.Table, error) {
+	if path != "" {
+		return risk.LoadTable(path)
 	}
 	return risk.ParseTable(capgate.DefaultRiskFileName, capgate.DefaultRiskFile)
 }

@@ -11,18 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/server"
 )
-
-// riskTable loads --risk-file, or the built-in default.
-func riskTable(path string) (*risk.Table, error) {
-	if path == "" {
-		return risk.ParseTable(capgate.DefaultRiskFileName, capgate.DefaultRiskFile)
-	}
-	return risk.LoadTable(path)
-}
 
 // readDirective reads a directive file's <permissions> block.
 func readDirective(path string) (*permissions.Permissions, error) {
@@ -108,7 +100,7 @@ func runCheck(out io.Writer, o checkOptions, args []string) error {
 			return usageError("the item ID is empty; leave it out to check rye.%s.%s", primary, itemType)
 		}
 	}
-	table, err := riskTable(o.riskFile)
+	table, err := server.RiskTable(o.riskFile)
 	if err != nil {
 		return usageError("%v", err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -62,44 +61,11 @@ risk = "CRITICAL"
 	if err := os.WriteFile(s.config, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = exec.Command(s.bin, "serve", "--config", s.config)
-	s.cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+s.secret)
-	stdout, _ := s.cmd.StdoutPipe()
-	var stderr bytes.Buffer
-	s.cmd.Stderr = &stderr
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if s.cmd.ProcessState == nil {
-			s.cmd.Process.Kill()
-			s.cmd.Wait()
-		}
-	})
-	ready := make(chan string, 1)
-	go func() {
-		defer close(ready) // the process ended before its banner
-		var banner strings.Builder
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			banner.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "a dev token") {
-				ready <- banner.String()
-			}
-		}
-	}()
-	select {
-	case banner, ok := <-ready:
-		if !ok {
-			s.cmd.Wait()
-			t.Fatalf("capgate serve exited:\n%s", stderr.String())
-		}
-		if !strings.Contains(banner, "http://"+s.addr+"/rpc") || !strings.Contains(banner, "unix://"+s.socket) ||
-			!strings.Contains(banner, "$CAPGATE_TOKEN_SECRET") || strings.Contains(banner, s.secret) {
-			t.Errorf("banner:\n%s", banner)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("capgate serve did not start:\n%s", stderr.String())
+	var banner string
+	s.cmd, banner = testkit.Serve(t, s.bin, s.config, "CAPGATE_TOKEN_SECRET="+s.secret)
+	if !strings.Contains(banner, "http://"+s.addr+"/rpc") || !strings.Contains(banner, "unix://"+s.socket) ||
+		!strings.Contains(banner, "$CAPGATE_TOKEN_SECRET") || strings.Contains(banner, s.secret) {
+		t.Errorf("banner:\n%s", banner)
 	}
 	return s
 }

@@ -1,15 +1,12 @@
 package conformance
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
 )
@@ -49,31 +46,7 @@ acknowledge = ["unrestricted", "elevated"]
 url = %q
 prefix = ""
 `, addr, fx)), 0o600)
-	cmd := exec.Command(testkit.Build(t, "github.com/capgate/capgate/cmd/capgate"), "serve", "--config", cfg)
-	cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET=conformance-secret")
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "a dev token") {
-				ready <- true
-			}
-		}
-		close(ready)
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("capgate serve exited")
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("capgate serve did not start")
-	}
+	testkit.Serve(t, testkit.Build(t, "github.com/capgate/capgate/cmd/capgate"), cfg, "CAPGATE_TOKEN_SECRET=conformance-secret")
 	proxied, err := Run(ctx, t, "http://"+addr+"/mcp")
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@
 package testkit
 
 import (
+	"bufio"
 	"net"
 	"os"
 	"os/exec"
@@ -104,3 +105,60 @@ func ServeMCPFixture(tb testing.TB, flag, addr string) (kill func()) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Serve starts `bin serve --config config` with env added to the test's
+// environment, waits for its start banner (up to 30 s) and returns the
+// process and the banner. Cleanup kills it unless the test stopped it.
+func Serve(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, string) {
+	tb.Helper()
+	cmd := exec.Command(bin, "serve", "--config", config)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr strings.Builder
+	var mu sync.Mutex
+	cmd.Stderr = writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return stderr.Write(b)
+	})
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	ready := make(chan string, 1)
+	go func() {
+		defer close(ready) // the process ended before its banner
+		var banner strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			banner.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "a dev token") {
+				ready <- banner.String()
+			}
+		}
+	}()
+	errText := func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
+	select {
+	case banner, ok := <-ready:
+		if !ok {
+			cmd.Wait()
+			tb.Fatalf("capgate serve exited:\n%s", errText())
+		}
+		return cmd, banner
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("capgate serve did not start:\n%s", errText())
+	}
+	return nil, ""
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
