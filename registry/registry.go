@@ -343,3 +343,16 @@ func (r *Registry) Call(ctx context.Context, id string, c tool.Call) (*tool.Resu
 	c.Tool = d
 	return src.Call(ctx, c)
 }
+
+// Sources returns the sources, in configuration order.
+func (r *Registry) Sources() []tool.Source { return slices.Clone(r.sources) }
+
+// Prefix is the prefix of the exposed names of source key
+// ("<kind>:<source>"): the configured one, else the source id.
+func (r *Registry) Prefix(key string) string {
+	if p, ok := r.opts.Prefixes[key]; ok {
+		return p
+	}
+	_, id, _ := strings.Cut(key, ":")
+	return id
+}

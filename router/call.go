@@ -28,8 +28,12 @@ type Request struct {
 	IdempotencyKey string
 	Scope          *Scope // a skill's narrower grants, when inside one
 	Progress       func(progress, total float64, message string)
-	Protocol       string // for the audit: "mcp/2025-11-25", "rpc", ...
-	RequestID      string
+	// Log and Ask relay an upstream's log messages and its requests of the
+	// calling client (sampling, elicitation) during the call; see tool.Call.
+	Log       func(params json.RawMessage)
+	Ask       func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	Protocol  string // for the audit: "mcp/2025-11-25", "rpc", ...
+	RequestID string
 }
 
 // Gate names, as they appear in denials and the audit log.
@@ -158,7 +162,8 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		}
 	}
 
-	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress}
+	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
+		Log: req.Log, Ask: req.Ask}
 	if d.Kind == tool.KindBridge {
 		if call.ContextToken, err = r.bridgeToken(c); err != nil {
 			return nil, err

@@ -26,15 +26,6 @@ type bearerAuth struct {
 }
 
 func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodGet {
-		// No standalone stream: mcp-go v1.2.1 feeds a session's GET stream
-		// and its POST responses from one queue, so a call's progress could
-		// arrive split across both, out of order. Everything goes on the
-		// POST that caused it; list_changed rides the session's next POST.
-		w.Header().Set("Allow", "POST, DELETE")
-		http.Error(w, "405 method not allowed: capgate offers no standalone SSE stream", http.StatusMethodNotAllowed)
-		return
-	}
 	raw := bearer(r)
 	c, err := a.router.Authenticate(raw)
 	if err != nil {

@@ -68,7 +68,7 @@ func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 		if len(input) == 0 && req.Params.Arguments != nil {
 			input, _ = json.Marshal(req.Params.Arguments)
 		}
-		call := tool.Call{Tool: d, Input: input, Progress: progressSender(ctx, req)}
+		call := tool.Call{Tool: d, Input: input, Progress: progressSender(func() context.Context { return ctx }, req)}
 		res, err := src.Call(ctx, call)
 		if err != nil {
 			return denial(err), nil
@@ -78,14 +78,19 @@ func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 }
 
 // progressSender relays progress to the client that asked for it with a
-// progress token; nil when it did not.
-func progressSender(ctx context.Context, req mcp.CallToolRequest) func(progress, total float64, message string) {
+// progress token, on the request current returns; nil when it did not.
+func progressSender(current func() context.Context, req mcp.CallToolRequest) func(progress, total float64, message string) {
 	meta := req.Params.Meta
 	if meta == nil || meta.ProgressToken == nil {
 		return nil
 	}
-	token, srv := meta.ProgressToken, mcpserver.ServerFromContext(ctx)
+	token := meta.ProgressToken
 	return func(progress, total float64, message string) {
+		ctx := current()
+		if ctx == nil {
+			return // between round trips: nobody is listening
+		}
+		srv := mcpserver.ServerFromContext(ctx)
 		p := map[string]any{"progressToken": token, "progress": progress}
 		if total > 0 {
 			p["total"] = total

@@ -27,9 +27,12 @@ type MCP struct {
 	router   *router.Router
 	registry *registry.Registry
 	srv      *mcpserver.MCPServer
+	jobs     jobs
+	relay    relay
 
 	mu     sync.Mutex
 	listed []byte // the registered tool list as JSON, to skip no-op syncs
+	skills skillSet
 }
 
 type callerKey struct{}
@@ -49,15 +52,29 @@ func CallerFrom(ctx context.Context) *router.Caller {
 // with the catalog (clients get tools/list_changed).
 func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 	m := &MCP{router: rt, registry: reg}
+	hooks := &mcpserver.Hooks{}
+	hooks.AddAfterListResources(m.filterResources)
+	hooks.AddAfterListResourceTemplates(m.filterTemplates)
+	hooks.AddAfterSubscribe(m.subscribed)
+	hooks.AddAfterUnsubscribe(m.unsubscribed)
 	m.srv = mcpserver.NewMCPServer("capgate", capgate.Version,
 		mcpserver.WithToolCapabilities(true),
+		mcpserver.WithResourceCapabilities(true, true),
+		mcpserver.WithPromptCapabilities(true),
+		mcpserver.WithCompletions(),
+		mcpserver.WithPromptCompletionProvider(m),
+		mcpserver.WithResourceCompletionProvider(m),
+		mcpserver.WithHooks(hooks),
 		mcpserver.WithLogging(),
 		mcpserver.WithRecovery(),
+		mcpserver.WithResourceRecovery(),
 		mcpserver.WithToolFilter(m.filter),
+		mcpserver.WithPromptFilter(m.filterPrompts),
 		mcpserver.WithInstructions("capgate routes every tool call through its capability policy. A denied call returns a result whose text names the code, the capability string that was missing and what would allow it."),
 	)
 	m.sync(reg.Snapshot())
 	reg.Watch(m.sync)
+	m.startRelay(reg)
 	return m
 }
 
@@ -74,9 +91,14 @@ func (m *MCP) sync(snap *registry.Snapshot) {
 		tools = append(tools, mcpserver.ServerTool{Tool: t, Handler: m.call})
 		listed = append(listed, t)
 	}
-	b, _ := json.Marshal(listed)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if len(m.skills.enabled)+len(m.skills.problems) > 0 {
+		t := useSkillBase()
+		tools = append(tools, mcpserver.ServerTool{Tool: t, Handler: m.useSkill})
+		listed = append(listed, t)
+	}
+	b, _ := json.Marshal(listed)
 	if m.listed != nil && bytes.Equal(b, m.listed) {
 		return
 	}
@@ -93,6 +115,12 @@ func (m *MCP) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	snap := m.registry.Snapshot()
 	out := tools[:0:0]
 	for _, t := range tools {
+		if t.Name == UseSkill {
+			if st, ok := m.useSkillTool(c); ok {
+				out = append(out, st)
+			}
+			continue
+		}
 		if d, ok := snap.ByExposedName(t.Name); ok && m.router.Visible(c, d) {
 			out = append(out, t)
 		}
@@ -150,10 +178,22 @@ func annotations(d *tool.Descriptor) mcp.ToolAnnotation {
 		IdempotentHint: &readOnly, OpenWorldHint: &open}
 }
 
-// call runs a tools/call through the router. A denial is a tool result
+// call runs a tools/call through the router, as a job so that the
+// upstream can ask the client things mid-call. A denial is a tool result
 // with isError, whose text an agent can explain to its user.
 func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	c := CallerFrom(ctx)
+	if c == nil {
+		return denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
+	}
+	if st := req.Params.RequestState; st != "" {
+		j := m.jobs.resume(st, c.Sub)
+		if j == nil {
+			return denial(tool.Errorf(tool.CodeInvalidInput, "requestState is unknown or expired; call the tool again")), nil
+		}
+		j.deliver(req.Params.InputResponses)
+		return m.jobs.wait(ctx, j)
+	}
 	input := req.Params.RawArguments
 	if len(input) == 0 && req.Params.Arguments != nil {
 		input, _ = json.Marshal(req.Params.Arguments)
@@ -162,12 +202,32 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ProtocolVersion != "" {
 		r.Protocol = "mcp/" + info.ProtocolVersion
 	}
-	r.Progress = progressSender(ctx, req)
-	res, err := m.router.Call(ctx, c, r)
-	if err != nil {
-		return denial(err), nil
+	var j *job
+	r.Progress = progressSender(func() context.Context { return j.current() }, req)
+	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
+	j = m.jobs.start(c.Sub, func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
+		r.Ask = ask
+		res, err := m.router.Call(ctx, c, r)
+		if err != nil {
+			return denial(err), nil
+		}
+		return toMCPResult(res)
+	})
+	return m.jobs.wait(ctx, j)
+}
+
+// relayLog passes an upstream's log message to the client of the call,
+// at the level that client asked for.
+func (m *MCP) relayLog(ctx context.Context, params json.RawMessage) {
+	if ctx == nil {
+		return
 	}
-	return toMCPResult(res)
+	var n mcp.LoggingMessageNotification
+	n.Method = "notifications/message"
+	if err := json.Unmarshal(params, &n.Params); err != nil {
+		return
+	}
+	_ = m.srv.SendLogMessageToClient(ctx, n)
 }
 
 // denial turns a router error into an isError result: the code first,

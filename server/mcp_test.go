@@ -55,6 +55,18 @@ risk = "LOW"
 	if err != nil {
 		t.Fatal(err)
 	}
+	s, url := serveServer(t, cfg)
+	return s, url
+}
+
+// serve opens cfg and serves it on a loopback listener; it returns the URL.
+func serve(t *testing.T, cfg *config.Config) string {
+	_, url := serveServer(t, cfg)
+	return url
+}
+
+func serveServer(t *testing.T, cfg *config.Config) (*Server, string) {
+	t.Helper()
 	lookup := func(k string) (string, bool) {
 		if k == "CAPGATE_TOKEN_SECRET" {
 			return testSecret, true

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/skills"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/token"
 )
@@ -103,6 +105,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
 	s.MCP = NewMCP(s.Router, s.Registry)
+	if err := s.loadSkills(); err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() {
@@ -296,4 +301,25 @@ func newRequestID() string {
 	b := make([]byte, 12)
 	rand.Read(b)
 	return "cap_" + hex.EncodeToString(b)
+}
+
+// loadSkills finds the skills (user ~/.capgate/skills, workspace
+// <config dir>/skills), applies [skills.NAME] and serves the enabled ones.
+// A skill that cannot be used is logged and explained to whoever asks
+// for it.
+func (s *Server) loadSkills() error {
+	set, err := skills.Discover(skills.Options{Workspace: s.Config.Dir})
+	if err != nil {
+		return fmt.Errorf("skills: %w", err)
+	}
+	enabled, problems := skills.Apply(set, s.Config.Skills)
+	why := map[string]string{}
+	for _, p := range append(set.Problems, problems...) {
+		s.logger.Warn("skill not usable", "skill", p.Name, "source", p.Source, "path", p.Path, "err", p.Error())
+		if p.Name != "" && !slices.ContainsFunc(enabled, func(e *skills.Skill) bool { return e.Name == p.Name }) {
+			why[p.Name] = p.Error()
+		}
+	}
+	s.MCP.SetSkills(enabled, why)
+	return nil
 }

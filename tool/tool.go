@@ -131,6 +131,14 @@ type Call struct {
 	ContextToken string
 	// Progress, when set, receives progress the source reports.
 	Progress func(progress, total float64, message string)
+	// Log, when set, receives the log messages the source sends while the
+	// call runs (the params of an MCP notifications/message).
+	Log func(params json.RawMessage)
+	// Ask, when set, relays a request the source makes of the calling
+	// client mid-call (MCP sampling/createMessage, elicitation/create,
+	// roots/list) and returns the client's answer. Without it such
+	// requests are refused.
+	Ask func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 }
 
 // Result is what a tool returned: MCP content blocks, kept as raw JSON so

@@ -72,7 +72,7 @@ type Source struct {
 	opts Options
 
 	mu       sync.Mutex
-	conn     *client.Client // nil while disconnected
+	conn     *link // nil while disconnected
 	lastErr  error
 	retrying bool
 	closed   bool
@@ -82,9 +82,22 @@ type Source struct {
 
 	seq      atomic.Int64 // numbers list request ids and progress tokens
 	progress sync.Map     // progress token → func(progress, total, message)
+	flights  sync.Map     // request id → *flight, the calls in progress
 
 	changeMu sync.Mutex
 	onChange []func()
+	onNotify []func(method string, params json.RawMessage)
+}
+
+// link is one live connection to the upstream.
+type link struct {
+	c *client.Client
+	// For streamable HTTP, tools/call is posted directly (see http.go)
+	// with the session mcp-go's client opened.
+	http    bool
+	session string
+	version string
+	caps    mcpgo.ServerCapabilities
 }
 
 var (
@@ -133,6 +146,25 @@ func (s *Source) OnChange(f func()) {
 	s.changeMu.Unlock()
 }
 
+// OnNotification registers f for the upstream's notifications that are
+// not about one call (resources/updated, resources/list_changed, ...).
+func (s *Source) OnNotification(f func(method string, params json.RawMessage)) {
+	s.changeMu.Lock()
+	s.onNotify = append(s.onNotify, f)
+	s.changeMu.Unlock()
+}
+
+// Capabilities returns what the upstream said it serves, or false while
+// it is not connected.
+func (s *Source) Capabilities() (mcpgo.ServerCapabilities, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return mcpgo.ServerCapabilities{}, false
+	}
+	return s.conn.caps, true
+}
+
 func (s *Source) changed() {
 	s.changeMu.Lock()
 	fs := slices.Clone(s.onChange)
@@ -170,18 +202,41 @@ func (s *Source) dial(ctx context.Context) error {
 	init := mcpgo.InitializeRequest{}
 	init.Params.ProtocolVersion = Protocol
 	init.Params.ClientInfo = mcpgo.Implementation{Name: "capgate", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
+	// capgate relays these requests to the client whose call caused them.
+	init.Params.Capabilities = mcpgo.ClientCapabilities{
+		Sampling:    &mcpgo.SamplingCapability{},
+		Elicitation: &mcpgo.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}},
+	}
+	res, err := c.Initialize(ctx, init)
+	if err != nil {
 		c.Close()
 		return fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
 	}
-	c.OnConnectionLost(func(err error) { s.drop(c, err) })
+	l := &link{c: c, version: res.ProtocolVersion, caps: res.Capabilities}
+	if t, ok := c.GetTransport().(*transport.StreamableHTTP); ok {
+		l.http, l.session = true, t.GetSessionId()
+	}
+	// Requests the upstream makes outside capgate's own streams (stdio,
+	// SSE) are matched to a call here.
+	if bt, ok := c.GetTransport().(transport.BidirectionalInterface); ok {
+		bt.SetRequestHandler(s.serverRequest)
+	}
+	if res.Capabilities.Logging != nil {
+		// Every level comes up; each client's own level filters it.
+		setLevel := mcpgo.SetLevelRequest{}
+		setLevel.Params.Level = mcpgo.LoggingLevelDebug
+		if err := c.SetLevel(ctx, setLevel); err != nil {
+			s.opts.Logger.Debug("upstream refused logging/setLevel", "server", s.opts.Name, "err", err)
+		}
+	}
+	c.OnConnectionLost(func(err error) { s.drop(l, err) })
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		c.Close()
 		return errors.New("source closed")
 	}
-	s.conn, s.lastErr = c, nil
+	s.conn, s.lastErr = l, nil
 	s.mu.Unlock()
 	return nil
 }
@@ -217,8 +272,11 @@ func (s *Source) newClient() (*client.Client, error) {
 		}
 		return client.NewClient(t, opts...), nil
 	default:
+		// The standalone GET stream carries what an upstream sends outside
+		// a call's own stream: mcp-go servers send sampling requests there.
 		t, err := transport.NewStreamableHTTP(s.opts.URL, transport.WithHTTPHeaders(s.opts.Headers),
-			transport.WithHTTPBasicClient(pooledClient))
+			transport.WithHTTPBasicClient(pooledClient), transport.WithContinuousListening(),
+			transport.WithHTTPLogger(slog.New(warnOnly{s.opts.Logger.Handler()})))
 		if err != nil {
 			return nil, err
 		}
@@ -232,6 +290,7 @@ func (s *Source) notification(n mcpgo.JSONRPCNotification) {
 	switch n.Method {
 	case "notifications/tools/list_changed":
 		s.changed()
+		return
 	case "notifications/progress":
 		f := n.Params.AdditionalFields
 		key := fmt.Sprint(f["progressToken"])
@@ -241,11 +300,34 @@ func (s *Source) notification(n mcpgo.JSONRPCNotification) {
 			m, _ := f["message"].(string)
 			cb.(func(float64, float64, string))(p, t, m)
 		}
+		return
+	}
+	params, err := json.Marshal(n.Params)
+	if err != nil {
+		return
+	}
+	if n.Method == "notifications/message" {
+		// Outside a call's own stream a log message can only be matched to
+		// a call when it is the only one in flight.
+		if f := s.soleFlight(); f != nil && f.call.Log != nil {
+			f.call.Log(params)
+		}
+		return
+	}
+	s.notify(n.Method, params)
+}
+
+func (s *Source) notify(method string, params json.RawMessage) {
+	s.changeMu.Lock()
+	fs := slices.Clone(s.onNotify)
+	s.changeMu.Unlock()
+	for _, f := range fs {
+		f(method, params)
 	}
 }
 
 // client returns the live connection or fails fast.
-func (s *Source) client() (*client.Client, error) {
+func (s *Source) client() (*link, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn == nil {
@@ -260,15 +342,15 @@ func (s *Source) client() (*client.Client, error) {
 
 // drop forgets connection c after a transport failure and starts the
 // reconnection loop.
-func (s *Source) drop(c *client.Client, err error) {
+func (s *Source) drop(l *link, err error) {
 	s.mu.Lock()
-	if s.conn != c {
+	if s.conn != l {
 		s.mu.Unlock()
 		return
 	}
 	s.conn = nil
 	s.mu.Unlock()
-	c.Close()
+	l.c.Close()
 	s.opts.Logger.Warn("upstream MCP server lost; reconnecting", "server", s.opts.Name, "err", err)
 	s.lost(err)
 	s.changed()
@@ -320,10 +402,10 @@ func (s *Source) reconnect() {
 // failed sorts a request error: a transport failure drops the connection
 // and reads as backend unavailable; the upstream's own JSON-RPC error is
 // passed on.
-func (s *Source) failed(ctx context.Context, c *client.Client, what string, err error) error {
+func (s *Source) failed(ctx context.Context, l *link, what string, err error) error {
 	var te *transport.Error
 	if errors.As(err, &te) && ctx.Err() == nil {
-		s.drop(c, err)
+		s.drop(l, err)
 		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: %s failed: the connection was lost", s.opts.Name, what)
 	}
 	if ctx.Err() != nil {
@@ -344,49 +426,83 @@ type rawTool struct {
 
 // List reads tools/list raw, following every page.
 func (s *Source) List(ctx context.Context) ([]*tool.Descriptor, error) {
-	c, err := s.client()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	var out []*tool.Descriptor
+	err := s.pages(ctx, "tools/list", func(page json.RawMessage) (string, error) {
+		var body struct {
+			Tools      []rawTool `json:"tools"`
+			NextCursor string    `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(page, &body); err != nil {
+			return "", err
+		}
+		for _, t := range body.Tools {
+			out = append(out, s.descriptor(t))
+		}
+		return body.NextCursor, nil
+	})
+	return out, err
+}
+
+// pages sends a list request and hands each page to f, which returns the
+// next cursor, until there is none.
+func (s *Source) pages(ctx context.Context, method string, f func(json.RawMessage) (string, error)) error {
 	cursor := ""
 	for page := 0; ; page++ {
 		if page > 1000 {
-			return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/list did not end after 1000 pages", s.opts.Name)
+			return tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: %s did not end after 1000 pages", s.opts.Name, method)
 		}
 		params := map[string]any{}
 		if cursor != "" {
 			params["cursor"] = cursor
 		}
-		resp, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
-			JSONRPC: mcpgo.JSONRPC_VERSION,
-			ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-list-%d", s.seq.Add(1))),
-			Method:  "tools/list",
-			Params:  params,
-		})
+		res, err := s.Request(ctx, method, params)
 		if err != nil {
-			return nil, s.failed(ctx, c, "tools/list", transport.NewError(err))
+			return err
 		}
-		if resp.Error != nil {
-			return nil, tool.Errorf(tool.CodeBackendUnavailable, "mcp server %s: tools/list: %s", s.opts.Name, resp.Error.Message)
+		next, err := f(res)
+		if err != nil {
+			return tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: %s: %v", s.opts.Name, method, err)
 		}
-		var body struct {
-			Tools      []rawTool `json:"tools"`
-			NextCursor string    `json:"nextCursor"`
+		if next == "" {
+			return nil
 		}
-		if err := json.Unmarshal(resp.Result, &body); err != nil {
-			return nil, tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: tools/list: %v", s.opts.Name, err)
-		}
-		for _, t := range body.Tools {
-			out = append(out, s.descriptor(t))
-		}
-		if body.NextCursor == "" {
-			return out, nil
-		}
-		cursor = body.NextCursor
+		cursor = next
 	}
+}
+
+// RPCError is a JSON-RPC error the upstream answered with.
+type RPCError struct {
+	Code    int
+	Message string
+	Data    any
+}
+
+func (e *RPCError) Error() string { return e.Message }
+
+// Request sends one request to the upstream and returns its raw result:
+// how lists, resources, prompts and completions are relayed. An error the
+// upstream answered with is a *RPCError inside the tool error.
+func (s *Source) Request(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	l, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	resp, err := l.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
+		JSONRPC: mcpgo.JSONRPC_VERSION,
+		ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-%d", s.seq.Add(1))),
+		Method:  method,
+		Params:  params,
+	})
+	if err != nil {
+		return nil, s.failed(ctx, l, method, transport.NewError(err))
+	}
+	if resp.Error != nil {
+		re := &RPCError{Code: resp.Error.Code, Message: resp.Error.Message, Data: resp.Error.Data}
+		return nil, tool.Wrap(re, tool.CodeBackendUnavailable, "mcp server %s: %s: %s", s.opts.Name, method, resp.Error.Message)
+	}
+	return resp.Result, nil
 }
 
 func (s *Source) descriptor(t rawTool) *tool.Descriptor {
@@ -409,24 +525,32 @@ func (s *Source) descriptor(t rawTool) *tool.Descriptor {
 	}
 }
 
-// Call calls the tool upstream, passing progress back through c.Progress
-// and cancellation (ctx) through to the upstream.
+// Call calls the tool upstream, passing progress, log messages and the
+// upstream's requests of the client through c, and cancellation (ctx)
+// through to the upstream.
 func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error) {
 	if call.Tool == nil || call.Tool.Kind != tool.KindMCP || call.Tool.Source != s.opts.Name {
 		return nil, tool.Errorf(tool.CodeNotFound, "no such tool on mcp server %s", s.opts.Name)
 	}
-	c, err := s.client()
+	l, err := s.client()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	req := mcpgo.CallToolRequest{}
-	req.Params.Name = call.Tool.Name
 	args := call.Input
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
+	f := &flight{call: call}
+	key := s.seq.Add(1)
+	s.flights.Store(key, f)
+	defer s.flights.Delete(key)
+	if l.http {
+		return s.callHTTP(ctx, l, call, args)
+	}
+	req := mcpgo.CallToolRequest{}
+	req.Params.Name = call.Tool.Name
 	req.Params.Arguments = args
 	if call.Progress != nil {
 		token := fmt.Sprintf("capgate-%s-%d", s.opts.Name, s.seq.Add(1))
@@ -434,9 +558,9 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 		s.progress.Store(token, call.Progress)
 		defer s.progress.Delete(token)
 	}
-	res, err := c.CallTool(ctx, req)
+	res, err := l.c.CallTool(ctx, req)
 	if err != nil {
-		return nil, s.failed(ctx, c, "tools/call "+call.Tool.Name, err)
+		return nil, s.failed(ctx, l, "tools/call "+call.Tool.Name, err)
 	}
 	return convertResult(res)
 }
@@ -471,11 +595,19 @@ func (s *Source) Close() error {
 	s.closed = true
 	close(s.stop)
 	defer s.end()
-	c := s.conn
+	l := s.conn
 	s.conn = nil
 	s.mu.Unlock()
-	if c != nil {
-		return c.Close()
+	if l != nil {
+		return l.c.Close()
 	}
 	return nil
+}
+
+// warnOnly passes on warnings and errors only: mcp-go's transport logs
+// routine events at info.
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
 }

@@ -1,0 +1,256 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+)
+
+// A job is a tools/call whose work may need the calling client mid-way:
+// an upstream's sampling or elicitation request, or a skill's model. It
+// asks in MCP's multi round-trip way: the call returns input requests with
+// a requestState naming the job, the client answers in a retry carrying
+// that state, and the work, which kept running, goes on. mcp-go plays the
+// same exchange with clients of 2025-11-25 as server-to-client requests,
+// so one path serves both protocols.
+
+// parkTTL is how long a job waits for a client to come back with answers.
+const parkTTL = 5 * time.Minute
+
+// askFunc asks the calling client one thing (method and params as JSON)
+// and returns its answer.
+type askFunc func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+
+type jobResult struct {
+	res *mcp.CallToolResult
+	err error
+}
+
+type ask struct {
+	method string
+	params json.RawMessage
+	reply  chan askReply
+}
+
+type askReply struct {
+	res json.RawMessage
+	err error
+}
+
+type job struct {
+	id     string
+	sub    string
+	cancel context.CancelFunc
+	asks   chan *ask
+	done   chan jobResult
+
+	mu      sync.Mutex
+	cur     context.Context // the request now waiting on the job
+	pending map[string]*ask // asked and not yet answered, by input key
+	seq     int
+	park    *time.Timer
+}
+
+type jobs struct {
+	mu     sync.Mutex
+	parked map[string]*job
+}
+
+// start runs work as a job for the caller sub, in a context of its own
+// (its requests come and go) that ends with the work or an abandoned park.
+func (js *jobs) start(sub string, work func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error)) *job {
+	b := make([]byte, 16)
+	rand.Read(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	j := &job{id: "job_" + hex.EncodeToString(b), sub: sub, cancel: cancel,
+		asks: make(chan *ask), done: make(chan jobResult, 1), pending: map[string]*ask{}}
+	go func() {
+		defer cancel()
+		res, err := work(ctx, j.ask)
+		j.done <- jobResult{res, err}
+	}()
+	return j
+}
+
+// ask hands one question to whichever request is waiting on the job and
+// waits for the client's answer.
+func (j *job) ask(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	a := &ask{method: method, params: params, reply: make(chan askReply, 1)}
+	select {
+	case j.asks <- a:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-a.reply:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// current is the context of the request now serving the job, for the
+// notifications the work sends; nil while the job is parked.
+func (j *job) current() context.Context {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cur
+}
+
+// resume takes the parked job named by state, if it is the caller's.
+// Another subject's state reads like an unknown one.
+func (js *jobs) resume(state, sub string) *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	j, ok := js.parked[state]
+	if !ok || j.sub != sub {
+		return nil
+	}
+	delete(js.parked, state)
+	j.park.Stop()
+	return j
+}
+
+// deliver passes the client's answers to the questions they answer; a
+// question left unanswered fails.
+func (j *job) deliver(responses mcp.InputResponses) {
+	j.mu.Lock()
+	pending := j.pending
+	j.pending = map[string]*ask{}
+	j.mu.Unlock()
+	for key, a := range pending {
+		r, ok := responses[key]
+		if !ok {
+			a.reply <- askReply{err: fmt.Errorf("the client did not answer %s", a.method)}
+			continue
+		}
+		if err := r.DecodeFor(mcp.MCPMethod(a.method)); err != nil {
+			a.reply <- askReply{err: fmt.Errorf("the client's answer to %s: %w", a.method, err)}
+			continue
+		}
+		var v any
+		switch {
+		case r.Sampling != nil:
+			v = r.Sampling
+		case r.Elicitation != nil:
+			v = r.Elicitation
+		case r.Roots != nil:
+			v = r.Roots
+		}
+		b, err := json.Marshal(v)
+		a.reply <- askReply{res: b, err: err}
+	}
+}
+
+// wait serves the job on the request ctx until it finishes or asks the
+// client something; then it parks the job and returns the input requests.
+func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
+	j.mu.Lock()
+	j.cur = ctx
+	j.mu.Unlock()
+	detach := func() {
+		j.mu.Lock()
+		j.cur = nil
+		j.mu.Unlock()
+	}
+	for {
+		select {
+		case r := <-j.done:
+			detach()
+			return r.res, r.err
+		case a := <-j.asks:
+			b := mcpserver.NewInputRequestBuilder(j.id)
+			n := 0
+			for more := true; more; {
+				if err := j.add(b, a); err != nil {
+					a.reply <- askReply{err: err}
+				} else {
+					n++
+				}
+				select {
+				case a = <-j.asks:
+				default:
+					more = false
+				}
+			}
+			if n == 0 {
+				continue
+			}
+			detach()
+			js.park(j)
+			if !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) {
+				// mcp-go asks a 2025-11-25 client within this request; if the
+				// request ends first, nobody will come back for the job.
+				context.AfterFunc(ctx, func() { js.abandon(j) })
+			}
+			return b.ToolResult(), nil
+		case <-ctx.Done():
+			// The client gave up on the call.
+			detach()
+			j.cancel()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// abandon ends j if it is still parked.
+func (js *jobs) abandon(j *job) {
+	js.mu.Lock()
+	_, still := js.parked[j.id]
+	delete(js.parked, j.id)
+	js.mu.Unlock()
+	if still {
+		j.park.Stop()
+		j.cancel()
+	}
+}
+
+// park keeps j for its client's answers, for parkTTL at most.
+func (js *jobs) park(j *job) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.parked == nil {
+		js.parked = map[string]*job{}
+	}
+	js.parked[j.id] = j
+	j.park = time.AfterFunc(parkTTL, func() { js.abandon(j) })
+}
+
+// add renders one question as an input request.
+func (j *job) add(b *mcpserver.InputRequestBuilder, a *ask) error {
+	j.mu.Lock()
+	j.seq++
+	key := "q" + strconv.Itoa(j.seq)
+	j.mu.Unlock()
+	switch mcp.MCPMethod(a.method) {
+	case mcp.MethodSamplingCreateMessage:
+		var p mcp.CreateMessageParams
+		if err := json.Unmarshal(a.params, &p); err != nil {
+			return fmt.Errorf("sampling/createMessage params: %w", err)
+		}
+		b.Sample(key, p)
+	case mcp.MethodElicitationCreate:
+		var p mcp.ElicitationParams
+		if err := json.Unmarshal(a.params, &p); err != nil {
+			return fmt.Errorf("elicitation/create params: %w", err)
+		}
+		b.Elicit(key, p)
+	case mcp.MethodListRoots:
+		b.Roots(key)
+	default:
+		return errors.New("capgate cannot ask a client " + a.method)
+	}
+	j.mu.Lock()
+	j.pending[key] = a
+	j.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,395 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/capgate/capgate/permissions"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/router"
+	mcpsrc "github.com/capgate/capgate/sources/mcp"
+	"github.com/capgate/capgate/tool"
+)
+
+// The resources, resource templates and prompts of upstream MCP servers
+// are served next to the tools, gated like them: seeing or reading a
+// resource needs rye.fetch.knowledge.mcp.<source>.<uri dotted>, seeing or
+// getting a prompt rye.fetch.directive.mcp.<source>.<name>. Resource URIs
+// pass unchanged; prompts get exposed names as tools do. Completions go
+// to the upstream that owns the prompt or template.
+
+// upstream is one MCP source as the relay knows it.
+type upstream struct {
+	src    *mcpsrc.Source
+	prefix string
+}
+
+// relay holds what the upstreams serve now.
+type relay struct {
+	ups []upstream
+
+	mu        sync.Mutex
+	resources map[string]*upstream // uri → owner
+	templates map[string]*upstream // uri template → owner
+	prompts   map[string]relayedPrompt
+	skills    []mcpserver.ServerPrompt // skills served as prompts (see skill.go)
+	subs      map[string]map[string]*subscriber // uri → session id → who
+	upSubs    map[string]bool                   // uris subscribed upstream
+}
+
+type relayedPrompt struct {
+	up   *upstream
+	name string // the upstream's name
+	id   string // the directive id the gate checks
+}
+
+type subscriber struct {
+	caller *router.Caller
+}
+
+// knowledgeID is the item id of an upstream resource.
+func knowledgeID(source, uri string) string { return "mcp:" + source + ":" + uri }
+
+// directiveID is the item id of an upstream prompt.
+func directiveID(source, name string) string { return "mcp:" + source + ":" + name }
+
+// startRelay finds the MCP sources and keeps their resources and prompts
+// registered, refreshing on their list_changed notifications.
+func (m *MCP) startRelay(reg *registry.Registry) {
+	for _, s := range reg.Sources() {
+		src, ok := s.(*mcpsrc.Source)
+		if !ok {
+			continue
+		}
+		m.relay.ups = append(m.relay.ups, upstream{src: src, prefix: reg.Prefix(registry.SourceKey(s))})
+	}
+	for i := range m.relay.ups {
+		up := &m.relay.ups[i]
+		up.src.OnChange(func() { go m.syncRelay() })
+		up.src.OnNotification(func(method string, params json.RawMessage) {
+			switch method {
+			case "notifications/resources/list_changed", "notifications/prompts/list_changed":
+				go m.syncRelay()
+			case "notifications/resources/updated":
+				m.resourceUpdated(up, params)
+			}
+		})
+	}
+	m.syncRelay()
+}
+
+// syncRelay lists every upstream's resources, templates and prompts and
+// registers them, replacing the last set.
+func (m *MCP) syncRelay() {
+	ctx := context.Background()
+	var (
+		resources []mcpserver.ServerResource
+		templates []mcpserver.ServerResourceTemplate
+		prompts   []mcpserver.ServerPrompt
+		owners    = map[string]*upstream{}
+		towners   = map[string]*upstream{}
+		pmap      = map[string]relayedPrompt{}
+	)
+	for i := range m.relay.ups {
+		up := &m.relay.ups[i]
+		caps, ok := up.src.Capabilities()
+		if !ok {
+			continue
+		}
+		if caps.Resources != nil {
+			for _, r := range listAll[mcp.Resource](ctx, up.src, "resources/list", "resources") {
+				if _, dup := owners[r.URI]; dup {
+					continue // the first source to serve a URI keeps it
+				}
+				owners[r.URI] = up
+				resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: m.readResource(up)})
+			}
+			for _, t := range listAll[mcp.ResourceTemplate](ctx, up.src, "resources/templates/list", "resourceTemplates") {
+				if t.URITemplate == nil {
+					continue
+				}
+				raw := t.URITemplate.Raw()
+				if _, dup := towners[raw]; dup {
+					continue
+				}
+				towners[raw] = up
+				h := m.readResource(up)
+				templates = append(templates, mcpserver.ServerResourceTemplate{Template: t,
+					Handler: func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) { return h(ctx, req) }})
+			}
+		}
+		if caps.Prompts != nil {
+			for _, p := range listAll[mcp.Prompt](ctx, up.src, "prompts/list", "prompts") {
+				exposed := registry.ExposedName(up.prefix, p.Name)
+				if _, dup := pmap[exposed]; dup {
+					continue
+				}
+				rp := relayedPrompt{up: up, name: p.Name, id: directiveID(up.src.ID(), p.Name)}
+				pmap[exposed] = rp
+				p.Name = exposed
+				prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: m.getPrompt(rp)})
+			}
+		}
+	}
+	m.relay.mu.Lock()
+	defer m.relay.mu.Unlock()
+	m.relay.resources, m.relay.templates, m.relay.prompts = owners, towners, pmap
+	m.srv.SetResources(resources...)
+	m.srv.SetResourceTemplates(templates...)
+	m.srv.SetPrompts(append(prompts, m.relay.skills...)...)
+}
+
+// listAll reads every page of a list method, keeping what decodes; a
+// failing upstream lists nothing until the next sync.
+func listAll[T any](ctx context.Context, src *mcpsrc.Source, method, field string) []T {
+	var out []T
+	cursor := ""
+	for range 1000 {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		raw, err := src.Request(ctx, method, params)
+		if err != nil {
+			return out
+		}
+		var page map[string]json.RawMessage
+		if json.Unmarshal(raw, &page) != nil {
+			return out
+		}
+		var items []T
+		json.Unmarshal(page[field], &items)
+		out = append(out, items...)
+		cursor = ""
+		json.Unmarshal(page["nextCursor"], &cursor)
+		if cursor == "" {
+			return out
+		}
+	}
+	return out
+}
+
+func protocolOf(ctx context.Context) string {
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ProtocolVersion != "" {
+		return "mcp/" + info.ProtocolVersion
+	}
+	return "mcp"
+}
+
+// readResource gates a read and forwards it to the upstream.
+func (m *MCP) readResource(up *upstream) mcpserver.ResourceHandlerFunc {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		uri := req.Params.URI
+		if err := m.router.Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
+			return nil, errors.New(tool.ErrorMessage(err))
+		}
+		raw, err := up.src.Request(ctx, "resources/read", map[string]any{"uri": uri})
+		if err != nil {
+			return nil, upstreamError(err)
+		}
+		res, err := mcp.ParseReadResourceResult(&raw)
+		if err != nil {
+			return nil, fmt.Errorf("resource %s: the upstream's answer: %w", uri, err)
+		}
+		return res.Contents, nil
+	}
+}
+
+// getPrompt gates a prompts/get and forwards it under the upstream's name.
+func (m *MCP) getPrompt(rp relayedPrompt) mcpserver.PromptHandlerFunc {
+	return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+req.Params.Name, protocolOf(ctx)); err != nil {
+			return nil, errors.New(tool.ErrorMessage(err))
+		}
+		params := map[string]any{"name": rp.name}
+		if len(req.Params.Arguments) > 0 {
+			params["arguments"] = req.Params.Arguments
+		}
+		raw, err := rp.up.src.Request(ctx, "prompts/get", params)
+		if err != nil {
+			return nil, upstreamError(err)
+		}
+		return mcp.ParseGetPromptResult(&raw)
+	}
+}
+
+// upstreamError passes on the upstream's own message.
+func upstreamError(err error) error {
+	var re *mcpsrc.RPCError
+	if errors.As(err, &re) {
+		return errors.New(re.Message)
+	}
+	return errors.New(tool.ErrorMessage(err))
+}
+
+// filterPrompts shows a caller the prompts it may fetch.
+func (m *MCP) filterPrompts(ctx context.Context, prompts []mcp.Prompt) []mcp.Prompt {
+	c := CallerFrom(ctx)
+	m.relay.mu.Lock()
+	defer m.relay.mu.Unlock()
+	out := prompts[:0:0]
+	for _, p := range prompts {
+		id := p.Name // a skill's directive id is its name
+		if rp, ok := m.relay.prompts[p.Name]; ok {
+			id = rp.id
+		}
+		if m.router.May(c, permissions.Fetch, permissions.Directive, id) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// filterResources and filterTemplates run after mcp-go builds a list page
+// and keep what the caller may fetch.
+func (m *MCP) filterResources(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+	c := CallerFrom(ctx)
+	m.relay.mu.Lock()
+	defer m.relay.mu.Unlock()
+	out := res.Resources[:0]
+	for _, r := range res.Resources {
+		if up, ok := m.relay.resources[r.URI]; ok && m.router.May(c, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), r.URI)) {
+			out = append(out, r)
+		}
+	}
+	res.Resources = out
+}
+
+func (m *MCP) filterTemplates(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
+	c := CallerFrom(ctx)
+	m.relay.mu.Lock()
+	defer m.relay.mu.Unlock()
+	out := res.ResourceTemplates[:0]
+	for _, t := range res.ResourceTemplates {
+		if t.URITemplate == nil {
+			continue
+		}
+		raw := t.URITemplate.Raw()
+		if up, ok := m.relay.templates[raw]; ok && m.router.May(c, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), raw)) {
+			out = append(out, t)
+		}
+	}
+	res.ResourceTemplates = out
+}
+
+// CompletePromptArgument forwards completion/complete for a prompt
+// argument to the prompt's upstream.
+func (m *MCP) CompletePromptArgument(ctx context.Context, name string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
+	m.relay.mu.Lock()
+	rp, ok := m.relay.prompts[name]
+	m.relay.mu.Unlock()
+	if !ok {
+		return &mcp.Completion{Values: []string{}}, nil
+	}
+	if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+name, protocolOf(ctx)); err != nil {
+		return nil, errors.New(tool.ErrorMessage(err))
+	}
+	return complete(ctx, rp.up.src, map[string]any{"type": "ref/prompt", "name": rp.name}, arg, cc)
+}
+
+// CompleteResourceArgument forwards completion/complete for a resource
+// template argument to the template's upstream.
+func (m *MCP) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
+	m.relay.mu.Lock()
+	up, ok := m.relay.templates[uri]
+	if !ok {
+		up, ok = m.relay.resources[uri]
+	}
+	m.relay.mu.Unlock()
+	if !ok {
+		return &mcp.Completion{Values: []string{}}, nil
+	}
+	if err := m.router.Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
+		return nil, errors.New(tool.ErrorMessage(err))
+	}
+	return complete(ctx, up.src, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
+}
+
+func complete(ctx context.Context, src *mcpsrc.Source, ref map[string]any, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
+	params := map[string]any{"ref": ref, "argument": arg}
+	if len(cc.Arguments) > 0 {
+		params["context"] = cc
+	}
+	raw, err := src.Request(ctx, "completion/complete", params)
+	if err != nil {
+		return nil, upstreamError(err)
+	}
+	var res struct {
+		Completion mcp.Completion `json:"completion"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("completion: the upstream's answer: %w", err)
+	}
+	if res.Completion.Values == nil {
+		res.Completion.Values = []string{}
+	}
+	return &res.Completion, nil
+}
+
+// subscribed records a client's subscription and subscribes upstream once
+// per URI, so the upstream's updates can be passed on.
+func (m *MCP) subscribed(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
+	session := mcpserver.ClientSessionFromContext(ctx)
+	uri := req.Params.URI
+	m.relay.mu.Lock()
+	up, ok := m.relay.resources[uri]
+	if !ok || session == nil {
+		m.relay.mu.Unlock()
+		return
+	}
+	if m.relay.subs == nil {
+		m.relay.subs, m.relay.upSubs = map[string]map[string]*subscriber{}, map[string]bool{}
+	}
+	if m.relay.subs[uri] == nil {
+		m.relay.subs[uri] = map[string]*subscriber{}
+	}
+	m.relay.subs[uri][session.SessionID()] = &subscriber{caller: CallerFrom(ctx)}
+	first := !m.relay.upSubs[uri]
+	m.relay.upSubs[uri] = true
+	m.relay.mu.Unlock()
+	if first {
+		if _, err := up.src.Request(context.WithoutCancel(ctx), "resources/subscribe", map[string]any{"uri": uri}); err != nil {
+			m.relay.mu.Lock()
+			delete(m.relay.upSubs, uri)
+			m.relay.mu.Unlock()
+		}
+	}
+}
+
+func (m *MCP) unsubscribed(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
+	session := mcpserver.ClientSessionFromContext(ctx)
+	if session == nil {
+		return
+	}
+	m.relay.mu.Lock()
+	delete(m.relay.subs[req.Params.URI], session.SessionID())
+	m.relay.mu.Unlock()
+}
+
+// resourceUpdated passes an upstream's resources/updated to the sessions
+// subscribed to that URI whose caller may still fetch it.
+func (m *MCP) resourceUpdated(up *upstream, params json.RawMessage) {
+	var p struct {
+		URI string `json:"uri"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.URI == "" {
+		return
+	}
+	m.relay.mu.Lock()
+	var sessions []string
+	for sid, s := range m.relay.subs[p.URI] {
+		if m.router.May(s.caller, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), p.URI)) {
+			sessions = append(sessions, sid)
+		}
+	}
+	m.relay.mu.Unlock()
+	for _, sid := range sessions {
+		_ = m.srv.SendNotificationToSpecificClient(sid, "notifications/resources/updated", map[string]any{"uri": p.URI})
+	}
+}

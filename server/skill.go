@@ -1,0 +1,258 @@
+package server
+
+import (
+	"context"
+	"maps"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/capgate/capgate/permissions"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/tool"
+)
+
+// UseSkill is the name of the tool that runs a skill.
+const UseSkill = "use_skill"
+
+// Skills are served two ways: each enabled skill is an MCP prompt (its
+// instructions), and use_skill runs one as Ash does, in an isolated loop
+// on the calling client's model through MCP sampling. The loop sees only
+// the skill's allowed tools, and every inner call goes through the router
+// with the skill's grants intersected with the caller's.
+
+type skillSet struct {
+	enabled  map[string]*skills.Skill
+	problems map[string]string // why a known skill is not enabled
+}
+
+// SetSkills serves the enabled skills; problems (skill name → message)
+// explain a use_skill of a skill that is there but not enabled.
+func (m *MCP) SetSkills(enabled []*skills.Skill, problems map[string]string) {
+	set := skillSet{enabled: map[string]*skills.Skill{}, problems: problems}
+	var prompts []mcpserver.ServerPrompt
+	for _, s := range enabled {
+		set.enabled[s.Name] = s
+		prompts = append(prompts, mcpserver.ServerPrompt{
+			Prompt:  mcp.NewPrompt(s.Name, mcp.WithPromptDescription(s.Description)),
+			Handler: m.skillPrompt(s),
+		})
+	}
+	m.mu.Lock()
+	m.skills = set
+	m.listed = nil // the tool list gains or loses use_skill
+	m.mu.Unlock()
+	m.relay.mu.Lock()
+	m.relay.skills = prompts
+	m.relay.mu.Unlock()
+	m.syncRelay()
+	m.sync(m.registry.Snapshot())
+}
+
+func (m *MCP) skillPrompt(s *skills.Skill) mcpserver.PromptHandlerFunc {
+	return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, s.Name, "prompt "+s.Name, protocolOf(ctx)); err != nil {
+			return nil, fmt.Errorf("%s", tool.ErrorMessage(err))
+		}
+		return mcp.NewGetPromptResult(s.Description, []mcp.PromptMessage{
+			mcp.NewPromptMessage(mcp.RoleUser, mcp.NewTextContent(s.Instructions)),
+		}), nil
+	}
+}
+
+// useSkillTool is use_skill as listed to c: its description names the
+// skills c may run.
+func (m *MCP) useSkillTool(c *router.Caller) (mcp.Tool, bool) {
+	m.mu.Lock()
+	set := m.skills
+	m.mu.Unlock()
+	var lines []string
+	for _, name := range slices.Sorted(maps.Keys(set.enabled)) {
+		if m.router.May(c, permissions.Execute, permissions.Directive, name) {
+			lines = append(lines, "- "+name+": "+oneLine(set.enabled[name].Description))
+		}
+	}
+	if c != nil && len(lines) == 0 {
+		return mcp.Tool{}, false
+	}
+	t := useSkillBase()
+	t.Description += "\n\nSkills:\n" + strings.Join(lines, "\n")
+	return t, true
+}
+
+func useSkillBase() mcp.Tool {
+	f, readOnly, t := false, false, true
+	return mcp.Tool{
+		Name: UseSkill,
+		Description: "Run a skill: a subagent with its own instructions and a restricted set of tools, " +
+			"on your client's model through MCP sampling. Pass what it should do and the context it needs; " +
+			"it does not see this conversation. Its result has not been shown to the user.",
+		RawInputSchema: json.RawMessage(`{"type":"object","properties":{` +
+			`"skill":{"type":"string","description":"the skill's name"},` +
+			`"message":{"type":"string","description":"what the skill should do"},` +
+			`"context":{"type":"string","description":"what the skill needs to know from this conversation"}},` +
+			`"required":["skill","message"],"additionalProperties":false}`),
+		Annotations: mcp.ToolAnnotation{Title: "Use a skill", ReadOnlyHint: &readOnly, DestructiveHint: &t,
+			IdempotentHint: &f, OpenWorldHint: &t},
+	}
+}
+
+// useSkill runs a skill for the caller, as a job: each sampling request
+// goes to the calling client, each inner call through the router.
+func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	c := CallerFrom(ctx)
+	if c == nil {
+		return denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
+	}
+	if st := req.Params.RequestState; st != "" {
+		j := m.jobs.resume(st, c.Sub)
+		if j == nil {
+			return denial(tool.Errorf(tool.CodeInvalidInput, "requestState is unknown or expired; call use_skill again")), nil
+		}
+		j.deliver(req.Params.InputResponses)
+		return m.jobs.wait(ctx, j)
+	}
+	var in struct {
+		Skill   string `json:"skill"`
+		Message string `json:"message"`
+		Context string `json:"context"`
+	}
+	raw := req.Params.RawArguments
+	if len(raw) == 0 && req.Params.Arguments != nil {
+		raw, _ = json.Marshal(req.Params.Arguments)
+	}
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input: %v", err)), nil
+	}
+	if strings.TrimSpace(in.Message) == "" {
+		return denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input.message: is required")), nil
+	}
+	s, scope, err := m.skillAccess(c, in.Skill)
+	if err != nil {
+		return denial(err), nil
+	}
+	tools := m.skillTools(c, s, scope)
+	proto := protocolOf(ctx)
+	j := m.jobs.start(c.Sub, func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
+		res, err := skills.Run(ctx, skills.RunOptions{
+			Skill: s, Message: in.Message, Context: in.Context, Model: s.Model, Tools: tools,
+			Sample: func(ctx context.Context, p mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
+				b, err := json.Marshal(p)
+				if err != nil {
+					return nil, err
+				}
+				raw, err := ask(ctx, string(mcp.MethodSamplingCreateMessage), b)
+				if err != nil {
+					return nil, err
+				}
+				var out mcp.CreateMessageResult
+				if err := json.Unmarshal(raw, &out); err != nil {
+					return nil, fmt.Errorf("the client's sampling result: %w", err)
+				}
+				return &out, nil
+			},
+			Call: func(ctx context.Context, name string, input json.RawMessage) (*mcp.CallToolResult, error) {
+				res, err := m.router.Call(ctx, c, router.Request{Tool: name, Input: input, Scope: scope,
+					Protocol: proto + " skill:" + s.Name})
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil, ctx.Err()
+					}
+					return denial(err), nil
+				}
+				return toMCPResult(res)
+			},
+		})
+		if err != nil {
+			return denial(tool.Wrap(err, tool.CodeBackendUnavailable, "%v", err)), nil
+		}
+		out := mcp.NewToolResultText(skills.Wrap(s.Name, res))
+		out.IsError = res.Partial // Ash: a partial result carries the error flag
+		out.StructuredContent = map[string]any{"skill": s.Name, "iterations": res.Iterations,
+			"tool_calls": res.ToolCalls, "partial": res.Partial}
+		return out, nil
+	})
+	return m.jobs.wait(ctx, j)
+}
+
+// skillAccess decides whether c may run the skill name: it must be
+// enabled, visible (rye.fetch.directive.<name>, else it reads as
+// missing), runnable (rye.execute.directive.<name>), and its access rules
+// must admit c's chat. It returns the scope of the skill's inner calls.
+func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router.Scope, error) {
+	m.mu.Lock()
+	set := m.skills
+	m.mu.Unlock()
+	notFound := tool.Errorf(tool.CodeNotFound, "no skill %q", name)
+	if !m.router.May(c, permissions.Fetch, permissions.Directive, name) {
+		return nil, nil, notFound
+	}
+	s, ok := set.enabled[name]
+	if !ok {
+		if why, known := set.problems[name]; known {
+			return nil, nil, tool.Errorf(tool.CodeBackendUnavailable, "skill %s is not available: %s", name, why)
+		}
+		return nil, nil, notFound
+	}
+	required := permissions.Required(permissions.Execute, permissions.Directive, name)
+	if !m.router.May(c, permissions.Execute, permissions.Directive, name) {
+		return nil, nil, &tool.Error{Code: tool.CodePermissionDenied, Gate: router.GateCapability, Required: required,
+			Message: required + " is not granted", Hint: "grant " + required + " to the caller (token caps or [policy] grants)"}
+	}
+	chat := c.ChatType()
+	allowed := s.ChatTypes
+	if s.Sensitive {
+		allowed = []string{"private"} // sensitive skills are private-only
+	}
+	if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(a string) bool { return chat != "" && strings.EqualFold(a, chat) }) {
+		in := "a chat of unknown type"
+		if chat != "" {
+			in = "a " + chat + " chat"
+		}
+		return nil, nil, &tool.Error{Code: tool.CodeAccessDenied, Gate: router.GateChat,
+			Message: fmt.Sprintf("skill %s is only allowed in %s chats, not in %s", name, strings.Join(allowed, " or "), in),
+			Hint:    "use it from a " + strings.Join(allowed, " or ") + " chat"}
+	}
+	if len(s.AllowChatIDs) > 0 && !slices.Contains(s.AllowChatIDs, c.ChatID()) {
+		return nil, nil, &tool.Error{Code: tool.CodeAccessDenied, Gate: router.GateChat,
+			Message: fmt.Sprintf("skill %s is not allowed in this chat", name),
+			Hint:    fmt.Sprintf("add the chat id to [skills.%s] allow_chat_ids", name)}
+	}
+	// Allowed tools given by exposed name grant the tools they name.
+	gs := s.Grants()
+	snap := m.registry.Snapshot()
+	for _, n := range s.ToolNames() {
+		if d, ok := snap.ByExposedName(n); ok {
+			gs = append(gs, permissions.Required(permissions.Execute, permissions.Tool, d.ID))
+		}
+	}
+	grants, err := permissions.NewSet(gs...)
+	if err != nil {
+		return nil, nil, tool.Errorf(tool.CodeBackendUnavailable, "skill %s: its grants: %v", name, err)
+	}
+	return s, &router.Scope{Name: "skill " + name, Grants: grants, Acknowledge: s.Acknowledge}, nil
+}
+
+// skillTools are the tools offered to the skill's model: its allowed
+// tools that the caller, narrowed to the skill, may see.
+func (m *MCP) skillTools(c *router.Caller, s *skills.Skill, scope *router.Scope) []mcp.Tool {
+	var out []mcp.Tool
+	for _, d := range m.router.List(c, scope, registry.Filter{}) {
+		if slices.Contains(s.AllowedTools, d.ExposedName) || slices.Contains(s.AllowedTools, d.ID) {
+			out = append(out, mcpTool(d))
+		}
+	}
+	return out
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+

@@ -1,0 +1,341 @@
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/capgate/capgate/tool"
+)
+
+// A tools/call to a streamable-HTTP upstream is posted here rather than
+// through mcp-go's client: the request is written straight from the raw
+// input, the result is read without decoding its content blocks, and
+// everything the upstream sends on the call's stream (progress, log
+// messages, sampling and elicitation requests) belongs to that call, so
+// it is relayed to that caller and no other.
+
+// maxResponse bounds one message read from an upstream.
+const maxResponse = 64 << 20
+
+// callHTTP posts tools/call on l's session and reads the answer.
+func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args json.RawMessage) (*tool.Result, error) {
+	id := "capgate-" + strconv.FormatInt(s.seq.Add(1), 10)
+	body := make([]byte, 0, 128+len(args))
+	body = append(body, `{"jsonrpc":"2.0","id":"`...)
+	body = append(body, id...)
+	body = append(body, `","method":"tools/call","params":{"name":`...)
+	body = appendJSONString(body, call.Tool.Name)
+	body = append(body, `,"arguments":`...)
+	body = append(body, args...)
+	if call.Progress != nil {
+		body = append(body, `,"_meta":{"progressToken":"`...)
+		body = append(body, id...)
+		body = append(body, `"}`...)
+	}
+	body = append(body, "}}"...)
+
+	resp, err := s.post(ctx, l, body, "")
+	if err != nil {
+		return nil, s.httpFailed(ctx, l, id, call, err)
+	}
+	defer resp.Body.Close()
+	var raw json.RawMessage
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		raw, err = s.readStream(ctx, l, resp.Body, id, call)
+	} else {
+		raw, err = io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	}
+	if err != nil {
+		return nil, s.httpFailed(ctx, l, id, call, err)
+	}
+	var msg struct {
+		Result *struct {
+			Content           []json.RawMessage `json:"content"`
+			StructuredContent json.RawMessage   `json:"structuredContent"`
+			IsError           bool              `json:"isError"`
+		} `json:"result"`
+		Error *mcpgo.JSONRPCErrorDetails `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		return nil, tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response is not JSON-RPC: %v", s.opts.Name, call.Tool.Name, err)
+	}
+	switch {
+	case msg.Error != nil:
+		return nil, tool.Wrap(&RPCError{Code: msg.Error.Code, Message: msg.Error.Message, Data: msg.Error.Data},
+			tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: %s", s.opts.Name, call.Tool.Name, msg.Error.Message)
+	case msg.Result == nil:
+		return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response has neither result nor error", s.opts.Name, call.Tool.Name)
+	}
+	out := &tool.Result{Content: msg.Result.Content, IsError: msg.Result.IsError}
+	if out.Content == nil {
+		out.Content = []json.RawMessage{}
+	}
+	if st := msg.Result.StructuredContent; len(st) > 0 && string(st) != "null" {
+		out.Structured = st
+	}
+	return out, nil
+}
+
+// httpError is a non-2xx answer.
+type httpError struct {
+	status int
+	body   string
+}
+
+func (e *httpError) Error() string {
+	if e.body == "" {
+		return "HTTP " + strconv.Itoa(e.status)
+	}
+	return fmt.Sprintf("HTTP %d: %s", e.status, e.body)
+}
+
+// httpFailed sorts a failed call: cancelled by the caller (the upstream is
+// told), the session gone (reconnect), or the upstream unreachable.
+func (s *Source) httpFailed(ctx context.Context, l *link, id string, call tool.Call, err error) error {
+	if ctx.Err() != nil {
+		go s.cancelUpstream(l, id, ctx.Err())
+		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: %v", s.opts.Name, call.Tool.Name, ctx.Err())
+	}
+	var he *httpError
+	if errors.As(err, &he) && he.status == http.StatusNotFound && l.session != "" {
+		s.drop(l, errors.New("the upstream ended its session"))
+		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: the upstream ended its session; reconnecting", s.opts.Name, call.Tool.Name)
+	}
+	if errors.As(err, &he) {
+		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: %v", s.opts.Name, call.Tool.Name, err)
+	}
+	var te *tool.Error
+	if errors.As(err, &te) {
+		return err
+	}
+	s.drop(l, err)
+	return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: tools/call %s failed: %v", s.opts.Name, call.Tool.Name, err)
+}
+
+// cancelUpstream tells the upstream that the caller gave up on request id.
+func (s *Source) cancelUpstream(l *link, id string, why error) {
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled",
+		"params": map[string]any{"requestId": id, "reason": why.Error()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if resp, err := s.post(ctx, l, b, ""); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// post sends one JSON-RPC message on l's session; a GET with Last-Event-ID
+// when resume is set. A non-2xx answer is an *httpError.
+func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) (*http.Response, error) {
+	method, rd := http.MethodPost, io.Reader(bytes.NewReader(body))
+	if resume != "" {
+		method, rd = http.MethodGet, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.opts.URL, rd)
+	if err != nil {
+		return nil, err
+	}
+	h := req.Header
+	for k, v := range s.opts.Headers {
+		h.Set(k, v)
+	}
+	if resume != "" {
+		h["Accept"] = []string{"text/event-stream"}
+		h["Last-Event-Id"] = []string{resume}
+	} else {
+		h["Content-Type"] = []string{"application/json"}
+		h["Accept"] = []string{"application/json, text/event-stream"}
+	}
+	if l.session != "" {
+		h["Mcp-Session-Id"] = []string{l.session}
+	}
+	if l.version != "" {
+		h["Mcp-Protocol-Version"] = []string{l.version}
+	}
+	resp, err := pooledClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(b))}
+	}
+	return resp, nil
+}
+
+// readStream reads the call's SSE stream until the response to id,
+// relaying what comes before it. A stream the upstream ends early, having
+// given event ids, is resumed with Last-Event-ID (2025-11-25 polling).
+func (s *Source) readStream(ctx context.Context, l *link, body io.ReadCloser, id string, call tool.Call) (json.RawMessage, error) {
+	var (
+		wg      sync.WaitGroup
+		lastID  string
+		retry   = time.Second
+		resumes int
+	)
+	defer wg.Wait()
+	for {
+		res, err := s.readEvents(ctx, l, body, id, call, &wg, &lastID, &retry)
+		if res != nil || err != nil {
+			return res, err
+		}
+		if lastID == "" || resumes >= 100 {
+			return nil, errors.New("the upstream ended the stream before the response")
+		}
+		resumes++
+		select {
+		case <-time.After(retry):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		resp, err := s.post(ctx, l, nil, lastID)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		body = resp.Body
+	}
+}
+
+// readEvents reads one SSE stream; it returns the response to id, or nil
+// when the stream ended without it.
+func (s *Source) readEvents(ctx context.Context, l *link, body io.Reader, id string, call tool.Call,
+	wg *sync.WaitGroup, lastID *string, retry *time.Duration) (json.RawMessage, error) {
+	r := bufio.NewReaderSize(body, 16<<10)
+	var data []byte
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long line (an image, say): gather the rest.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = r.ReadSlice('\n')
+				long = append(long, line...)
+				if len(long) > maxResponse {
+					return nil, errors.New("an event from the upstream is too large")
+				}
+			}
+			line = long
+		}
+		if err != nil && len(line) == 0 {
+			if errors.Is(err, io.EOF) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			if len(data) > 0 {
+				if res := s.event(ctx, l, data, id, call, wg); res != nil {
+					return res, nil
+				}
+				data = data[:0]
+			}
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "data":
+			if len(data) > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+		case "id":
+			*lastID = string(value)
+		case "retry":
+			if ms, err := strconv.Atoi(string(value)); err == nil && ms >= 0 {
+				*retry = max(time.Duration(ms)*time.Millisecond, 10*time.Millisecond)
+			}
+		}
+	}
+}
+
+// event handles one message of the call's stream; it returns the message
+// when it is the response to id.
+func (s *Source) event(ctx context.Context, l *link, data []byte, id string, call tool.Call, wg *sync.WaitGroup) json.RawMessage {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		s.opts.Logger.Debug("ignoring an event that is not JSON-RPC", "server", s.opts.Name, "err", err)
+		return nil
+	}
+	hasID := len(m.ID) > 0 && string(m.ID) != "null"
+	switch {
+	case m.Method == "" && hasID:
+		if rid, err := strconv.Unquote(string(m.ID)); err == nil && rid == id {
+			return bytes.Clone(data)
+		}
+	case m.Method != "" && hasID:
+		// The upstream waits for this answer before it goes on, and it may
+		// ask several things at once.
+		reqID, params := json.RawMessage(bytes.Clone(m.ID)), json.RawMessage(bytes.Clone(m.Params))
+		wg.Go(func() {
+			res, rpcErr := answer(ctx, call, m.Method, params)
+			msg := map[string]any{"jsonrpc": "2.0", "id": reqID}
+			if rpcErr != nil {
+				msg["error"] = rpcErr
+			} else {
+				msg["result"] = res
+			}
+			b, _ := json.Marshal(msg)
+			resp, err := s.post(ctx, l, b, "")
+			if err != nil {
+				s.opts.Logger.Warn("could not answer the upstream's request", "server", s.opts.Name, "method", m.Method, "err", err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	case m.Method == "notifications/progress":
+		if call.Progress != nil {
+			var p struct {
+				Progress float64 `json:"progress"`
+				Total    float64 `json:"total"`
+				Message  string  `json:"message"`
+			}
+			if json.Unmarshal(m.Params, &p) == nil {
+				call.Progress(p.Progress, p.Total, p.Message)
+			}
+		}
+	case m.Method == "notifications/message":
+		if call.Log != nil {
+			call.Log(bytes.Clone(m.Params))
+		}
+	case m.Method == "notifications/tools/list_changed":
+		s.changed()
+	case m.Method != "":
+		s.notify(m.Method, bytes.Clone(m.Params))
+	}
+	return nil
+}
+
+// appendJSONString appends s as a JSON string; names are nearly always
+// plain ASCII, which needs no escaping.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

@@ -1,0 +1,74 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/internal/conformance"
+	"github.com/capgate/capgate/tool"
+)
+
+// TestCallRelaysRequestsAndLogs calls the conformance fixture's tools
+// over streamable HTTP: its sampling and elicitation requests reach the
+// call's Ask and the answers go back; its log messages reach the call's Log.
+func TestCallRelaysRequestsAndLogs(t *testing.T) {
+	s := urlSource(t, conformance.StartFixture(t), "")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ds, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*tool.Descriptor{}
+	for _, d := range ds {
+		byName[d.Name] = d
+	}
+	var mu sync.Mutex
+	var asked []string
+	ask := func(_ context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+		mu.Lock()
+		asked = append(asked, method+" "+string(params))
+		mu.Unlock()
+		if method == "sampling/createMessage" {
+			return json.RawMessage(`{"role":"assistant","content":{"type":"text","text":"four"},"model":"m"}`), nil
+		}
+		return json.RawMessage(`{"action":"accept","content":{"username":"alice","email":"a@example.com"}}`), nil
+	}
+	res, err := s.Call(ctx, tool.Call{Tool: byName["test_sampling"], Input: json.RawMessage(`{"prompt":"2+2?"}`), Ask: ask})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Content[0]); !strings.Contains(got, "LLM response: four") {
+		t.Errorf("test_sampling = %s", got)
+	}
+	if len(asked) != 1 || !strings.Contains(asked[0], "2+2?") {
+		t.Errorf("asked %v", asked)
+	}
+	res, err = s.Call(ctx, tool.Call{Tool: byName["test_elicitation"], Input: json.RawMessage(`{"message":"name?"}`), Ask: ask})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Content[0]); !strings.Contains(got, "alice") {
+		t.Errorf("test_elicitation = %s", got)
+	}
+
+	// Without Ask the upstream's request is refused, and the call says so.
+	res, err = s.Call(ctx, tool.Call{Tool: byName["test_sampling"], Input: json.RawMessage(`{"prompt":"x"}`)})
+	if err == nil && !res.IsError {
+		t.Errorf("test_sampling without Ask = %+v, want an error", res)
+	}
+
+	var logs []string
+	_, err = s.Call(ctx, tool.Call{Tool: byName["test_tool_with_logging"], Input: json.RawMessage(`{}`),
+		Log: func(p json.RawMessage) { logs = append(logs, string(p)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logs) != 3 || !strings.Contains(logs[0], "Tool execution started") {
+		t.Errorf("logs = %v", logs)
+	}
+}
