@@ -38,7 +38,7 @@ type relay struct {
 	resources map[string]*upstream // uri → owner
 	templates map[string]*upstream // uri template → owner
 	prompts   map[string]relayedPrompt
-	skills    []mcpserver.ServerPrompt // skills served as prompts (see skill.go)
+	skills    []mcpserver.ServerPrompt          // skills served as prompts (see skill.go)
 	subs      map[string]map[string]*subscriber // uri → session id → who
 	upSubs    map[string]bool                   // uris subscribed upstream
 }
@@ -121,7 +121,9 @@ func (m *MCP) syncRelay() {
 				towners[raw] = up
 				h := m.readResource(up)
 				templates = append(templates, mcpserver.ServerResourceTemplate{Template: t,
-					Handler: func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) { return h(ctx, req) }})
+					Handler: func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+						return h(ctx, req)
+					}})
 			}
 		}
 		if caps.Prompts != nil {

@@ -2,9 +2,9 @@ package server
 
 import (
 	"context"
-	"maps"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -255,4 +255,3 @@ func oneLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
 }
-
