@@ -11,8 +11,8 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-// TestConformanceThroughCapgate (expected results in capgate_baseline.json:
-// what capgate does not relay yet, each with its reason) runs the suite against the fixture
+// TestConformanceThroughCapgate (expected results in capgate_baseline.json,
+// today every scenario passing) runs the suite against the fixture
 // directly and through capgate in transparent mode (one upstream, prefix
 // ""), with anonymous callers as the suite sends no token. Scenarios that
 // differ must be listed, with their reason, in capgate_baseline.json.

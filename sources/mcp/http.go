@@ -40,6 +40,10 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	body = append(body, `,"arguments":`...)
 	body = append(body, args...)
 	if call.Progress != nil {
+		// Progress may also come on the standalone stream (mcp-go servers
+		// share one queue between it and the call's), found by token.
+		s.progress.Store(id, call.Progress)
+		defer s.progress.Delete(id)
 		body = append(body, `,"_meta":{"progressToken":"`...)
 		body = append(body, id...)
 		body = append(body, `"}`...)
