@@ -65,14 +65,19 @@ type jobs struct {
 	parked map[string]*job
 }
 
-// start runs work as a job for the caller sub, in a context of its own
-// (its requests come and go) that ends with the work or an abandoned park.
-func (js *jobs) start(sub string, work func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error)) *job {
+// newJob makes a job for the caller sub; run starts it.
+func newJob(sub string) *job {
 	b := make([]byte, 16)
 	rand.Read(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	j := &job{id: "job_" + hex.EncodeToString(b), sub: sub, cancel: cancel,
+	return &job{id: "job_" + hex.EncodeToString(b), sub: sub,
 		asks: make(chan *ask), done: make(chan jobResult, 1), pending: map[string]*ask{}}
+}
+
+// run runs work in a context of its own (the job's requests come and go)
+// that ends with the work or an abandoned park.
+func (j *job) run(work func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error)) *job {
+	ctx, cancel := context.WithCancel(context.Background())
+	j.cancel = cancel
 	go func() {
 		defer cancel()
 		res, err := work(ctx, j.ask)

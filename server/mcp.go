@@ -202,10 +202,10 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ProtocolVersion != "" {
 		r.Protocol = "mcp/" + info.ProtocolVersion
 	}
-	var j *job
-	r.Progress = progressSender(func() context.Context { return j.current() }, req)
+	j := newJob(c.Sub)
+	r.Progress = progressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
-	j = m.jobs.start(c.Sub, func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
+	j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
 		r.Ask = ask
 		res, err := m.router.Call(ctx, c, r)
 		if err != nil {

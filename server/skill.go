@@ -139,7 +139,7 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	}
 	tools := m.skillTools(c, s, scope)
 	proto := protocolOf(ctx)
-	j := m.jobs.start(c.Sub, func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
+	j := newJob(c.Sub).run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
 		res, err := skills.Run(ctx, skills.RunOptions{
 			Skill: s, Message: in.Message, Context: in.Context, Model: s.Model, Tools: tools,
 			Sample: func(ctx context.Context, p mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {

@@ -132,7 +132,8 @@ type Call struct {
 	// Progress, when set, receives progress the source reports.
 	Progress func(progress, total float64, message string)
 	// Log, when set, receives the log messages the source sends while the
-	// call runs (the params of an MCP notifications/message).
+	// call runs (the params of an MCP notifications/message). Log and
+	// Progress may be called from more than one goroutine.
 	Log func(params json.RawMessage)
 	// Ask, when set, relays a request the source makes of the calling
 	// client mid-call (MCP sampling/createMessage, elicitation/create,

@@ -62,12 +62,16 @@ func TestCallRelaysRequestsAndLogs(t *testing.T) {
 		t.Errorf("test_sampling without Ask = %+v, want an error", res)
 	}
 
+	// Log messages may come on the call's stream or the standalone one,
+	// so Log may be called from two goroutines.
 	var logs []string
 	_, err = s.Call(ctx, tool.Call{Tool: byName["test_tool_with_logging"], Input: json.RawMessage(`{}`),
-		Log: func(p json.RawMessage) { logs = append(logs, string(p)) }})
+		Log: func(p json.RawMessage) { mu.Lock(); logs = append(logs, string(p)); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(logs) != 3 || !strings.Contains(logs[0], "Tool execution started") {
 		t.Errorf("logs = %v", logs)
 	}
