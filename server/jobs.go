@@ -13,6 +13,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/capgate/capgate/tool"
 )
 
 // A job is a tools/call whose work may need the calling client mid-way:
@@ -23,8 +25,12 @@ import (
 // same exchange with clients of 2025-11-25 as server-to-client requests,
 // so one path serves both protocols.
 
-// parkTTL is how long a job waits for a client to come back with answers.
-const parkTTL = 5 * time.Minute
+// parkTTL is how long a job waits for a client to come back with answers;
+// maxParkedPerSub bounds how many wait per subject.
+const (
+	parkTTL         = 5 * time.Minute
+	maxParkedPerSub = 64
+)
 
 // askFunc asks the calling client one thing (method and params as JSON)
 // and returns its answer.
@@ -191,7 +197,10 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 				continue
 			}
 			detach()
-			js.park(j)
+			if err := js.park(j); err != nil {
+				j.cancel()
+				return denial(err), nil
+			}
 			if !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) {
 				// mcp-go asks a 2025-11-25 client within this request; if the
 				// request ends first, nobody will come back for the job.
@@ -220,14 +229,26 @@ func (js *jobs) abandon(j *job) {
 }
 
 // park keeps j for its client's answers, for parkTTL at most.
-func (js *jobs) park(j *job) {
+// It refuses when the caller already has maxParkedPerSub jobs waiting, so
+// that calls nobody comes back for cannot pile up.
+func (js *jobs) park(j *job) error {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if js.parked == nil {
 		js.parked = map[string]*job{}
 	}
+	n := 0
+	for _, p := range js.parked {
+		if p.sub == j.sub {
+			n++
+		}
+	}
+	if n >= maxParkedPerSub {
+		return tool.Errorf(tool.CodeRateLimited, "%d calls of yours already wait for your answers; answer or abandon them (they expire after %s)", n, parkTTL)
+	}
 	js.parked[j.id] = j
 	j.park = time.AfterFunc(parkTTL, func() { js.abandon(j) })
+	return nil
 }
 
 // add renders one question as an input request.
