@@ -127,8 +127,22 @@ func TestSSE(t *testing.T) {
 }
 
 func TestProgressAndCancellation(t *testing.T) {
-	cancelFile := filepath.Join(t.TempDir(), "cancelled")
-	s := stdioSource(t, map[string]string{"FIXTURE_CANCEL_FILE": cancelFile})
+	t.Run("stdio", func(t *testing.T) {
+		cancelFile := filepath.Join(t.TempDir(), "cancelled")
+		progressAndCancellation(t, stdioSource(t, map[string]string{"FIXTURE_CANCEL_FILE": cancelFile}), cancelFile)
+	})
+	t.Run("streamable-http", func(t *testing.T) {
+		cancelFile := filepath.Join(t.TempDir(), "cancelled")
+		t.Setenv("FIXTURE_CANCEL_FILE", cancelFile) // the fixture process inherits it
+		addr := freeAddr(t)
+		httpFixture(t, addr)
+		progressAndCancellation(t, urlSource(t, "http://"+addr+"/mcp", ""), cancelFile)
+	})
+}
+
+// progressAndCancellation relays progress in order, and a cancelled call
+// reaches the upstream as notifications/cancelled.
+func progressAndCancellation(t *testing.T, s *Source, cancelFile string) {
 	ds, err := s.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
