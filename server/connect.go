@@ -64,11 +64,7 @@ func remoteTool(d *tool.Descriptor) mcp.Tool {
 
 func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		input := req.Params.RawArguments
-		if len(input) == 0 && req.Params.Arguments != nil {
-			input, _ = json.Marshal(req.Params.Arguments)
-		}
-		call := tool.Call{Tool: d, Input: input, Progress: progressSender(func() context.Context { return ctx }, req)}
+		call := tool.Call{Tool: d, Input: rawArguments(req), Progress: progressSender(func() context.Context { return ctx }, req)}
 		res, err := src.Call(ctx, call)
 		if err != nil {
 			return denial(err), nil

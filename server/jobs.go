@@ -131,6 +131,17 @@ func (js *jobs) resume(state, sub string) *job {
 	return j
 }
 
+// resumeCall goes on with the caller's parked job that req's requestState
+// names, given the answers req carries.
+func (js *jobs) resumeCall(ctx context.Context, sub string, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	j := js.resume(req.Params.RequestState, sub)
+	if j == nil {
+		return denial(tool.Errorf(tool.CodeInvalidInput, "requestState is unknown or expired; call %s again", req.Params.Name)), nil
+	}
+	j.deliver(req.Params.InputResponses)
+	return js.wait(ctx, j)
+}
+
 // deliver passes the client's answers to the questions they answer; a
 // question left unanswered fails.
 func (j *job) deliver(responses mcp.InputResponses) {

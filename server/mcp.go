@@ -186,22 +186,10 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	if c == nil {
 		return denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
 	}
-	if st := req.Params.RequestState; st != "" {
-		j := m.jobs.resume(st, c.Sub)
-		if j == nil {
-			return denial(tool.Errorf(tool.CodeInvalidInput, "requestState is unknown or expired; call the tool again")), nil
-		}
-		j.deliver(req.Params.InputResponses)
-		return m.jobs.wait(ctx, j)
+	if req.Params.RequestState != "" {
+		return m.jobs.resumeCall(ctx, c.Sub, req)
 	}
-	input := req.Params.RawArguments
-	if len(input) == 0 && req.Params.Arguments != nil {
-		input, _ = json.Marshal(req.Params.Arguments)
-	}
-	r := router.Request{Tool: req.Params.Name, Input: input, Protocol: "mcp"}
-	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ProtocolVersion != "" {
-		r.Protocol = "mcp/" + info.ProtocolVersion
-	}
+	r := router.Request{Tool: req.Params.Name, Input: rawArguments(req), Protocol: protocolOf(ctx)}
 	j := newJob(c.Sub)
 	r.Progress = progressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
@@ -214,6 +202,15 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 		return toMCPResult(res)
 	})
 	return m.jobs.wait(ctx, j)
+}
+
+// rawArguments are the call's arguments as the client sent them.
+func rawArguments(req mcp.CallToolRequest) json.RawMessage {
+	if len(req.Params.RawArguments) == 0 && req.Params.Arguments != nil {
+		b, _ := json.Marshal(req.Params.Arguments)
+		return b
+	}
+	return req.Params.RawArguments
 }
 
 // relayLog passes an upstream's log message to the client of the call,

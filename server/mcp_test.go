@@ -92,13 +92,21 @@ func mint(t *testing.T, c token.Claims) string {
 	return s
 }
 
-func connect(t *testing.T, url, tok, protocol string) *client.Client {
+// connect opens an MCP session on url with tok. A client given handlers
+// for the server's requests (sampling, elicitation) also opens, on
+// 2025-11-25, the standalone GET stream where mcp-go's server sends
+// sampling requests, and says it can sample with tools.
+func connect(t *testing.T, url, tok, protocol string, handlers ...client.ClientOption) *client.Client {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(url+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok}))
+	topts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok})}
+	if protocol == "2025-11-25" && len(handlers) > 0 {
+		topts = append(topts, transport.WithContinuousListening())
+	}
+	tr, err := transport.NewStreamableHTTP(url+"/mcp", topts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opts []client.ClientOption
+	opts := handlers
 	if protocol != "" {
 		opts = append(opts, client.WithProtocolVersion(protocol))
 	}
@@ -112,6 +120,9 @@ func connect(t *testing.T, url, tok, protocol string) *client.Client {
 	init.Params.ProtocolVersion = protocol
 	if protocol == "" {
 		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	}
+	if len(handlers) > 0 {
+		init.Params.Capabilities.Sampling = &mcp.SamplingCapability{Tools: &struct{}{}}
 	}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)

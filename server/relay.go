@@ -147,33 +147,24 @@ func (m *MCP) syncRelay() {
 	m.srv.SetPrompts(append(prompts, m.relay.skills...)...)
 }
 
-// listAll reads every page of a list method, keeping what decodes; a
-// failing upstream lists nothing until the next sync.
+// listAll reads every page of a list method; a failing upstream lists
+// what it gave until the next sync.
 func listAll[T any](ctx context.Context, src *mcpsrc.Source, method, field string) []T {
 	var out []T
-	cursor := ""
-	for range 1000 {
-		params := map[string]any{}
-		if cursor != "" {
-			params["cursor"] = cursor
-		}
-		raw, err := src.Request(ctx, method, params)
-		if err != nil {
-			return out
-		}
+	src.Pages(ctx, method, func(raw json.RawMessage) (string, error) {
 		var page map[string]json.RawMessage
-		if json.Unmarshal(raw, &page) != nil {
-			return out
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return "", err
 		}
 		var items []T
-		json.Unmarshal(page[field], &items)
-		out = append(out, items...)
-		cursor = ""
-		json.Unmarshal(page["nextCursor"], &cursor)
-		if cursor == "" {
-			return out
+		if err := json.Unmarshal(page[field], &items); err != nil {
+			return "", err
 		}
-	}
+		out = append(out, items...)
+		var next string
+		json.Unmarshal(page["nextCursor"], &next)
+		return next, nil
+	})
 	return out
 }
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/config"
@@ -57,43 +56,6 @@ func (s *scripted) Elicit(_ context.Context, req mcp.ElicitationRequest) (*mcp.E
 		Content: map[string]any{"username": "alice", "email": "alice@example.com"}}}, nil
 }
 
-// connectWith is connect with a client that answers sampling and
-// elicitation from script.
-func connectWith(t *testing.T, url, tok, protocol string, script *scripted) *client.Client {
-	t.Helper()
-	topts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok})}
-	if protocol == "2025-11-25" {
-		// mcp-go's server sends a 2025-11-25 client's sampling requests on
-		// the standalone GET stream.
-		topts = append(topts, transport.WithContinuousListening())
-	}
-	tr, err := transport.NewStreamableHTTP(url+"/mcp", topts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []client.ClientOption{client.WithSamplingHandler(script), client.WithElicitationHandler(script)}
-	if protocol != "" {
-		opts = append(opts, client.WithProtocolVersion(protocol))
-	}
-	c := client.NewClient(tr, opts...)
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = protocol
-	if protocol == "" {
-		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	}
-	init.Params.Capabilities.Sampling = &mcp.SamplingCapability{}
-	init.Params.Capabilities.Elicitation = &mcp.ElicitationCapability{Form: &struct{}{}}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // TestRelayUpstream drives the conformance fixture through capgate with
 // both protocols: the upstream's sampling and elicitation requests reach
 // the calling client and its answers go back, log messages pass, and
@@ -123,7 +85,7 @@ prefix = ""
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			script := &scripted{}
-			c := connectWith(t, url, full, protocol, script)
+			c := connect(t, url, full, protocol, client.WithSamplingHandler(script), client.WithElicitationHandler(script))
 
 			call := func(name string, args map[string]any) string {
 				t.Helper()
@@ -188,7 +150,8 @@ prefix = ""
 			}
 
 			// A narrower caller sees and reads only what it was granted.
-			nc := connectWith(t, url, narrow, protocol, &scripted{})
+			other := &scripted{}
+			nc := connect(t, url, narrow, protocol, client.WithSamplingHandler(other), client.WithElicitationHandler(other))
 			rl, err = nc.ListResources(ctx, mcp.ListResourcesRequest{})
 			if err != nil || len(rl.Resources) != 1 || rl.Resources[0].URI != "test://static-text" {
 				t.Errorf("narrow resources/list = %+v, %v", rl, err)
@@ -227,7 +190,8 @@ prefix = ""
 `, fx))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := connectWith(t, url, mint(t, token.Claims{Sub: "alice"}), "2025-11-25", &scripted{})
+	script := &scripted{}
+	c := connect(t, url, mint(t, token.Claims{Sub: "alice"}), "2025-11-25", client.WithSamplingHandler(script), client.WithElicitationHandler(script))
 	var mu sync.Mutex
 	var logs []string
 	c.OnNotification(func(n mcp.JSONRPCNotification) {

@@ -78,7 +78,7 @@ func (m *MCP) useSkillTool(c *router.Caller) (mcp.Tool, bool) {
 			lines = append(lines, "- "+name+": "+oneLine(set.enabled[name].Description))
 		}
 	}
-	if c != nil && len(lines) == 0 {
+	if len(lines) == 0 {
 		return mcp.Tool{}, false
 	}
 	t := useSkillBase()
@@ -110,24 +110,15 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	if c == nil {
 		return denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
 	}
-	if st := req.Params.RequestState; st != "" {
-		j := m.jobs.resume(st, c.Sub)
-		if j == nil {
-			return denial(tool.Errorf(tool.CodeInvalidInput, "requestState is unknown or expired; call use_skill again")), nil
-		}
-		j.deliver(req.Params.InputResponses)
-		return m.jobs.wait(ctx, j)
+	if req.Params.RequestState != "" {
+		return m.jobs.resumeCall(ctx, c.Sub, req)
 	}
 	var in struct {
 		Skill   string `json:"skill"`
 		Message string `json:"message"`
 		Context string `json:"context"`
 	}
-	raw := req.Params.RawArguments
-	if len(raw) == 0 && req.Params.Arguments != nil {
-		raw, _ = json.Marshal(req.Params.Arguments)
-	}
-	if err := json.Unmarshal(raw, &in); err != nil {
+	if err := json.Unmarshal(rawArguments(req), &in); err != nil {
 		return denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input: %v", err)), nil
 	}
 	if strings.TrimSpace(in.Message) == "" {

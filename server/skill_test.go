@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/config"
@@ -90,37 +89,6 @@ risk = "LOW"
 	return serve(t, cfg)
 }
 
-func skillClient(t *testing.T, url, tok, protocol string, m *model) *client.Client {
-	t.Helper()
-	topts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok})}
-	if protocol == "2025-11-25" {
-		topts = append(topts, transport.WithContinuousListening())
-	}
-	tr, err := transport.NewStreamableHTTP(url+"/mcp", topts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []client.ClientOption{client.WithSamplingHandler(m)}
-	if protocol != "" {
-		opts = append(opts, client.WithProtocolVersion(protocol))
-	}
-	c := client.NewClient(tr, opts...)
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = protocol
-	if protocol == "" {
-		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	}
-	init.Params.Capabilities.Sampling = &mcp.SamplingCapability{Tools: &struct{}{}}
-	if _, err := c.Initialize(context.Background(), init); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 func useSkill(t *testing.T, c *client.Client, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -149,7 +117,7 @@ func TestUseSkill(t *testing.T) {
 				toolUse("fx__echo", `{"message":"hello"}`),
 				answer("done: "),
 			}}
-			c := skillClient(t, url, tok, protocol, m)
+			c := connect(t, url, tok, protocol, client.WithSamplingHandler(m))
 
 			// The caller may call t_00 itself.
 			req := mcp.CallToolRequest{}
@@ -188,7 +156,7 @@ func TestUseSkill(t *testing.T) {
 
 			// The iteration limit.
 			loop := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{toolUse("fx__echo", `{"message":"again"}`)}}
-			lc := skillClient(t, url, tok, protocol, loop)
+			lc := connect(t, url, tok, protocol, client.WithSamplingHandler(loop))
 			res = useSkill(t, lc, map[string]any{"skill": "looper", "message": "go"})
 			if !res.IsError || !strings.Contains(resultText(res), "iteration limit") || len(loop.seen) != 2 {
 				t.Errorf("looper: isError=%v asked=%d %q", res.IsError, len(loop.seen), resultText(res))
@@ -208,7 +176,7 @@ func TestUseSkillAccess(t *testing.T) {
 	// cannot widen it, so echo is not offered.
 	narrow := mint(t, token.Claims{Sub: "bob", ChatType: "private",
 		Caps: []string{"rye.execute.directive.echoer", "rye.execute.tool.mcp.fx.t_00"}})
-	c := skillClient(t, url, narrow, "", m)
+	c := connect(t, url, narrow, "", client.WithSamplingHandler(m))
 	res := useSkill(t, c, map[string]any{"skill": "echoer", "message": "echo"})
 	if res.IsError || len(m.seen) != 1 || len(m.seen[0].CreateMessageParams.Tools) != 0 {
 		t.Errorf("narrow caller: isError=%v %q; offered %+v", res.IsError, resultText(res), m.seen)
@@ -218,7 +186,7 @@ func TestUseSkillAccess(t *testing.T) {
 		t.Errorf("looper for a caller without its grant = %q", resultText(res))
 	}
 
-	group := skillClient(t, url, mint(t, token.Claims{Sub: "carol", ChatType: "group"}), "", m)
+	group := connect(t, url, mint(t, token.Claims{Sub: "carol", ChatType: "group"}), "", client.WithSamplingHandler(m))
 	if res := useSkill(t, group, map[string]any{"skill": "secret", "message": "x"}); !strings.Contains(resultText(res), "capability_access_denied") ||
 		!strings.Contains(resultText(res), "private") {
 		t.Errorf("sensitive skill in a group chat = %q", resultText(res))

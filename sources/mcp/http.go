@@ -183,14 +183,20 @@ func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) 
 // readStream reads the call's SSE stream until the response to id,
 // relaying what comes before it. A stream the upstream ends early, having
 // given event ids, is resumed with Last-Event-ID (2025-11-25 polling).
-func (s *Source) readStream(ctx context.Context, l *link, body io.ReadCloser, id string, call tool.Call) (json.RawMessage, error) {
+func (s *Source) readStream(ctx context.Context, l *link, body io.Reader, id string, call tool.Call) (json.RawMessage, error) {
 	var (
 		wg      sync.WaitGroup
 		lastID  string
 		retry   = time.Second
 		resumes int
+		resumed io.Closer // the open resumed stream; the caller closes the first
 	)
 	defer wg.Wait()
+	defer func() {
+		if resumed != nil {
+			resumed.Close()
+		}
+	}()
 	for {
 		res, err := s.readEvents(ctx, l, body, id, call, &wg, &lastID, &retry)
 		if res != nil || err != nil {
@@ -209,8 +215,10 @@ func (s *Source) readStream(ctx context.Context, l *link, body io.ReadCloser, id
 		if err != nil {
 			return nil, err
 		}
-		defer resp.Body.Close()
-		body = resp.Body
+		if resumed != nil {
+			resumed.Close()
+		}
+		resumed, body = resp.Body, resp.Body
 	}
 }
 

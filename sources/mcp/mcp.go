@@ -427,7 +427,7 @@ type rawTool struct {
 // List reads tools/list raw, following every page.
 func (s *Source) List(ctx context.Context) ([]*tool.Descriptor, error) {
 	var out []*tool.Descriptor
-	err := s.pages(ctx, "tools/list", func(page json.RawMessage) (string, error) {
+	err := s.Pages(ctx, "tools/list", func(page json.RawMessage) (string, error) {
 		var body struct {
 			Tools      []rawTool `json:"tools"`
 			NextCursor string    `json:"nextCursor"`
@@ -443,9 +443,9 @@ func (s *Source) List(ctx context.Context) ([]*tool.Descriptor, error) {
 	return out, err
 }
 
-// pages sends a list request and hands each page to f, which returns the
-// next cursor, until there is none.
-func (s *Source) pages(ctx context.Context, method string, f func(json.RawMessage) (string, error)) error {
+// Pages sends a list request (tools/list, resources/list, ...) and hands
+// each page to f, which returns the next cursor, until there is none.
+func (s *Source) Pages(ctx context.Context, method string, f func(json.RawMessage) (string, error)) error {
 	cursor := ""
 	for page := 0; ; page++ {
 		if page > 1000 {
