@@ -1,12 +1,18 @@
 package server
 
 import (
+	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/internal/h1"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
@@ -21,30 +27,74 @@ const metadataPath = "/.well-known/oauth-protected-resource/mcp"
 // session belongs to the subject that opened it.
 type bearerAuth struct {
 	router   *router.Router
-	next     http.Handler
-	sessions sync.Map // Mcp-Session-Id → sub
+	stream   *mcpserver.StreamableHTTPServer
+	mcp      *MCP
+	next     http.Handler // stream, for net/http
+	sessions sync.Map     // Mcp-Session-Id → sub
 }
 
 func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	raw := bearer(r)
+	c, ok := a.admit(w, r.Host, r.Header)
+	if !ok {
+		return
+	}
+	a.next.ServeHTTP(&sessionRecorder{ResponseWriter: w, auth: a, sub: c.Sub}, r.WithContext(WithCaller(r.Context(), c)))
+}
+
+// serveH1 serves an MCP request that capgate's own HTTP/1.1 loop read:
+// the same checks as ServeHTTP, mcp-go's DNS-rebinding check included,
+// then mcp-go's transport-neutral entry point.
+func (a *bearerAuth) serveH1(w *h1.ResponseWriter, r *h1.Request) {
+	if isLoopback(r.LocalAddr.String()) && !isLoopback(r.Host) {
+		http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
+		return
+	}
+	c, ok := a.admit(w, r.Host, r.Header)
+	if !ok || a.mcp.fastCall(w, c, r) {
+		return
+	}
+	a.stream.Handle(&sessionRecorder{ResponseWriter: w, auth: a, sub: c.Sub}, &mcpserver.HTTPRequest{
+		Method: r.Method, URL: &url.URL{Path: r.Path, RawQuery: r.RawQuery}, Header: r.Header, Body: r.Body,
+		Context: WithCaller(r.Context(), c),
+	})
+}
+
+// admit verifies the request's bearer token and its claim on a session;
+// when it fails it has written the answer.
+func (a *bearerAuth) admit(w http.ResponseWriter, host string, h http.Header) (*router.Caller, bool) {
+	raw := bearerToken(h.Get("Authorization"))
 	c, err := a.router.Authenticate(raw)
 	if err != nil {
-		metadata := "http://" + r.Host + metadataPath
+		metadata := "http://" + host + metadataPath
 		value := `Bearer resource_metadata="` + metadata + `"`
 		if raw != "" {
 			value += `, error="invalid_token", error_description="` + strings.ReplaceAll(tool.ErrorMessage(err), `"`, "'") + `"`
 		}
 		w.Header().Set("WWW-Authenticate", value)
 		http.Error(w, "401 unauthorized: "+tool.ErrorMessage(err), http.StatusUnauthorized)
-		return
+		return nil, false
 	}
-	if sid := r.Header.Get(mcpserver.HeaderKeySessionID); sid != "" {
+	if sid := h.Get(mcpserver.HeaderKeySessionID); sid != "" {
 		if owner, ok := a.sessions.Load(sid); ok && owner != c.Sub {
 			http.Error(w, "403 forbidden: this session belongs to another subject", http.StatusForbidden)
-			return
+			return nil, false
 		}
 	}
-	a.next.ServeHTTP(&sessionRecorder{ResponseWriter: w, auth: a, sub: c.Sub}, r.WithContext(WithCaller(r.Context(), c)))
+	return c, true
+}
+
+// isLoopback says whether addr (a host, or host:port) is a loopback
+// address or localhost, as mcp-go judges it.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // sessionRecorder binds a session id the server hands out to the subject
@@ -77,6 +127,16 @@ func (s *sessionRecorder) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// CanStream and SetWriteDeadline make it mcp-go's HTTPResponseWriter.
+func (s *sessionRecorder) CanStream() bool {
+	_, ok := s.ResponseWriter.(http.Flusher)
+	return ok
+}
+
+func (s *sessionRecorder) SetWriteDeadline(t time.Time) error {
+	return http.NewResponseController(s.ResponseWriter).SetWriteDeadline(t)
 }
 
 func (s *sessionRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

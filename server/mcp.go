@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 
@@ -29,6 +28,9 @@ type MCP struct {
 	srv      *mcpserver.MCPServer
 	jobs     jobs
 	relay    relay
+
+	streamOnce sync.Once
+	stream     *mcpserver.StreamableHTTPServer
 
 	mu     sync.Mutex
 	listed []byte // the registered tool list as JSON, to skip no-op syncs
@@ -252,7 +254,11 @@ func denial(err error) *mcp.CallToolResult {
 	return res
 }
 
-// Handler serves MCP over streamable HTTP behind bearer-token checks.
-func (m *MCP) Handler() http.Handler {
-	return mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"))
+// Stream is the streamable-HTTP transport of the server, one for every
+// way in, so that sessions and streams are shared.
+func (m *MCP) Stream() *mcpserver.StreamableHTTPServer {
+	m.streamOnce.Do(func() {
+		m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"))
+	})
+	return m.stream
 }

@@ -179,8 +179,10 @@ func rpcErrData(err error) *rpcData {
 }
 
 // bearer is the token of an "Authorization: Bearer" header.
-func bearer(r *http.Request) string {
-	h := r.Header.Get("Authorization")
+func bearer(r *http.Request) string { return bearerToken(r.Header.Get("Authorization")) }
+
+// bearerToken is the token of an Authorization header value.
+func bearerToken(h string) string {
 	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 		return strings.TrimSpace(h[7:])
 	}

@@ -25,6 +25,8 @@ import (
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/internal/h1"
+	"github.com/capgate/capgate/internal/rawconn"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
@@ -50,9 +52,11 @@ type Server struct {
 	// SecretSource says where the token key came from, for the start banner.
 	SecretSource string
 
-	logger *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
+	logger   *slog.Logger
+	authOnce sync.Once
+	auth     *bearerAuth
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // Open builds every part cfg names. Close releases them.
@@ -204,11 +208,20 @@ func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []by
 // the capability RPC at /rpc.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", &bearerAuth{router: s.Router, next: s.MCP.Handler()})
+	mux.Handle("/mcp", s.mcpAuth())
 	mux.Handle(metadataPath, metadataHandler())
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
 	mux.Handle("/rpc", &RPC{Router: s.Router})
 	return mux
+}
+
+// mcpAuth guards /mcp, for net/http and capgate's own HTTP/1.1 loop alike.
+func (s *Server) mcpAuth() *bearerAuth {
+	s.authOnce.Do(func() {
+		st := s.MCP.Stream()
+		s.auth = &bearerAuth{router: s.Router, stream: st, mcp: s.MCP, next: st}
+	})
+	return s.auth
 }
 
 // ServeStdio serves one MCP client over in and out as the caller whose
@@ -226,14 +239,33 @@ func (s *Server) ServeStdio(ctx context.Context, raw string, in io.Reader, out i
 // Serve listens on the config's TCP address and Unix socket until ctx
 // ends, then shuts down gracefully: in-flight requests get grace to
 // finish. ready, when not nil, is called with the bound addresses.
+//
+// On TCP, capgate's own HTTP/1.1 loop (internal/h1) serves /mcp and hands
+// every other connection to net/http; socket reads and writes are raw
+// system calls (internal/rawconn). Both spare the thread wake-ups that
+// cost more than a tool call's routing.
 func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) error {
 	h := s.Handler()
 	ln, err := net.Listen("tcp", s.Config.Server.Listen)
 	if err != nil {
 		return err
 	}
-	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
-	listeners := []net.Listener{ln}
+	auth := s.mcpAuth()
+	front := &h1.Server{
+		Match: func(method, path string) bool {
+			return path == "/mcp" && (method == http.MethodPost || method == http.MethodGet || method == http.MethodDelete)
+		},
+		Handler:  auth.serveH1,
+		Fallback: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+	}
+	type server struct {
+		serve    func() error
+		shutdown func(context.Context) error
+	}
+	servers := []server{{func() error { return front.Serve(ln) }, func(ctx context.Context) error {
+		ln.Close()
+		return front.Shutdown(ctx)
+	}}}
 	socket := ""
 	if s.Config.Server.Socket != "-" {
 		socket = s.Config.Server.Socket
@@ -244,22 +276,20 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 			return fmt.Errorf("rpc socket: %w", err)
 		}
 		_ = os.Chmod(socket, 0o600)
-		servers = append(servers, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
-		listeners = append(listeners, uln)
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, server{func() error { return hs.Serve(rawconn.Listener{Listener: uln}) }, hs.Shutdown})
 	}
 	if ready != nil {
 		ready(ln.Addr().String(), socket)
 	}
 	errc := make(chan error, len(servers))
 	var wg sync.WaitGroup
-	for i := range servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := servers[i].Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+	for _, srv := range servers {
+		wg.Go(func() {
+			if err := srv.serve(); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
 			}
-		}()
+		})
 	}
 	select {
 	case <-ctx.Done():
@@ -268,7 +298,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, srv := range servers {
-		_ = srv.Shutdown(shut)
+		_ = srv.shutdown(shut)
 	}
 	wg.Wait()
 	if socket != "" {

@@ -24,6 +24,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/internal/h1"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
 )
@@ -34,13 +35,19 @@ const Protocol = "2025-11-25"
 
 // pooledClient keeps enough idle connections per upstream that concurrent
 // calls reuse them: net/http's default of two per host makes most calls
-// under load open a new TCP connection.
-var pooledClient = &http.Client{Transport: &http.Transport{
-	Proxy:               http.ProxyFromEnvironment,
-	MaxIdleConns:        512,
-	MaxIdleConnsPerHost: 128,
-	IdleConnTimeout:     90 * time.Second,
-	ForceAttemptHTTP2:   true,
+// under load open a new TCP connection. Plain-HTTP upstreams are spoken
+// to by internal/h1, on the calling goroutine; https and proxies by
+// net/http.
+var pooledClient = &http.Client{Transport: &h1.Transport{
+	MaxIdlePerHost: 128,
+	IdleTimeout:    90 * time.Second,
+	Fallback: &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		MaxIdleConns:        512,
+		MaxIdleConnsPerHost: 128,
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   true,
+	},
 }}
 
 // hostEnv is what a stdio upstream gets from the host besides its env.

@@ -1,0 +1,485 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/capgate/capgate/internal/rawconn"
+)
+
+// Request is one request the Server serves itself: its head parsed and
+// its body read.
+type Request struct {
+	Method   string
+	Path     string // as sent: the Server takes no path with escapes
+	RawQuery string
+	Host     string
+	Header   http.Header
+	Body     []byte
+	// LocalAddr is the address the request came in on.
+	LocalAddr net.Addr
+	ctx       context.Context
+}
+
+// Context ends when the request is done or its client goes away.
+func (r *Request) Context() context.Context { return r.ctx }
+
+// Server owns HTTP/1.1 connections. Each request its Match takes is read
+// and handed to Handler on the connection's own goroutine; a request it
+// does not take, or one it cannot parse with confidence (chunked bodies,
+// Expect, upgrades, HTTP/1.0, oversized heads), sends the connection,
+// that request first, to Fallback, which keeps it.
+type Server struct {
+	Match    func(method, path string) bool
+	Handler  func(w *ResponseWriter, r *Request)
+	Fallback *http.Server
+	// MaxBody bounds a request body the Server reads itself; a larger one
+	// goes to Fallback. Default 8 MiB.
+	MaxBody int64
+	// IdleTimeout bounds the wait for a connection's next request, and
+	// HeaderTimeout the read of a request once it has begun. Defaults 2
+	// minutes and 10 seconds.
+	IdleTimeout, HeaderTimeout time.Duration
+
+	fallback chanListener
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	closing  atomic.Bool
+	wg       sync.WaitGroup
+	baseCtx  context.Context
+	cancel   context.CancelFunc
+}
+
+// Serve accepts connections on l until Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	s.init()
+	go s.Fallback.Serve(&s.fallback)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			return err
+		}
+		cn := &conn{s: s, c: rawconn.Wrap(c)}
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s.conns[cn] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go cn.serve()
+	}
+}
+
+func (s *Server) init() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns != nil {
+		return
+	}
+	s.conns = map[*conn]struct{}{}
+	s.fallback = chanListener{c: make(chan net.Conn), done: make(chan struct{})}
+	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	if s.MaxBody <= 0 {
+		s.MaxBody = 8 << 20
+	}
+	if s.IdleTimeout <= 0 {
+		s.IdleTimeout = 2 * time.Minute
+	}
+	if s.HeaderTimeout <= 0 {
+		s.HeaderTimeout = 10 * time.Second
+	}
+}
+
+// Shutdown stops taking connections, closes idle ones, waits for the
+// requests under way to finish (until ctx ends, when it cancels them and
+// closes their connections), and shuts Fallback down alike. The caller
+// closes the listener.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.init()
+	s.closing.Store(true)
+	s.mu.Lock()
+	for cn := range s.conns {
+		cn.wakeIfIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	fberr := s.Fallback.Shutdown(ctx)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancel()
+		s.mu.Lock()
+		for cn := range s.conns {
+			cn.c.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+	s.cancel()
+	return fberr
+}
+
+// chanListener hands connections to Fallback.
+type chanListener struct {
+	c    chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.c:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// conn is one client connection.
+type conn struct {
+	s  *Server
+	c  net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+
+	mu   sync.Mutex
+	idle bool // waiting for the next request
+	// deadline is the read deadline now set; it is moved only when it
+	// would pass too soon, to spare a timer update per request.
+	deadline time.Time
+}
+
+func (cn *conn) serve() {
+	defer cn.s.wg.Done()
+	handed := false
+	defer func() {
+		cn.s.mu.Lock()
+		delete(cn.s.conns, cn)
+		cn.s.mu.Unlock()
+		if !handed {
+			cn.c.Close()
+		}
+	}()
+	cn.br = bufio.NewReaderSize(cn.c, 16<<10)
+	cn.bw = bufio.NewWriterSize(cn.c, 8<<10)
+	for {
+		if !cn.setIdle(true) {
+			return
+		}
+		cn.readDeadline(cn.s.IdleTimeout)
+		if _, err := cn.br.Peek(1); err != nil {
+			return
+		}
+		if !cn.setIdle(false) {
+			return
+		}
+		cn.readDeadline(cn.s.HeaderTimeout)
+		head, err := cn.readHead()
+		if err != nil {
+			return
+		}
+		req, n, ok := cn.parse(head)
+		if !ok || !cn.s.Match(req.Method, req.Path) {
+			handed = cn.handOff()
+			return
+		}
+		cn.br.Discard(n)
+		if req.Body, err = cn.readBody(req.Header); err != nil {
+			return
+		}
+		keep := cn.serveOne(req)
+		if !keep || cn.s.closing.Load() {
+			return
+		}
+	}
+}
+
+// setIdle marks the connection idle or busy; false when the server is
+// closing and an idle connection should end.
+func (cn *conn) setIdle(idle bool) bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	cn.idle = idle
+	return !cn.s.closing.Load()
+}
+
+// wakeIfIdle ends the wait of an idle connection, for Shutdown.
+func (cn *conn) wakeIfIdle() {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.idle {
+		cn.c.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// readDeadline makes sure reads end within d from now, moving the
+// deadline only when it would pass sooner than half of d from now.
+func (cn *conn) readDeadline(d time.Duration) {
+	now := time.Now()
+	if want := now.Add(d); cn.deadline.Before(now.Add(d/2)) || cn.deadline.After(want) {
+		cn.deadline = want
+		cn.c.SetReadDeadline(want)
+	}
+}
+
+// errHead is a head the Server will not parse itself.
+var errHead = errors.New("h1: head left to net/http")
+
+// readHead returns the buffered bytes of the next request's head, up to
+// and including its blank line, without consuming them. A head too large
+// for the buffer, or one with bare LF line ends, is errHead.
+func (cn *conn) readHead() ([]byte, error) {
+	for {
+		buf, _ := cn.br.Peek(cn.br.Buffered())
+		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
+			if bytes.Contains(buf[:i], []byte("\n\n")) {
+				return nil, errHead
+			}
+			return buf[:i+4], nil
+		}
+		if bytes.Contains(buf, []byte("\n\n")) || len(buf) == cn.br.Size() {
+			return nil, errHead
+		}
+		if _, err := cn.br.Peek(len(buf) + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// parse reads a head strictly: HTTP/1.1, an origin-form target without
+// escapes, well-formed header fields, one Host, and a body framed by one
+// Content-Length or none. Anything else is not ok and goes to net/http,
+// which knows every corner of the protocol.
+func (cn *conn) parse(head []byte) (*Request, int, bool) {
+	n := len(head)
+	lines := bytes.Split(head[:n-4], []byte("\r\n"))
+	method, rest, ok1 := bytes.Cut(lines[0], []byte(" "))
+	target, proto, ok2 := bytes.Cut(rest, []byte(" "))
+	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || !isToken(method) ||
+		len(target) == 0 || target[0] != '/' || bytes.ContainsAny(target, "% \t#") {
+		return nil, 0, false
+	}
+	path, query, _ := bytes.Cut(target, []byte("?"))
+	r := &Request{Method: string(method), Path: string(path), RawQuery: string(query),
+		Header: make(http.Header, len(lines)), LocalAddr: cn.c.LocalAddr()}
+	hosts := 0
+	for _, line := range lines[1:] {
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok || !isToken(name) {
+			return nil, 0, false
+		}
+		value = bytes.Trim(value, " \t")
+		for _, c := range value {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return nil, 0, false
+			}
+		}
+		key := textproto.CanonicalMIMEHeaderKey(string(name))
+		switch key {
+		case "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer":
+			return nil, 0, false
+		case "Content-Length":
+			if len(r.Header[key]) > 0 || len(value) == 0 || len(value) > 12 {
+				return nil, 0, false
+			}
+			for _, c := range value {
+				if c < '0' || c > '9' {
+					return nil, 0, false
+				}
+			}
+		case "Host":
+			hosts++
+			r.Host = string(value)
+		}
+		r.Header[key] = append(r.Header[key], string(value))
+	}
+	if hosts != 1 {
+		return nil, 0, false
+	}
+	if cl := r.Header.Get("Content-Length"); cl != "" {
+		if v, _ := strconv.ParseInt(cl, 10, 64); v > cn.s.MaxBody {
+			return nil, 0, false
+		}
+	}
+	return r, n, true
+}
+
+func isToken(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (cn *conn) readBody(h http.Header) ([]byte, error) {
+	cl := h.Get("Content-Length")
+	if cl == "" {
+		return nil, nil
+	}
+	n, _ := strconv.Atoi(cl)
+	b := make([]byte, n)
+	_, err := io.ReadFull(cn.br, b)
+	return b, err
+}
+
+// handOff gives the connection, with what has been read and not used, to
+// Fallback.
+func (cn *conn) handOff() bool {
+	cn.c.SetReadDeadline(time.Time{})
+	buffered, _ := cn.br.Peek(cn.br.Buffered())
+	hc := &handedConn{Conn: cn.c, r: io.MultiReader(bytes.NewReader(bytes.Clone(buffered)), cn.c)}
+	select {
+	case cn.s.fallback.c <- hc:
+		return true
+	case <-cn.s.fallback.done:
+		return false
+	}
+}
+
+// handedConn is a connection whose first bytes were already read.
+type handedConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (h *handedConn) Read(p []byte) (int, error) { return h.r.Read(p) }
+
+// serveOne runs the handler on req and finishes its response; it says
+// whether the connection may carry another request.
+func (cn *conn) serveOne(req *Request) bool {
+	ctx, cancel := context.WithCancel(cn.s.baseCtx)
+	defer cancel()
+	req.ctx = ctx
+	w := &ResponseWriter{bw: cn.bw, header: http.Header{}, c: cn.c, head: req.Method == http.MethodHead}
+	w.close = hasToken(req.Header["Connection"], "close") || cn.s.closing.Load()
+	// A client that goes away mid-request cancels it; watched only for
+	// requests that last, so that quick ones spare a goroutine.
+	watch := cn.watch(cancel, req.Method == http.MethodGet)
+	func() {
+		defer func() {
+			if v := recover(); v != nil && v != http.ErrAbortHandler {
+				w.close = true
+				if !w.wroteHeader {
+					w.header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
+					w.WriteHeader(http.StatusInternalServerError)
+					io.WriteString(w, "internal error\n")
+				}
+			}
+		}()
+		cn.s.Handler(w, req)
+	}()
+	peerGone := watch()
+	if err := w.finish(); err != nil || peerGone {
+		return false
+	}
+	return !w.close
+}
+
+// watchAfter is how long a request runs before its connection is
+// watched for the client going away.
+const watchAfter = 2 * time.Millisecond
+
+// watch cancels the request when its client closes the connection, from
+// watchAfter on (at once with now). The function it returns stops the
+// watch, and says whether the client went away.
+func (cn *conn) watch(cancel context.CancelFunc, now bool) func() bool {
+	rc, ok := cn.c.(*rawconn.Conn)
+	if !ok {
+		return func() bool { return false }
+	}
+	var (
+		mu      sync.Mutex
+		state   int // 0 not started, 1 watching, 2 stopped
+		gone    bool
+		stopped = make(chan struct{})
+	)
+	run := func() {
+		mu.Lock()
+		if state == 2 {
+			mu.Unlock()
+			return
+		}
+		state = 1
+		// The head's deadline must not end a long request's watch.
+		cn.c.SetReadDeadline(time.Time{})
+		mu.Unlock()
+		defer close(stopped)
+		closed, _, err := rc.Peek(true)
+		if err == nil && closed {
+			mu.Lock()
+			gone = true
+			mu.Unlock()
+			cancel()
+		}
+	}
+	d := watchAfter
+	if now {
+		d = 0
+	}
+	t := time.AfterFunc(d, run)
+	return func() bool {
+		if t.Stop() {
+			return false
+		}
+		mu.Lock()
+		if state == 1 {
+			cn.c.SetReadDeadline(aLongTimeAgo)
+			mu.Unlock()
+			<-stopped
+			cn.c.SetReadDeadline(time.Time{})
+			cn.deadline = time.Time{}
+			mu.Lock()
+		}
+		state = 2
+		g := gone
+		mu.Unlock()
+		return g
+	}
+}
+
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}

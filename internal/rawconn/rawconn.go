@@ -1,0 +1,152 @@
+// Package rawconn makes socket reads and writes without telling the Go
+// scheduler that a system call is under way.
+//
+// Go's net package enters every read and write through the scheduler's
+// system-call path, which wakes the runtime's monitor thread whenever it
+// sleeps. On a proxy that is idle between short calls, those wake-ups and
+// the thread switches after them cost more CPU than the work itself. A
+// socket here is non-blocking, so the call never blocks: it reads or
+// writes what it can or says EAGAIN, and the wait for readiness still goes
+// through the netpoller (deadlines included) by way of syscall.RawConn.
+package rawconn
+
+import (
+	"io"
+	"net"
+	"syscall"
+	"unsafe"
+)
+
+// Conn is a TCP or Unix connection whose Read and Write are raw system
+// calls. Everything else (deadlines, Close, addresses) is the wrapped
+// connection's.
+type Conn struct {
+	net.Conn
+	rc syscall.RawConn
+}
+
+// Wrap returns c with raw reads and writes when c is a TCP or Unix
+// connection, and c itself otherwise.
+func Wrap(c net.Conn) net.Conn {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return c
+	}
+	switch c.(type) {
+	case *net.TCPConn, *net.UnixConn:
+	default:
+		return c
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &Conn{Conn: c, rc: rc}
+}
+
+// Read reads like net.Conn's Read.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n uintptr
+	var errno syscall.Errno
+	err := c.rc.Read(func(fd uintptr) bool {
+		n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		return errno != syscall.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return 0, opError("read", c.Conn, err)
+	case errno == syscall.EINTR:
+		return c.Read(p)
+	case errno != 0:
+		return 0, opError("read", c.Conn, errno)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return int(n), nil
+}
+
+// Write writes all of p like net.Conn's Write.
+func (c *Conn) Write(p []byte) (int, error) {
+	done := 0
+	var errno syscall.Errno
+	err := c.rc.Write(func(fd uintptr) bool {
+		for done < len(p) {
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
+			switch e {
+			case 0:
+				done += int(n)
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return false
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return done, opError("write", c.Conn, err)
+	case errno != 0:
+		return done, opError("write", c.Conn, errno)
+	}
+	return done, nil
+}
+
+// CloseWrite shuts down the writing side, as net/http's server does
+// before it closes a connection.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func opError(op string, c net.Conn, err error) error {
+	if _, ok := err.(*net.OpError); ok {
+		return err
+	}
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// Listener accepts connections with raw reads and writes.
+type Listener struct{ net.Listener }
+
+// Accept waits for the next connection.
+func (l Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return Wrap(c), nil
+}
+
+// Peek reports, without reading anything, whether the peer has closed
+// the connection or sent bytes. With wait it blocks until one of them
+// happens or a read deadline passes; without, it answers at once (idle:
+// neither has happened).
+func (c *Conn) Peek(wait bool) (closed, data bool, err error) {
+	var b [1]byte
+	var n uintptr
+	var errno syscall.Errno
+	err = c.rc.Read(func(fd uintptr) bool {
+		n, _, errno = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		return !wait || errno != syscall.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return false, false, err
+	case errno == syscall.EAGAIN:
+		return false, false, nil
+	case errno != 0:
+		return true, false, nil
+	case n == 0:
+		return true, false, nil
+	}
+	return false, true, nil
+}
