@@ -11,6 +11,7 @@ import (
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/h1"
 	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/tool"
 )
 
 // The fast call: a plain tools/call of the stateless 2026-07-28 protocol
@@ -68,42 +69,120 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 		(present(p.Arguments) && bytes.TrimSpace(p.Arguments)[0] != '{') {
 		return false
 	}
+	// A tool the caller may not see is not found, as mcp-go's filter has it.
 	d, ok := m.registry.Snapshot().ByExposedName(p.Name)
-	if !ok || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
+	if !ok || !m.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
 		return false
 	}
 	var args json.RawMessage
 	if present(p.Arguments) {
 		args = p.Arguments
 	}
-	var result *mcp.CallToolResult
 	res, err := m.router.Call(r.Context(), c, router.Request{Tool: p.Name, Input: args, Protocol: "mcp/" + modernProtocol})
-	if err != nil {
-		result = denial(err)
-	} else if result, err = toMCPResult(res); err != nil {
-		return false
-	}
-	// As mcp-go decorates a modern result.
-	if result.ResultType == "" {
-		result.ResultType = mcp.ResultTypeComplete
-	}
-	if meta := result.EnsureResultMeta(); meta.ServerInfo() == nil {
-		meta.SetServerInfo(mcp.Implementation{Name: "capgate", Version: capgate.Version})
-	}
-	out, err := json.Marshal(result)
-	if err != nil {
-		return false
-	}
-	b := make([]byte, 0, len(out)+len(msg.ID)+40)
+	b := make([]byte, 0, 256+len(msg.ID))
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.ID...)
 	b = append(b, `,"result":`...)
-	b = append(b, out...)
+	var plain bool
+	if err == nil {
+		b, plain = appendPlainResult(b, res)
+	}
+	if !plain {
+		var result *mcp.CallToolResult
+		if err != nil {
+			result = denial(err)
+		} else if result, err = toMCPResult(res); err != nil {
+			return false
+		}
+		// As mcp-go decorates a modern result.
+		if result.ResultType == "" {
+			result.ResultType = mcp.ResultTypeComplete
+		}
+		if meta := result.EnsureResultMeta(); meta.ServerInfo() == nil {
+			meta.SetServerInfo(serverInfo)
+		}
+		out, err := json.Marshal(result)
+		if err != nil {
+			return false
+		}
+		b = append(b, out...)
+	}
 	b = append(b, "}\n"...)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
+	m.fastCalls.Add(1)
 	return true
+}
+
+// serverInfo is how capgate names itself in results.
+var (
+	serverInfo     = mcp.Implementation{Name: "capgate", Version: capgate.Version}
+	serverInfoJSON = func() []byte { b, _ := json.Marshal(serverInfo); return b }()
+)
+
+// appendPlainResult appends res as mcp-go writes a modern result, when its
+// content is plain text blocks (which mcp-go would decode and encode back
+// unchanged) and its structured content an object; else it appends
+// nothing and says no.
+func appendPlainResult(b []byte, res *tool.Result) ([]byte, bool) {
+	for _, c := range res.Content {
+		if !plainText(c) {
+			return b, false
+		}
+	}
+	if st := res.Structured; len(st) > 0 && st[0] != '{' {
+		return b, false
+	}
+	b = append(b, `{"_meta":{"io.modelcontextprotocol/serverInfo":`...)
+	b = append(b, serverInfoJSON...)
+	b = append(b, `},"content":[`...)
+	for i, c := range res.Content {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, c...)
+	}
+	b = append(b, ']')
+	if len(res.Structured) > 0 {
+		b = append(b, `,"structuredContent":`...)
+		b = append(b, res.Structured...)
+	}
+	if res.IsError {
+		b = append(b, `,"isError":true`...)
+	}
+	return append(b, `,"resultType":"complete"}`...), true
+}
+
+// plainText says whether a content block is {"type":"text","text":"…"},
+// its keys in either order and nothing else. The block is valid JSON
+// already (it was read as a json.RawMessage).
+func plainText(c json.RawMessage) bool {
+	if rest, ok := bytes.CutPrefix(c, []byte(`{"type":"text","text":`)); ok {
+		n := jsonStringLen(rest)
+		return n > 0 && string(rest[n:]) == "}"
+	}
+	if rest, ok := bytes.CutPrefix(c, []byte(`{"text":`)); ok {
+		n := jsonStringLen(rest)
+		return n > 0 && string(rest[n:]) == `,"type":"text"}`
+	}
+	return false
+}
+
+// jsonStringLen is the length of the JSON string b starts with, or 0.
+func jsonStringLen(b []byte) int {
+	if len(b) == 0 || b[0] != '"' {
+		return 0
+	}
+	for i := 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return 0
 }
 
 func isJSONType(ct string) bool {

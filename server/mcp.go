@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -29,6 +30,7 @@ type MCP struct {
 	jobs     jobs
 	relay    relay
 
+	fastCalls  atomic.Int64 // tools/call served by fastCall
 	streamOnce sync.Once
 	stream     *mcpserver.StreamableHTTPServer
 

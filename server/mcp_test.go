@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,12 +59,12 @@ risk = "LOW"
 }
 
 // serve opens cfg and serves it on a loopback listener; it returns the URL.
-func serve(t *testing.T, cfg *config.Config) string {
+func serve(t testing.TB, cfg *config.Config) string {
 	_, url := serveServer(t, cfg)
 	return url
 }
 
-func serveServer(t *testing.T, cfg *config.Config) (*Server, string) {
+func serveServer(t testing.TB, cfg *config.Config) (*Server, string) {
 	t.Helper()
 	lookup := func(k string) (string, bool) {
 		if k == "CAPGATE_TOKEN_SECRET" {
@@ -78,12 +77,34 @@ func serveServer(t *testing.T, cfg *config.Config) (*Server, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(hs.Close)
-	return s, hs.URL
+	return s, listen(t, s)
 }
 
-func mint(t *testing.T, c token.Claims) string {
+// listen serves s as capgate serve does (its own HTTP/1.1 loop for /mcp,
+// net/http for the rest) on a loopback port, until the test ends.
+func listen(t testing.TB, s *Server) string {
+	t.Helper()
+	s.Config.Server.Listen, s.Config.Server.Socket = "127.0.0.1:0", "-"
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, func(a, _ string) { addr <- a }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case err := <-done:
+		t.Fatalf("Serve: %v", err)
+	}
+	return ""
+}
+
+func mint(t testing.TB, c token.Claims) string {
 	t.Helper()
 	s, err := token.Mint(token.ParseSecret(testSecret), c, token.MintOptions{})
 	if err != nil {

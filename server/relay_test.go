@@ -21,7 +21,7 @@ import (
 )
 
 // openConfig starts a Server on the config text src (in a temp dir).
-func openConfig(t *testing.T, src string) string {
+func openConfig(t testing.TB, src string) string {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "capgate.toml")

@@ -59,6 +59,11 @@ type Server struct {
 	wg       sync.WaitGroup
 	baseCtx  context.Context
 	cancel   context.CancelFunc
+
+	wmu         sync.Mutex
+	watched     map[*watch]struct{} // requests not yet watched
+	watcherIdle bool
+	wake        chan struct{}
 }
 
 // Serve accepts connections on l until Shutdown.
@@ -101,6 +106,8 @@ func (s *Server) init() {
 	s.conns = map[*conn]struct{}{}
 	s.fallback = chanListener{c: make(chan net.Conn), done: make(chan struct{})}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	s.watched, s.watcherIdle, s.wake = map[*watch]struct{}{}, true, make(chan struct{}, 1)
+	go s.watchLoop()
 	if s.MaxBody <= 0 {
 		s.MaxBody = 8 << 20
 	}
@@ -411,65 +418,106 @@ func (cn *conn) serveOne(req *Request) bool {
 	return !w.close
 }
 
-// watchAfter is how long a request runs before its connection is
+// watchAfter is about how long a request runs before its connection is
 // watched for the client going away.
-const watchAfter = 2 * time.Millisecond
+const watchAfter = 5 * time.Millisecond
 
-// watch cancels the request when its client closes the connection, from
-// watchAfter on (at once with now). The function it returns stops the
-// watch, and says whether the client went away.
+// A watch cancels a request when its client closes the connection. One
+// goroutine per server (watchLoop) starts the watches of requests that have
+// run for watchAfter, so that a quick request costs no timer and no
+// goroutine; a GET, which may stream for long, is watched at once.
+type watch struct {
+	cn      *conn
+	cancel  context.CancelFunc
+	start   time.Time
+	state   int // 0 not started, 1 watching, 2 stopped; under Server.wmu
+	gone    bool
+	stopped chan struct{}
+}
+
+// watch registers a request for watching; the function it returns ends
+// the watch and says whether the client went away.
 func (cn *conn) watch(cancel context.CancelFunc, now bool) func() bool {
 	rc, ok := cn.c.(*rawconn.Conn)
 	if !ok {
 		return func() bool { return false }
 	}
-	var (
-		mu      sync.Mutex
-		state   int // 0 not started, 1 watching, 2 stopped
-		gone    bool
-		stopped = make(chan struct{})
-	)
-	run := func() {
-		mu.Lock()
-		if state == 2 {
-			mu.Unlock()
-			return
-		}
-		state = 1
-		// The head's deadline must not end a long request's watch.
-		cn.c.SetReadDeadline(time.Time{})
-		mu.Unlock()
-		defer close(stopped)
-		closed, _, err := rc.Peek(true)
-		if err == nil && closed {
-			mu.Lock()
-			gone = true
-			mu.Unlock()
-			cancel()
-		}
-	}
-	d := watchAfter
+	s := cn.s
+	w := &watch{cn: cn, cancel: cancel, start: time.Now(), stopped: make(chan struct{})}
+	s.wmu.Lock()
 	if now {
-		d = 0
+		w.begin(rc)
+	} else {
+		s.watched[w] = struct{}{}
+		if s.watcherIdle {
+			s.watcherIdle = false
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
 	}
-	t := time.AfterFunc(d, run)
+	s.wmu.Unlock()
 	return func() bool {
-		if t.Stop() {
+		s.wmu.Lock()
+		delete(s.watched, w)
+		st := w.state
+		w.state = 2
+		if st == 1 {
+			cn.c.SetReadDeadline(aLongTimeAgo)
+		}
+		s.wmu.Unlock()
+		if st != 1 {
 			return false
 		}
-		mu.Lock()
-		if state == 1 {
-			cn.c.SetReadDeadline(aLongTimeAgo)
-			mu.Unlock()
-			<-stopped
-			cn.c.SetReadDeadline(time.Time{})
-			cn.deadline = time.Time{}
-			mu.Lock()
+		<-w.stopped
+		cn.c.SetReadDeadline(time.Time{})
+		cn.deadline = time.Time{}
+		return w.gone
+	}
+}
+
+// begin starts watching; the caller holds Server.wmu.
+func (w *watch) begin(rc *rawconn.Conn) {
+	w.state = 1
+	// The head's deadline must not end a long request's watch.
+	w.cn.c.SetReadDeadline(time.Time{})
+	go func() {
+		defer close(w.stopped)
+		closed, _, err := rc.Peek(true)
+		if err == nil && closed {
+			w.gone = true
+			w.cancel()
 		}
-		state = 2
-		g := gone
-		mu.Unlock()
-		return g
+	}()
+}
+
+// watchLoop starts the watches of requests that have run for watchAfter;
+// it sleeps while no request is under way.
+func (s *Server) watchLoop() {
+	for {
+		select {
+		case <-s.wake:
+		case <-s.baseCtx.Done():
+			return
+		}
+		for {
+			time.Sleep(watchAfter)
+			s.wmu.Lock()
+			if len(s.watched) == 0 {
+				s.watcherIdle = true
+				s.wmu.Unlock()
+				break
+			}
+			now := time.Now()
+			for w := range s.watched {
+				if now.Sub(w.start) >= watchAfter {
+					delete(s.watched, w)
+					w.begin(w.cn.c.(*rawconn.Conn))
+				}
+			}
+			s.wmu.Unlock()
+		}
 	}
 }
 

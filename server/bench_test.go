@@ -1,0 +1,59 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
+)
+
+// BenchmarkFastCall is capgate serve's hot path, whole: a plain
+// 2026-07-28 tools/call over a kept-alive loopback connection, through
+// capgate's HTTP/1.1 loop, the token check, the router and the audit log,
+// to the MCP fixture over streamable HTTP and back. The fixture's own time
+// is in it too; compare allocs/op and the CPU profile, not ns/op alone.
+func BenchmarkFastCall(b *testing.B) {
+	addr := testkit.FreeAddr(b)
+	testkit.ServeMCPFixture(b, "-http", addr)
+	url := openConfig(b, fmt.Sprintf(`
+[server]
+data_dir = "data"
+socket = "-"
+[policy]
+grants = ["rye.execute.tool.mcp.fx.*"]
+[mcp.servers.fx]
+url = "http://%s/mcp"
+[mcp.servers.fx.tools.t_00]
+risk = "LOW"
+`, addr))
+	tok := mint(b, token.Claims{Sub: "bench"})
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fx__t_00","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	call := func() {
+		req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(body))
+		req.Header = http.Header{
+			"Authorization": {"Bearer " + tok}, "Content-Type": {"application/json"},
+			"Accept": {"application/json, text/event-stream"}, "Mcp-Protocol-Version": {"2026-07-28"},
+			"Mcp-Method": {"tools/call"}, "Mcp-Name": {"fx__t_00"},
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(out), `"text":"ok"`) {
+			b.Fatalf("%d %s", resp.StatusCode, out)
+		}
+	}
+	call()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		call()
+	}
+}

@@ -1,0 +1,155 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/capgate/capgate/token"
+	"github.com/capgate/capgate/tool"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// The fast call answers exactly as mcp-go does: the same request, sent to
+// capgate's own HTTP/1.1 loop and to the net/http handler (which always
+// goes through mcp-go), gets the same status, type and JSON; and what the
+// fast call must not take still reaches mcp-go.
+func TestFastCallMatchesMCPGo(t *testing.T) {
+	s, front := open(t, "")
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	tok := mint(t, token.Claims{Sub: "fast"})
+	narrow := mint(t, token.Claims{Sub: "narrow", Caps: []string{"rye.fetch.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.echo"}})
+
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+	call := func(name, rest string) string {
+		return `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + name + `",` + rest + meta + `}}`
+	}
+	for _, tc := range []struct {
+		name, tok, mcpName, body string
+		fast                     bool
+	}{
+		{"allowed with structured content", tok, "fx__echo", call("fx__echo", `"arguments":{"message":"hi"},`), true},
+		{"string id", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"id":7`, `"id":"abc"`, 1), true},
+		{"denied by the policy", tok, "fx__t_00", call("fx__t_00", `"arguments":{},`), true},
+		{"input the schema refuses", tok, "fx__echo", call("fx__echo", `"arguments":{"nope":1},`), true},
+		{"no arguments", tok, "fx__echo", call("fx__echo", ""), true},
+		{"a tool the token hides", narrow, "fx__t_00", call("fx__t_00", `"arguments":{},`), false},
+		{"an unknown tool", tok, "fx__nope", call("fx__nope", `"arguments":{},`), false},
+		{"Mcp-Name disagrees", tok, "fx__slow", call("fx__echo", `"arguments":{"message":"hi"},`), false},
+		{"a progress token", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"_meta":{`, `"_meta":{"progressToken":"p1",`, 1), false},
+		{"a client that can sample", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `clientCapabilities":{}`, `clientCapabilities":{"sampling":{}}`, 1), false},
+		{"no client capabilities", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `,"io.modelcontextprotocol/clientCapabilities":{}`, "", 1), false},
+		{"arguments not an object", tok, "fx__echo", call("fx__echo", `"arguments":[1],`), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.MCP.fastCalls.Load()
+			st1, ct1, b1 := postMCP(t, front, tc.tok, tc.mcpName, tc.body)
+			took := s.MCP.fastCalls.Load() - before
+			st2, ct2, b2 := postMCP(t, hs.URL, tc.tok, tc.mcpName, tc.body)
+			if took != map[bool]int64{true: 1, false: 0}[tc.fast] {
+				t.Errorf("fast call taken %d times, want fast=%v", took, tc.fast)
+			}
+			if st1 != st2 || ct1 != ct2 {
+				t.Errorf("front: %d %s; mcp-go: %d %s", st1, ct1, st2, ct2)
+			}
+			if !reflect.DeepEqual(decode(t, b1), decode(t, b2)) {
+				t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
+			}
+		})
+	}
+}
+
+func postMCP(t *testing.T, base, tok, name, body string) (int, string, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", name)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+// decode reads a JSON body, or the data of the SSE events it holds.
+func decode(t *testing.T, b []byte) []any {
+	t.Helper()
+	var out []any
+	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		return append(out, v)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			var v any
+			if err := json.Unmarshal([]byte(data), &v); err != nil {
+				t.Fatalf("%v: %s", err, data)
+			}
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no JSON in %q", b)
+	}
+	return out
+}
+
+// A plain result is written as mcp-go writes it after decoding it; any
+// other is left to that decoding.
+func TestAppendPlainResult(t *testing.T) {
+	text := func(s string) json.RawMessage { return json.RawMessage(s) }
+	for _, tc := range []struct {
+		name  string
+		res   *tool.Result
+		plain bool
+	}{
+		{"text, type first", &tool.Result{Content: []json.RawMessage{text(`{"type":"text","text":"ok"}`)}}, true},
+		{"text, text first", tool.TextResult(`say "hi" \ <b>`), true},
+		{"two blocks, structured, error", &tool.Result{Content: []json.RawMessage{text(`{"type":"text","text":"a\"}"}`), text(`{"type":"text","text":"b"}`)},
+			Structured: json.RawMessage(`{"n":1,"big":12345678901234567}`), IsError: true}, true},
+		{"no content", &tool.Result{Content: []json.RawMessage{}}, true},
+		{"a key more", &tool.Result{Content: []json.RawMessage{text(`{"type":"text","text":"ok","x":1}`)}}, false},
+		{"annotations", &tool.Result{Content: []json.RawMessage{text(`{"type":"text","text":"ok","annotations":{"priority":1}}`)}}, false},
+		{"an image", &tool.Result{Content: []json.RawMessage{text(`{"type":"image","data":"aGk=","mimeType":"image/png"}`)}}, false},
+		{"spaces", &tool.Result{Content: []json.RawMessage{text(`{"type": "text", "text": "ok"}`)}}, false},
+		{"structured array", &tool.Result{Content: []json.RawMessage{text(`{"type":"text","text":"ok"}`)}, Structured: json.RawMessage(`[1]`)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fast, plain := appendPlainResult(nil, tc.res)
+			if plain != tc.plain {
+				t.Fatalf("plain = %v, want %v", plain, tc.plain)
+			}
+			if !plain {
+				return
+			}
+			slow, err := toMCPResult(tc.res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slow.ResultType = mcp.ResultTypeComplete
+			slow.EnsureResultMeta().SetServerInfo(serverInfo)
+			want, _ := json.Marshal(slow)
+			if !reflect.DeepEqual(decode(t, fast), decode(t, want)) {
+				t.Errorf("fast:\n%s\nmcp-go:\n%s", fast, want)
+			}
+		})
+	}
+}
