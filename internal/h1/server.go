@@ -211,7 +211,6 @@ func (cn *conn) serve() {
 		if !cn.setIdle(false) {
 			return
 		}
-		cn.readDeadline(cn.s.HeaderTimeout)
 		head, err := cn.readHead()
 		if err != nil {
 			return
@@ -278,6 +277,9 @@ func (cn *conn) readHead() ([]byte, error) {
 		if bytes.Contains(buf, []byte("\n\n")) || len(buf) == cn.br.Size() {
 			return nil, errHead
 		}
+		// A head that did not come whole in one read gets HeaderTimeout
+		// for the rest (the idle deadline is longer).
+		cn.readDeadline(cn.s.HeaderTimeout)
 		if _, err := cn.br.Peek(len(buf) + 1); err != nil {
 			return nil, err
 		}
