@@ -198,38 +198,55 @@ func (t *Transport) CloseIdleConnections() {
 }
 
 // body is a response body that gives its connection back when read to
-// the end, and closes it when abandoned before.
+// the end, and closes it when abandoned before. As with net/http, Close
+// may come from another goroutine while a Read waits: it closes the
+// connection, which ends the Read.
 type body struct {
 	rc       io.ReadCloser
 	pc       *pconn
 	t        *Transport
 	stop     func() bool
 	reusable bool
-	done     bool
+
+	mu   sync.Mutex
+	done bool
 }
 
+var errClosedBody = errors.New("h1: read on a closed response body")
+
 func (b *body) Read(p []byte) (int, error) {
-	if b.done {
-		return 0, io.EOF
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	if done {
+		return 0, errClosedBody
 	}
 	n, err := b.rc.Read(p)
 	if err != nil {
-		b.finish(errors.Is(err, io.EOF))
+		b.mu.Lock()
+		if !b.done {
+			b.done = true
+			b.release(errors.Is(err, io.EOF))
+		}
+		b.mu.Unlock()
 	}
 	return n, err
 }
 
 func (b *body) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if !b.done {
-		b.finish(false)
+		b.done = true
+		b.release(false)
 	}
 	return nil
 }
 
-// finish releases the connection: to the pool when the body was read to
-// its end on a connection fit for another request, else closed.
-func (b *body) finish(atEOF bool) {
-	b.done = true
+// release gives the connection back to the pool when the body was read to
+// its end on a connection fit for another request, and closes it
+// otherwise.
+func (b *body) release(atEOF bool) {
 	// stop is false when the request's context ended and the deadline
 	// was already cut short.
 	if b.stop() && atEOF && b.reusable {
