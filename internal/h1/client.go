@@ -83,6 +83,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return fail(err)
 	}
 	resp, err := http.ReadResponse(pc.br, req)
+	// Informational answers (100 Continue, 103 Early Hints) come before
+	// the real one, as net/http's transport skips them.
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp, err = http.ReadResponse(pc.br, req)
+	}
 	if err != nil {
 		return fail(err)
 	}

@@ -25,7 +25,14 @@ type ResponseWriter struct {
 	committed   bool // the head is on the wire; the body is chunked
 	close       bool // close the connection after this response
 	buf         []byte
+	written     int64 // body bytes the handler wrote
 	err         error
+	abort       bool // the handler panicked with http.ErrAbortHandler
+}
+
+// reset forgets what the handler set and wrote, before anything was sent.
+func (w *ResponseWriter) reset() {
+	w.header, w.buf, w.wroteHeader, w.status, w.written = http.Header{}, nil, false, 0, 0
 }
 
 // bufferMax is how much body is held for a Content-Length before the
@@ -51,6 +58,7 @@ func (w *ResponseWriter) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
+	w.written += int64(len(p))
 	if !bodyAllowed(w.status) || w.head {
 		return len(p), nil
 	}
@@ -117,6 +125,19 @@ func (w *ResponseWriter) finish() error {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
+	if !w.committed && w.head && bodyAllowed(w.status) {
+		// A HEAD answer says what GET's would: the handler's own
+		// Content-Length, else the length it wrote.
+		n := w.written
+		if cl, err := strconv.ParseInt(w.header.Get("Content-Length"), 10, 64); err == nil && cl >= 0 {
+			n = cl
+		}
+		w.writeHead("", int(n))
+		if w.err != nil {
+			return w.err
+		}
+		return w.bw.Flush()
+	}
 	if w.committed {
 		if bodyAllowed(w.status) && !w.head {
 			w.bw.WriteString("0\r\n\r\n")
@@ -138,6 +159,9 @@ func (w *ResponseWriter) finish() error {
 // writeHead writes the status line and header fields, with a
 // Content-Length of n when n ≥ 0.
 func (w *ResponseWriter) writeHead(te string, n int) {
+	if hasToken(w.header["Connection"], "close") {
+		w.close = true
+	}
 	bw := w.bw
 	bw.WriteString("HTTP/1.1 ")
 	bw.WriteString(strconv.Itoa(w.status))
@@ -145,7 +169,7 @@ func (w *ResponseWriter) writeHead(te string, n int) {
 	bw.WriteString(http.StatusText(w.status))
 	bw.WriteString("\r\n")
 	for k, vs := range w.header {
-		if k == "Content-Length" || k == "Transfer-Encoding" || k == "Connection" || k == "Date" {
+		if k == "Content-Length" || k == "Transfer-Encoding" || k == "Connection" || k == "Date" || !isToken([]byte(k)) {
 			continue
 		}
 		for _, v := range vs {

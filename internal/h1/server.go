@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"log"
 	"net/textproto"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,6 +214,10 @@ func (cn *conn) serve() {
 			return
 		}
 		head, err := cn.readHead()
+		if errors.Is(err, errHead) {
+			handed = cn.handOff()
+			return
+		}
 		if err != nil {
 			return
 		}
@@ -389,6 +395,15 @@ type handedConn struct {
 
 func (h *handedConn) Read(p []byte) (int, error) { return h.r.Read(p) }
 
+// CloseWrite lets net/http half-close the connection, as it does before
+// closing one, so that the client reads the whole answer.
+func (h *handedConn) CloseWrite() error {
+	if cw, ok := h.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // serveOne runs the handler on req and finishes its response; it says
 // whether the connection may carry another request.
 func (cn *conn) serveOne(req *Request) bool {
@@ -400,19 +415,34 @@ func (cn *conn) serveOne(req *Request) bool {
 	// A client that goes away mid-request cancels it; watched only for
 	// requests that last, so that quick ones spare a goroutine.
 	watch := cn.watch(cancel, req.Method == http.MethodGet)
-	func() {
+	panicked := func() (panicked bool) {
 		defer func() {
-			if v := recover(); v != nil && v != http.ErrAbortHandler {
-				w.close = true
-				if !w.wroteHeader {
-					w.header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
-					w.WriteHeader(http.StatusInternalServerError)
-					io.WriteString(w, "internal error\n")
+			if v := recover(); v != nil {
+				panicked = true
+				w.abort = v == http.ErrAbortHandler
+				if !w.abort {
+					log.Printf("h1: panic serving %s %s: %v\n%s", req.Method, req.Path, v, debug.Stack())
 				}
 			}
 		}()
 		cn.s.Handler(w, req)
+		return false
 	}()
+	if panicked {
+		// Nothing the handler wrote may pass for a whole response: a 500
+		// when nothing is on the wire yet (except for an abort), else the
+		// connection is cut.
+		watch()
+		if !w.committed && w.err == nil && !w.abort {
+			w.reset()
+			w.close = true
+			w.header.Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, "internal error\n")
+			w.finish()
+		}
+		return false
+	}
 	peerGone := watch()
 	if err := w.finish(); err != nil || peerGone {
 		return false
