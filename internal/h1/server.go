@@ -444,6 +444,9 @@ func (cn *conn) serveOne(req *Request) bool {
 		return false
 	}
 	peerGone := watch()
+	if cn.s.closing.Load() {
+		w.close = true // say so, when the head is not out yet
+	}
 	if err := w.finish(); err != nil || peerGone {
 		return false
 	}
