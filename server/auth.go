@@ -29,8 +29,7 @@ type bearerAuth struct {
 	router   *router.Router
 	stream   *mcpserver.StreamableHTTPServer
 	mcp      *MCP
-	next     http.Handler // stream, for net/http
-	sessions sync.Map     // Mcp-Session-Id → sub
+	sessions sync.Map // Mcp-Session-Id → sub
 }
 
 func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -38,7 +37,7 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	a.next.ServeHTTP(&sessionRecorder{ResponseWriter: w, auth: a, sub: c.Sub}, r.WithContext(WithCaller(r.Context(), c)))
+	a.stream.ServeHTTP(&sessionRecorder{ResponseWriter: w, auth: a, sub: c.Sub}, r.WithContext(WithCaller(r.Context(), c)))
 }
 
 // serveH1 serves an MCP request that capgate's own HTTP/1.1 loop read:

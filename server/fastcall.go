@@ -83,29 +83,14 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.ID...)
 	b = append(b, `,"result":`...)
+	// The call has run: from here on the answer is this one, whatever
+	// happens, so that nothing runs it twice.
 	var plain bool
 	if err == nil {
 		b, plain = appendPlainResult(b, res)
 	}
 	if !plain {
-		var result *mcp.CallToolResult
-		if err != nil {
-			result = denial(err)
-		} else if result, err = toMCPResult(res); err != nil {
-			return false
-		}
-		// As mcp-go decorates a modern result.
-		if result.ResultType == "" {
-			result.ResultType = mcp.ResultTypeComplete
-		}
-		if meta := result.EnsureResultMeta(); meta.ServerInfo() == nil {
-			meta.SetServerInfo(serverInfo)
-		}
-		out, err := json.Marshal(result)
-		if err != nil {
-			return false
-		}
-		b = append(b, out...)
+		b = append(b, mcpResult(res, err)...)
 	}
 	b = append(b, "}\n"...)
 	w.Header().Set("Content-Type", "application/json")
@@ -113,6 +98,28 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	w.Write(b)
 	m.fastCalls.Add(1)
 	return true
+}
+
+// mcpResult is res (or the denial err) as mcp-go writes a modern result.
+func mcpResult(res *tool.Result, err error) []byte {
+	var result *mcp.CallToolResult
+	if err == nil {
+		result, err = toMCPResult(res)
+	}
+	if err != nil {
+		result = denial(err)
+	}
+	if result.ResultType == "" {
+		result.ResultType = mcp.ResultTypeComplete
+	}
+	if meta := result.EnsureResultMeta(); meta.ServerInfo() == nil {
+		meta.SetServerInfo(serverInfo)
+	}
+	out, err := json.Marshal(result)
+	if err != nil {
+		out, _ = json.Marshal(denial(tool.Wrap(err, tool.CodeInternal, "capgate could not encode the result")))
+	}
+	return out
 }
 
 // serverInfo is how capgate names itself in results.

@@ -13,7 +13,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
@@ -30,9 +29,10 @@ type MCP struct {
 	jobs     jobs
 	relay    relay
 
-	fastCalls  atomic.Int64 // tools/call served by fastCall
-	streamOnce sync.Once
-	stream     *mcpserver.StreamableHTTPServer
+	fastCalls atomic.Int64 // tools/call served by fastCall
+	// stream is the streamable-HTTP transport, one for every way in, so
+	// that sessions and streams are shared.
+	stream *mcpserver.StreamableHTTPServer
 
 	mu     sync.Mutex
 	listed []byte // the registered tool list as JSON, to skip no-op syncs
@@ -61,7 +61,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 	hooks.AddAfterListResourceTemplates(m.filterTemplates)
 	hooks.AddAfterSubscribe(m.subscribed)
 	hooks.AddAfterUnsubscribe(m.unsubscribed)
-	m.srv = mcpserver.NewMCPServer("capgate", capgate.Version,
+	m.srv = mcpserver.NewMCPServer(serverInfo.Name, serverInfo.Version,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithResourceCapabilities(true, true),
 		mcpserver.WithPromptCapabilities(true),
@@ -76,6 +76,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 		mcpserver.WithPromptFilter(m.filterPrompts),
 		mcpserver.WithInstructions("capgate routes every tool call through its capability policy. A denied call returns a result whose text names the code, the capability string that was missing and what would allow it."),
 	)
+	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"))
 	m.sync(reg.Snapshot())
 	reg.Watch(m.sync)
 	m.startRelay(reg)
@@ -254,13 +255,4 @@ func denial(err error) *mcp.CallToolResult {
 	res := mcp.NewToolResultError(b.String())
 	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"capgate/error": meta}}
 	return res
-}
-
-// Stream is the streamable-HTTP transport of the server, one for every
-// way in, so that sessions and streams are shared.
-func (m *MCP) Stream() *mcpserver.StreamableHTTPServer {
-	m.streamOnce.Do(func() {
-		m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"))
-	})
-	return m.stream
 }

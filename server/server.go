@@ -52,11 +52,10 @@ type Server struct {
 	// SecretSource says where the token key came from, for the start banner.
 	SecretSource string
 
-	logger   *slog.Logger
-	authOnce sync.Once
-	auth     *bearerAuth
-	cancel   context.CancelFunc
-	done     chan struct{}
+	logger *slog.Logger
+	auth   *bearerAuth // guards /mcp, for net/http and the h1 loop alike
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // Open builds every part cfg names. Close releases them.
@@ -109,6 +108,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
 	s.MCP = NewMCP(s.Router, s.Registry)
+	s.auth = &bearerAuth{router: s.Router, stream: s.MCP.stream, mcp: s.MCP}
 	if err := s.loadSkills(); err != nil {
 		return nil, err
 	}
@@ -208,20 +208,11 @@ func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []by
 // the capability RPC at /rpc.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.mcpAuth())
+	mux.Handle("/mcp", s.auth)
 	mux.Handle(metadataPath, metadataHandler())
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
 	mux.Handle("/rpc", &RPC{Router: s.Router})
 	return mux
-}
-
-// mcpAuth guards /mcp, for net/http and capgate's own HTTP/1.1 loop alike.
-func (s *Server) mcpAuth() *bearerAuth {
-	s.authOnce.Do(func() {
-		st := s.MCP.Stream()
-		s.auth = &bearerAuth{router: s.Router, stream: st, mcp: s.MCP, next: st}
-	})
-	return s.auth
 }
 
 // ServeStdio serves one MCP client over in and out as the caller whose
@@ -250,12 +241,11 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 	if err != nil {
 		return err
 	}
-	auth := s.mcpAuth()
 	front := &h1.Server{
 		Match: func(method, path string) bool {
 			return path == "/mcp" && (method == http.MethodPost || method == http.MethodGet || method == http.MethodDelete)
 		},
-		Handler:  auth.serveH1,
+		Handler:  s.auth.serveH1,
 		Fallback: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
 	}
 	type server struct {

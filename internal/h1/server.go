@@ -32,6 +32,7 @@ type Request struct {
 	// LocalAddr is the address the request came in on.
 	LocalAddr net.Addr
 	ctx       context.Context
+	length    int64 // of the body, from Content-Length
 }
 
 // Context ends when the request is done or its client goes away.
@@ -227,7 +228,7 @@ func (cn *conn) serve() {
 			return
 		}
 		cn.br.Discard(n)
-		if req.Body, err = cn.readBody(req.Header); err != nil {
+		if req.Body, err = cn.readBody(req); err != nil {
 			return
 		}
 		keep := cn.serveOne(req)
@@ -343,7 +344,7 @@ func (cn *conn) parse(head []byte) (*Request, int, bool) {
 		return nil, 0, false
 	}
 	if cl := r.Header.Get("Content-Length"); cl != "" {
-		if v, _ := strconv.ParseInt(cl, 10, 64); v > cn.s.MaxBody {
+		if r.length, _ = strconv.ParseInt(cl, 10, 64); r.length > cn.s.MaxBody {
 			return nil, 0, false
 		}
 	}
@@ -362,13 +363,11 @@ func isToken(b []byte) bool {
 	return true
 }
 
-func (cn *conn) readBody(h http.Header) ([]byte, error) {
-	cl := h.Get("Content-Length")
-	if cl == "" {
+func (cn *conn) readBody(r *Request) ([]byte, error) {
+	if r.length == 0 {
 		return nil, nil
 	}
-	n, _ := strconv.Atoi(cl)
-	b := make([]byte, n)
+	b := make([]byte, r.length)
 	_, err := io.ReadFull(cn.br, b)
 	return b, err
 }
