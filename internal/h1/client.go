@@ -14,10 +14,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -59,11 +62,36 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.Fallback.RoundTrip(req)
 	}
 	ctx := req.Context()
-	pc, err := t.get(ctx, key)
+	bp := requestBufs.Get().(*[]byte)
+	defer requestBufs.Put(bp)
+	wire, lean, err := appendRequest((*bp)[:0], req)
 	if err != nil {
 		closeBody(req)
 		return nil, err
 	}
+	if lean {
+		*bp = wire
+		closeBody(req)
+	}
+	for {
+		pc, reused, err := t.get(ctx, key, !lean)
+		if err != nil {
+			closeBody(req)
+			return nil, err
+		}
+		resp, err := t.exchange(ctx, pc, req, wire, lean)
+		// A reused connection the server had closed got nothing: the
+		// request goes on another one.
+		if errors.Is(err, rawconn.ErrNotSent) && reused && ctx.Err() == nil {
+			continue
+		}
+		return resp, err
+	}
+}
+
+// exchange writes req on pc (wire when lean, else req.Write) and reads
+// the answer's head.
+func (t *Transport) exchange(ctx context.Context, pc *pconn, req *http.Request, wire []byte, lean bool) (*http.Response, error) {
 	stop := func() bool { return true }
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() { pc.c.SetDeadline(aLongTimeAgo) })
@@ -76,25 +104,228 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if err := req.Write(pc.bw); err != nil {
-		return fail(err)
+	rc, raw := pc.c.(*rawconn.Conn)
+	switch {
+	case lean && raw:
+		rc.WriteBeforeRead(wire)
+	case lean:
+		if _, err := pc.c.Write(wire); err != nil {
+			return fail(err)
+		}
+	default:
+		if err := req.Write(pc.bw); err != nil {
+			return fail(err)
+		}
+		if err := pc.bw.Flush(); err != nil {
+			return fail(err)
+		}
 	}
-	if err := pc.bw.Flush(); err != nil {
-		return fail(err)
-	}
-	resp, err := http.ReadResponse(pc.br, req)
+	resp, err := readResponse(pc.br, req)
 	// Informational answers (100 Continue, 103 Early Hints) come before
 	// the real one, as net/http's transport skips them.
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-		resp, err = http.ReadResponse(pc.br, req)
+		resp, err = readResponse(pc.br, req)
 	}
 	if err != nil {
 		return fail(err)
 	}
 	reusable := !resp.Close && (resp.ContentLength >= 0 || isChunked(resp))
-	resp.Body = &body{rc: resp.Body, pc: pc, t: t, stop: stop, reusable: reusable}
+	b := &body{rc: resp.Body, pc: pc, t: t, stop: stop, reusable: reusable}
+	if resp.Body == http.NoBody {
+		b.release(true)
+	} else {
+		resp.Body = b
+	}
 	return resp, nil
 }
+
+// requestBufs hold lean requests on their way out.
+var requestBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// maxLeanBody is the largest request body appendRequest copies.
+const maxLeanBody = 64 << 10
+
+// appendRequest appends req as req.Write would write it, when req is
+// plain: a body of known length up to maxLeanBody (read here, whole), no
+// trailers, no transfer coding, a plain ASCII host. lean is false, and
+// nothing is read, when req is not; it then goes out through req.Write.
+// Header fields go in map order rather than sorted.
+func appendRequest(b []byte, req *http.Request) (out []byte, lean bool, err error) {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	body := req.Body != nil && req.Body != http.NoBody
+	if req.Method == http.MethodConnect || !isToken(req.Method) || !plainHost(host) ||
+		len(req.Trailer) > 0 || len(req.TransferEncoding) > 0 ||
+		body && (req.ContentLength <= 0 || req.ContentLength > maxLeanBody) {
+		return b, false, nil
+	}
+	b = append(b, req.Method...)
+	b = append(b, ' ')
+	b = append(b, req.URL.RequestURI()...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\n"...)
+	ua := "Go-http-client/1.1"
+	if v, ok := req.Header["User-Agent"]; ok {
+		ua = ""
+		if len(v) > 0 {
+			ua = v[0]
+		}
+	}
+	if ua = fieldValue(ua); ua != "" {
+		b = append(b, "User-Agent: "...)
+		b = append(b, ua...)
+		b = append(b, "\r\n"...)
+	}
+	if req.ContentLength > 0 || req.Method != http.MethodGet && req.Method != http.MethodHead {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, max(req.ContentLength, 0), 10)
+		b = append(b, "\r\n"...)
+	}
+	for k, vs := range req.Header {
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		if !isToken(k) {
+			continue // dropped, as net/http does
+		}
+		for _, v := range vs {
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, fieldValue(v)...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	b = append(b, "\r\n"...)
+	if !body {
+		return b, true, nil
+	}
+	n := len(b)
+	b = slices.Grow(b, int(req.ContentLength))[:n+int(req.ContentLength)]
+	if _, err := io.ReadFull(req.Body, b[n:]); err != nil {
+		return b, false, fmt.Errorf("http: ContentLength=%d with a shorter body: %w", req.ContentLength, err)
+	}
+	var one [1]byte
+	if k, _ := req.Body.Read(one[:]); k > 0 {
+		return b, false, fmt.Errorf("http: ContentLength=%d with a longer body", req.ContentLength)
+	}
+	return b, true, nil
+}
+
+// plainHost is a host[:port] of letters, digits, dots, hyphens, colons and
+// brackets: nothing to encode, nothing to check.
+func plainHost(h string) bool {
+	if h == "" {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		switch c := h[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '-', c == ':', c == '[', c == ']':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// fieldValue is v as net/http writes a field value: CR and LF become
+// spaces, and surrounding spaces and tabs go.
+func fieldValue(v string) string {
+	return strings.Trim(headerValue(v), " \t")
+}
+
+// readResponse reads an answer's head. A plain one (HTTP/1.1, a body of
+// one Content-Length) is parsed here; anything else, from the same
+// bytes, by net/http's ReadResponse, which knows every corner of the
+// protocol.
+func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	if _, err := br.Peek(1); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // as ReadResponse has it
+		}
+		return nil, err
+	}
+	head, err := peekHead(br, nil)
+	if errors.Is(err, errHead) {
+		return http.ReadResponse(br, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp, ok := parseResponse(head, br, req)
+	if !ok {
+		return http.ReadResponse(br, req)
+	}
+	br.Discard(len(head))
+	return resp, nil
+}
+
+// parseResponse parses a plain answer's head, which br starts with.
+func parseResponse(head []byte, br *bufio.Reader, req *http.Request) (*http.Response, bool) {
+	if req.Method == http.MethodHead {
+		return nil, false
+	}
+	h, ok := parseHead(head[:len(head)-2])
+	if !ok {
+		return nil, false
+	}
+	status, ok := strings.CutPrefix(h.first, "HTTP/1.1 ")
+	if !ok || len(status) < 3 || len(status) > 3 && status[3] != ' ' {
+		return nil, false
+	}
+	code, ok := parseLength(status[:3])
+	cl := h.header["Content-Length"]
+	if !ok || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified || len(cl) != 1 {
+		return nil, false
+	}
+	if _, ok := h.header["Transfer-Encoding"]; ok {
+		return nil, false
+	}
+	n, ok := parseLength(cl[0])
+	if !ok {
+		return nil, false
+	}
+	resp := &http.Response{Status: status, StatusCode: int(code), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h.header, ContentLength: n, Request: req}
+	if hasToken(h.header["Connection"], "close") {
+		resp.Close = true
+		delete(h.header, "Connection") // as ReadResponse does
+	}
+	resp.Body = http.NoBody
+	if n > 0 {
+		resp.Body = &lengthBody{br: br, n: n}
+	}
+	return resp, true
+}
+
+// lengthBody is a body of Content-Length n.
+type lengthBody struct {
+	br *bufio.Reader
+	n  int64
+}
+
+func (b *lengthBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	k, err := b.br.Read(p)
+	b.n -= int64(k)
+	switch {
+	case b.n == 0:
+		return k, io.EOF
+	case err == io.EOF:
+		return k, io.ErrUnexpectedEOF
+	}
+	return k, err
+}
+
+func (b *lengthBody) Close() error { return nil }
 
 // takes says whether t does req itself, and the pool key if it does.
 func (t *Transport) takes(req *http.Request) (string, bool) {
@@ -121,8 +352,11 @@ func (t *Transport) takes(req *http.Request) (string, bool) {
 	return host, direct
 }
 
-// get takes an idle connection to key that is still open, or dials one.
-func (t *Transport) get(ctx context.Context, key string) (*pconn, error) {
+// get takes an idle connection to key, or dials one; reused says which.
+// An idle connection with bytes waiting is not taken; with check, nor is
+// one the server has closed. Without, the exchange finds that out (see
+// rawconn.WriteBeforeRead) at no extra cost.
+func (t *Transport) get(ctx context.Context, key string, check bool) (pc *pconn, reused bool, err error) {
 	timeout := t.IdleTimeout
 	if timeout <= 0 {
 		timeout = 90 * time.Second
@@ -138,25 +372,22 @@ func (t *Transport) get(ctx context.Context, key string) (*pconn, error) {
 		pc := list[len(list)-1]
 		t.idle[key] = list[:len(list)-1]
 		t.mu.Unlock()
-		if now.Sub(pc.used) < timeout && open(pc) {
-			return pc, nil
+		if now.Sub(pc.used) < timeout && pc.br.Buffered() == 0 && (!check || open(pc)) {
+			return pc, true, nil
 		}
 		pc.c.Close()
 	}
 	c, err := t.dialer.DialContext(ctx, "tcp", key)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	c = rawconn.Wrap(c)
-	return &pconn{c: c, br: bufio.NewReaderSize(c, 8<<10), bw: bufio.NewWriterSize(c, 8<<10), key: key}, nil
+	return &pconn{c: c, br: bufio.NewReaderSize(c, 8<<10), bw: bufio.NewWriterSize(c, 8<<10), key: key}, false, nil
 }
 
 // open says whether an idle connection can carry a request: the server
 // has not closed it (nor sent anything unasked).
 func open(pc *pconn) bool {
-	if pc.br.Buffered() > 0 {
-		return false
-	}
 	rc, ok := pc.c.(*rawconn.Conn)
 	if !ok {
 		return true

@@ -169,7 +169,7 @@ func (w *ResponseWriter) writeHead(te string, n int) {
 	bw.WriteString(http.StatusText(w.status))
 	bw.WriteString("\r\n")
 	for k, vs := range w.header {
-		if k == "Content-Length" || k == "Transfer-Encoding" || k == "Connection" || k == "Date" || !isToken([]byte(k)) {
+		if k == "Content-Length" || k == "Transfer-Encoding" || k == "Connection" || k == "Date" || !isToken(k) {
 			continue
 		}
 		for _, v := range vs {

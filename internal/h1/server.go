@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,6 +181,9 @@ type conn struct {
 	c  net.Conn
 	br *bufio.Reader
 	bw *bufio.Writer
+	// ctx parents the connection's requests, so that their contexts
+	// register with it and not all with the server's, under one lock.
+	ctx context.Context
 
 	mu   sync.Mutex
 	idle bool // waiting for the next request
@@ -201,6 +203,9 @@ func (cn *conn) serve() {
 			cn.c.Close()
 		}
 	}()
+	var cancel context.CancelFunc
+	cn.ctx, cancel = context.WithCancel(cn.s.baseCtx)
+	defer cancel()
 	cn.br = bufio.NewReaderSize(cn.c, 16<<10)
 	cn.bw = bufio.NewWriterSize(cn.c, 8<<10)
 	for {
@@ -271,23 +276,33 @@ var errHead = errors.New("h1: head left to net/http")
 
 // readHead returns the buffered bytes of the next request's head, up to
 // and including its blank line, without consuming them. A head too large
-// for the buffer, or one with bare LF line ends, is errHead.
+// for the buffer, or one with bare LF line ends, is errHead. A head that
+// did not come whole in one read gets HeaderTimeout for the rest (the
+// idle deadline is longer).
 func (cn *conn) readHead() ([]byte, error) {
+	return peekHead(cn.br, func() { cn.readDeadline(cn.s.HeaderTimeout) })
+}
+
+// peekHead returns the buffered bytes of the message head br starts with,
+// up to and including its blank line, without consuming them; more runs
+// before each read after the first. A head too large for the buffer, or
+// one with bare LF line ends, is errHead.
+func peekHead(br *bufio.Reader, more func()) ([]byte, error) {
 	for {
-		buf, _ := cn.br.Peek(cn.br.Buffered())
+		buf, _ := br.Peek(br.Buffered())
 		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
 			if bytes.Contains(buf[:i], []byte("\n\n")) {
 				return nil, errHead
 			}
 			return buf[:i+4], nil
 		}
-		if bytes.Contains(buf, []byte("\n\n")) || len(buf) == cn.br.Size() {
+		if bytes.Contains(buf, []byte("\n\n")) || len(buf) == br.Size() {
 			return nil, errHead
 		}
-		// A head that did not come whole in one read gets HeaderTimeout
-		// for the rest (the idle deadline is longer).
-		cn.readDeadline(cn.s.HeaderTimeout)
-		if _, err := cn.br.Peek(len(buf) + 1); err != nil {
+		if more != nil {
+			more()
+		}
+		if _, err := br.Peek(len(buf) + 1); err != nil {
 			return nil, err
 		}
 	}
@@ -299,64 +314,120 @@ func (cn *conn) readHead() ([]byte, error) {
 // which knows every corner of the protocol.
 func (cn *conn) parse(head []byte) (*Request, int, bool) {
 	n := len(head)
-	lines := bytes.Split(head[:n-4], []byte("\r\n"))
-	method, rest, ok1 := bytes.Cut(lines[0], []byte(" "))
-	target, proto, ok2 := bytes.Cut(rest, []byte(" "))
-	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || !isToken(method) ||
-		len(target) == 0 || target[0] != '/' || bytes.ContainsAny(target, "% \t#") {
+	h, ok := parseHead(head[:n-2])
+	if !ok {
 		return nil, 0, false
 	}
-	path, query, _ := bytes.Cut(target, []byte("?"))
-	r := &Request{Method: string(method), Path: string(path), RawQuery: string(query),
-		Header: make(http.Header, len(lines)), LocalAddr: cn.c.LocalAddr()}
-	hosts := 0
-	for _, line := range lines[1:] {
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || !isToken(name) {
-			return nil, 0, false
-		}
-		value = bytes.Trim(value, " \t")
-		for _, c := range value {
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return nil, 0, false
-			}
-		}
-		key := textproto.CanonicalMIMEHeaderKey(string(name))
-		switch key {
-		case "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer":
-			return nil, 0, false
-		case "Content-Length":
-			if len(r.Header[key]) > 0 || len(value) == 0 || len(value) > 12 {
-				return nil, 0, false
-			}
-			for _, c := range value {
-				if c < '0' || c > '9' {
-					return nil, 0, false
-				}
-			}
-		case "Host":
-			hosts++
-			r.Host = string(value)
-		}
-		r.Header[key] = append(r.Header[key], string(value))
-	}
-	if hosts != 1 {
+	method, rest, ok1 := strings.Cut(h.first, " ")
+	target, proto, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || !isToken(method) ||
+		len(target) == 0 || target[0] != '/' || strings.ContainsAny(target, "% \t#") {
 		return nil, 0, false
 	}
-	if cl := r.Header.Get("Content-Length"); cl != "" {
-		if r.length, _ = strconv.ParseInt(cl, 10, 64); r.length > cn.s.MaxBody {
+	path, query, _ := strings.Cut(target, "?")
+	r := &Request{Method: method, Path: path, RawQuery: query, Header: h.header, LocalAddr: cn.c.LocalAddr()}
+	if len(h.header["Host"]) != 1 || len(h.header["Content-Length"]) > 1 {
+		return nil, 0, false
+	}
+	for _, key := range [...]string{"Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer"} {
+		if _, ok := h.header[key]; ok {
 			return nil, 0, false
 		}
+	}
+	r.Host = h.header["Host"][0]
+	if cl := h.header["Content-Length"]; len(cl) == 1 {
+		length, ok := parseLength(cl[0])
+		if !ok || length > cn.s.MaxBody {
+			return nil, 0, false
+		}
+		r.length = length
 	}
 	return r, n, true
 }
 
-func isToken(b []byte) bool {
-	if len(b) == 0 {
+// head is a parsed message head: its first line and its header fields.
+type head struct {
+	first  string
+	header http.Header
+}
+
+// parseHead splits a head, each line ending in CRLF, into its first line
+// and header fields, which it checks: a token name, a colon, a value
+// without control characters. Every string in it is a slice of one copy
+// of the head, so a head costs a few allocations, not one per field.
+func parseHead(b []byte) (head, bool) {
+	s := string(b)
+	lines := strings.Count(s, "\r\n") - 1
+	first, s, _ := strings.Cut(s, "\r\n")
+	h := head{first: first, header: make(http.Header, lines)}
+	values := make([]string, lines)
+	for i := 0; s != ""; i++ {
+		var line string
+		line, s, _ = strings.Cut(s, "\r\n")
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || !isToken(name) {
+			return head{}, false
+		}
+		value = strings.Trim(value, " \t")
+		for j := 0; j < len(value); j++ {
+			if c := value[j]; c < ' ' && c != '\t' || c == 0x7f {
+				return head{}, false
+			}
+		}
+		key := canonicalKey(name)
+		if vs, ok := h.header[key]; ok {
+			h.header[key] = append(vs, value)
+		} else {
+			values[i] = value
+			h.header[key] = values[i : i+1 : i+1]
+		}
+	}
+	return h, true
+}
+
+// canonicalKey is textproto's canonical form of a header name that is a
+// token, without a copy when the name has it already.
+func canonicalKey(name string) string {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return textproto.CanonicalMIMEHeaderKey(name)
+		}
+		upper = c == '-'
+	}
+	return name
+}
+
+// parseLength reads a Content-Length: decimal digits, at most 12.
+func parseLength(v string) (int64, bool) {
+	if len(v) == 0 || len(v) > 12 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n, true
+}
+
+// tokenChars are the bytes allowed in an RFC 9110 token.
+var tokenChars = func() (t [256]bool) {
+	for c := '!'; c < 0x7f; c++ {
+		t[c] = !strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c)
+	}
+	return t
+}()
+
+func isToken(s string) bool {
+	if len(s) == 0 {
 		return false
 	}
-	for _, c := range b {
-		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+	for i := 0; i < len(s); i++ {
+		if !tokenChars[s[i]] {
 			return false
 		}
 	}
@@ -406,7 +477,7 @@ func (h *handedConn) CloseWrite() error {
 // serveOne runs the handler on req and finishes its response; it says
 // whether the connection may carry another request.
 func (cn *conn) serveOne(req *Request) bool {
-	ctx, cancel := context.WithCancel(cn.s.baseCtx)
+	ctx, cancel := context.WithCancel(cn.ctx)
 	defer cancel()
 	req.ctx = ctx
 	w := &ResponseWriter{bw: cn.bw, header: http.Header{}, c: cn.c, head: req.Method == http.MethodHead}

@@ -11,6 +11,7 @@
 package rawconn
 
 import (
+	"errors"
 	"io"
 	"net"
 	"syscall"
@@ -22,7 +23,8 @@ import (
 // connection's.
 type Conn struct {
 	net.Conn
-	rc syscall.RawConn
+	rc      syscall.RawConn
+	request []byte // for the next Read to write first; see WriteBeforeRead
 }
 
 // Wrap returns c with raw reads and writes when c is a TCP or Unix
@@ -49,6 +51,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if c.request != nil {
+		return c.exchange(p)
+	}
 	var n uintptr
 	var errno syscall.Errno
 	err := c.rc.Read(func(fd uintptr) bool {
@@ -58,6 +63,92 @@ func (c *Conn) Read(p []byte) (int, error) {
 	switch {
 	case err != nil:
 		return 0, opError("read", c.Conn, err)
+	case errno == syscall.EINTR:
+		return c.Read(p)
+	case errno != 0:
+		return 0, opError("read", c.Conn, errno)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return int(n), nil
+}
+
+// ErrNotSent is what Read returns when the peer had closed the connection,
+// or sent something unasked, before the bytes of WriteBeforeRead went out:
+// none did, so the request may be sent again on another connection.
+var ErrNotSent = errors.New("rawconn: the peer closed the connection or spoke first; the request was not sent")
+
+// WriteBeforeRead has the next Read write p before it reads: a client's
+// request, whose answer that Read waits for. p must not change until
+// then.
+//
+// A read on its own begins with a read attempt, because the netpoller's
+// record of readiness is reset when it begins and whatever came before
+// would otherwise go unnoticed. That attempt is all but certain to find
+// nothing when the answer to a request just written is awaited, and on a
+// machine where a system call is dear it is worth saving: here one
+// non-consuming probe, which also finds a connection the peer closed while
+// it was idle, comes before the write, and the wait after the write needs
+// no second look.
+func (c *Conn) WriteBeforeRead(p []byte) { c.request = p }
+
+// exchange writes c.request and reads the answer into p, in one wait.
+func (c *Conn) exchange(p []byte) (int, error) {
+	w := c.request
+	c.request = nil
+	var (
+		n             uintptr
+		errno, werrno syscall.Errno
+		done          int
+		probed, sent  bool
+		spoke         bool // the peer closed or sent data before the request
+	)
+	err := c.rc.Read(func(fd uintptr) bool {
+		if sent {
+			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			return errno != syscall.EAGAIN
+		}
+		if !probed {
+			var b [1]byte
+			e := syscall.EINTR
+			for e == syscall.EINTR {
+				_, _, e = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+					syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+			}
+			if e != syscall.EAGAIN {
+				spoke = true
+				return true
+			}
+			probed = true
+		}
+		for done < len(w) {
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w[done])), uintptr(len(w)-done))
+			switch e {
+			case 0:
+				done += int(n)
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return true // the rest waits for room, below
+			default:
+				werrno = e
+				return true
+			}
+		}
+		sent = true
+		return false // the answer cannot have come before the request
+	})
+	switch {
+	case err != nil:
+		return 0, opError("read", c.Conn, err)
+	case spoke:
+		return 0, ErrNotSent
+	case werrno != 0:
+		return 0, opError("write", c.Conn, werrno)
+	case !sent:
+		if _, err := c.Write(w[done:]); err != nil {
+			return 0, err
+		}
+		return c.Read(p)
 	case errno == syscall.EINTR:
 		return c.Read(p)
 	case errno != 0:

@@ -143,6 +143,35 @@ func (s *Source) cancelUpstream(l *link, id string, why error) {
 // post sends one JSON-RPC message on l's session; a GET with Last-Event-ID
 // when resume is set. A non-2xx answer is an *httpError.
 func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) (*http.Response, error) {
+	req, err := s.newRequest(ctx, l, body, resume)
+	if err != nil {
+		return nil, err
+	}
+	// The transport itself, sparing http.Client's copies of the request;
+	// the client only follows a redirect, which an upstream rarely sends.
+	resp, err := pooledTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 3 && resp.Header.Get("Location") != "" {
+		resp.Body.Close()
+		if req, err = s.newRequest(ctx, l, body, resume); err != nil {
+			return nil, err
+		}
+		if resp, err = pooledClient.Do(req); err != nil {
+			return nil, err
+		}
+	}
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(b))}
+	}
+	return resp, nil
+}
+
+// newRequest is the request post sends.
+func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume string) (*http.Request, error) {
 	method, rd := http.MethodPost, io.Reader(bytes.NewReader(body))
 	if resume != "" {
 		method, rd = http.MethodGet, nil
@@ -168,16 +197,7 @@ func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) 
 	if l.version != "" {
 		h["Mcp-Protocol-Version"] = []string{l.version}
 	}
-	resp, err := pooledClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		resp.Body.Close()
-		return nil, &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(b))}
-	}
-	return resp, nil
+	return req, nil
 }
 
 // readStream reads the call's SSE stream until the response to id,

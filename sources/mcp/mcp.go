@@ -33,22 +33,25 @@ import (
 // protocol, which every server of today understands.
 const Protocol = "2025-11-25"
 
-// pooledClient keeps enough idle connections per upstream that concurrent
-// calls reuse them: net/http's default of two per host makes most calls
+// pooledTransport keeps enough idle connections per upstream that
+// concurrent calls reuse them: net/http's default of two per host makes most calls
 // under load open a new TCP connection. Plain-HTTP upstreams are spoken
 // to by internal/h1, on the calling goroutine; https and proxies by
 // net/http.
-var pooledClient = &http.Client{Transport: &h1.Transport{
-	MaxIdlePerHost: 128,
-	IdleTimeout:    90 * time.Second,
-	Fallback: &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		MaxIdleConns:        512,
-		MaxIdleConnsPerHost: 128,
-		IdleConnTimeout:     90 * time.Second,
-		ForceAttemptHTTP2:   true,
-	},
-}}
+var (
+	pooledTransport = &h1.Transport{
+		MaxIdlePerHost: 128,
+		IdleTimeout:    90 * time.Second,
+		Fallback: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			MaxIdleConns:        512,
+			MaxIdleConnsPerHost: 128,
+			IdleConnTimeout:     90 * time.Second,
+			ForceAttemptHTTP2:   true,
+		},
+	}
+	pooledClient = &http.Client{Transport: pooledTransport}
+)
 
 // hostEnv is what a stdio upstream gets from the host besides its env.
 var hostEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"}
