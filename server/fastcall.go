@@ -10,6 +10,7 @@ import (
 
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/h1"
+	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
@@ -28,24 +29,42 @@ import (
 // modernProtocol is the revision the fast call serves.
 const modernProtocol = mcp.ProtocolVersion20260728
 
-// fastCallMessage is what the fast call reads of a request body.
+// The members the fast call reads of a request body, in the order of
+// their values in fastCallMessage.
+var (
+	messageNames = []string{"jsonrpc", "id", "method", "params"}
+	paramsNames  = []string{"name", "arguments", "requestState", "inputResponses", "task", "_meta"}
+	metaNames    = []string{"progressToken", "io.modelcontextprotocol/protocolVersion",
+		"io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/logLevel"}
+	capsNames = []string{"sampling", "elicitation", "roots"}
+)
+
+// fastCallMessage is what the fast call reads of a request body, as
+// written: picked out by rawjson, which refuses anything encoding/json
+// (and so mcp-go) might read otherwise.
 type fastCallMessage struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  string          `json:"method"`
-	Params  struct {
-		Name           string          `json:"name"`
-		Arguments      json.RawMessage `json:"arguments"`
-		RequestState   json.RawMessage `json:"requestState"`
-		InputResponses json.RawMessage `json:"inputResponses"`
-		Task           json.RawMessage `json:"task"`
-		Meta           struct {
-			ProgressToken      json.RawMessage `json:"progressToken"`
-			ProtocolVersion    string          `json:"io.modelcontextprotocol/protocolVersion"`
-			ClientCapabilities json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
-			LogLevel           json.RawMessage `json:"io.modelcontextprotocol/logLevel"`
-		} `json:"_meta"`
-	} `json:"params"`
+	jsonrpc, id, method, params                                  []byte
+	name, arguments, requestState, inputResponses, task, meta    []byte
+	progressToken, protocolVersion, clientCapabilities, logLevel []byte
+}
+
+// read picks the message out of body; false when it is not a JSON-RPC
+// request the fast call can read with confidence.
+func (msg *fastCallMessage) read(body []byte) bool {
+	var top [4][]byte
+	var params [6][]byte
+	var meta [4][]byte
+	if !rawjson.Pick(body, messageNames, top[:]) || !rawjson.Pick(top[3], paramsNames, params[:]) {
+		return false
+	}
+	if params[5] != nil && !rawjson.Pick(params[5], metaNames, meta[:]) {
+		return false
+	}
+	msg.jsonrpc, msg.id, msg.method, msg.params = top[0], top[1], top[2], top[3]
+	msg.name, msg.arguments, msg.requestState, msg.inputResponses, msg.task, msg.meta =
+		params[0], params[1], params[2], params[3], params[4], params[5]
+	msg.progressToken, msg.protocolVersion, msg.clientCapabilities, msg.logLevel = meta[0], meta[1], meta[2], meta[3]
+	return true
 }
 
 // fastCall serves r when it is a fast call, and says whether it did.
@@ -57,31 +76,31 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 		return false
 	}
 	var msg fastCallMessage
-	if json.Unmarshal(r.Body, &msg) != nil {
+	if !msg.read(r.Body) {
 		return false
 	}
-	p := &msg.Params
-	if msg.JSONRPC != "2.0" || msg.Method != "tools/call" || !plainID(msg.ID) ||
-		!plainName(p.Name) || h.Get("Mcp-Name") != p.Name ||
-		present(p.RequestState) || present(p.InputResponses) || present(p.Task) ||
-		present(p.Meta.ProgressToken) || present(p.Meta.LogLevel) ||
-		p.Meta.ProtocolVersion != modernProtocol || !askNothing(p.Meta.ClientCapabilities) ||
-		(present(p.Arguments) && bytes.TrimSpace(p.Arguments)[0] != '{') {
+	name, ok := plainString(msg.name)
+	if string(msg.jsonrpc) != `"2.0"` || string(msg.method) != `"tools/call"` || !plainID(msg.id) ||
+		!ok || !plainName(name) || h.Get("Mcp-Name") != name ||
+		present(msg.requestState) || present(msg.inputResponses) || present(msg.task) ||
+		present(msg.progressToken) || present(msg.logLevel) ||
+		string(msg.protocolVersion) != `"`+modernProtocol+`"` || !askNothing(msg.clientCapabilities) ||
+		(present(msg.arguments) && msg.arguments[0] != '{') {
 		return false
 	}
 	// A tool the caller may not see is not found, as mcp-go's filter has it.
-	d, ok := m.registry.Snapshot().ByExposedName(p.Name)
+	d, ok := m.registry.Snapshot().ByExposedName(name)
 	if !ok || !m.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
 		return false
 	}
 	var args json.RawMessage
-	if present(p.Arguments) {
-		args = p.Arguments
+	if present(msg.arguments) {
+		args = msg.arguments
 	}
-	res, err := m.router.Call(r.Context(), c, router.Request{Tool: p.Name, Input: args, Protocol: "mcp/" + modernProtocol})
-	b := make([]byte, 0, 256+len(msg.ID))
+	res, err := m.router.Call(r.Context(), c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + modernProtocol})
+	b := make([]byte, 0, 256+len(msg.id))
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
-	b = append(b, msg.ID...)
+	b = append(b, msg.id...)
 	b = append(b, `,"result":`...)
 	// The call has run: from here on the answer is this one, whatever
 	// happens, so that nothing runs it twice.
@@ -98,6 +117,15 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	w.Write(b)
 	m.fastCalls.Add(1)
 	return true
+}
+
+// plainString is the JSON string v without its quotes, when it has no
+// escapes to undo.
+func plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
+		return "", false
+	}
+	return string(v[1 : len(v)-1]), true
 }
 
 // mcpResult is res (or the denial err) as mcp-go writes a modern result.
@@ -207,13 +235,13 @@ func hasParamHeader(h http.Header) bool {
 	return false
 }
 
-func present(v json.RawMessage) bool {
+func present(v []byte) bool {
 	return len(v) > 0 && string(v) != "null"
 }
 
 // plainID is a JSON-RPC id the fast call echoes as it came: a string
 // without escapes or a small integer.
-func plainID(id json.RawMessage) bool {
+func plainID(id []byte) bool {
 	if len(id) < 1 || len(id) > 64 {
 		return false
 	}
@@ -247,18 +275,7 @@ func plainName(s string) bool {
 
 // askNothing says whether declared client capabilities leave nothing an
 // upstream could ask the client mid-call.
-func askNothing(caps json.RawMessage) bool {
-	caps = bytes.TrimSpace(caps)
-	if len(caps) == 0 || caps[0] != '{' {
-		return false
-	}
-	var c struct {
-		Sampling    json.RawMessage `json:"sampling"`
-		Elicitation json.RawMessage `json:"elicitation"`
-		Roots       json.RawMessage `json:"roots"`
-	}
-	if json.Unmarshal(caps, &c) != nil {
-		return false
-	}
-	return !present(c.Sampling) && !present(c.Elicitation) && !present(c.Roots)
+func askNothing(caps []byte) bool {
+	var c [3][]byte
+	return rawjson.Pick(caps, capsNames, c[:]) && !present(c[0]) && !present(c[1]) && !present(c[2])
 }

@@ -46,6 +46,11 @@ func TestFastCallMatchesMCPGo(t *testing.T) {
 		{"a client that can sample", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `clientCapabilities":{}`, `clientCapabilities":{"sampling":{}}`, 1), false},
 		{"no client capabilities", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `,"io.modelcontextprotocol/clientCapabilities":{}`, "", 1), false},
 		{"arguments not an object", tok, "fx__echo", call("fx__echo", `"arguments":[1],`), false},
+		// What encoding/json reads by its own rules goes to mcp-go.
+		{"a key in another case", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"method"`, `"Method"`, 1), false},
+		{"a name twice", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"name":"fx__echo"`, `"name":"fx__t_00","name":"fx__echo"`, 1), false},
+		{"an escaped key", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"arguments"`, `"\u0061rguments"`, 1), false},
+		{"white space everywhere", tok, "fx__echo", " " + strings.NewReplacer(`":`, `" : `, `,"`, ` , "`).Replace(call("fx__echo", `"arguments":{"message":"hi"},`)) + "\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := s.MCP.fastCalls.Load()

@@ -16,6 +16,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -64,6 +65,25 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	if err != nil {
 		return nil, s.httpFailed(ctx, l, id, call, err)
 	}
+	if out, ok := readResult(raw); ok {
+		return out, nil
+	}
+	out, rpcErr, err := decodeResult(raw)
+	switch {
+	case err != nil:
+		return nil, tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response is not JSON-RPC: %v", s.opts.Name, call.Tool.Name, err)
+	case rpcErr != nil:
+		return nil, tool.Wrap(&RPCError{Code: rpcErr.Code, Message: rpcErr.Message, Data: rpcErr.Data},
+			tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: %s", s.opts.Name, call.Tool.Name, rpcErr.Message)
+	case out == nil:
+		return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response has neither result nor error", s.opts.Name, call.Tool.Name)
+	}
+	return out, nil
+}
+
+// decodeResult reads a tools/call response with encoding/json: the
+// result, or the error, or neither.
+func decodeResult(raw []byte) (*tool.Result, *mcpgo.JSONRPCErrorDetails, error) {
 	var msg struct {
 		Result *struct {
 			Content           []json.RawMessage `json:"content"`
@@ -73,14 +93,10 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 		Error *mcpgo.JSONRPCErrorDetails `json:"error"`
 	}
 	if err := json.Unmarshal(raw, &msg); err != nil {
-		return nil, tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response is not JSON-RPC: %v", s.opts.Name, call.Tool.Name, err)
+		return nil, nil, err
 	}
-	switch {
-	case msg.Error != nil:
-		return nil, tool.Wrap(&RPCError{Code: msg.Error.Code, Message: msg.Error.Message, Data: msg.Error.Data},
-			tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: %s", s.opts.Name, call.Tool.Name, msg.Error.Message)
-	case msg.Result == nil:
-		return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response has neither result nor error", s.opts.Name, call.Tool.Name)
+	if msg.Error != nil || msg.Result == nil {
+		return nil, msg.Error, nil
 	}
 	out := &tool.Result{Content: msg.Result.Content, IsError: msg.Result.IsError}
 	if out.Content == nil {
@@ -89,7 +105,41 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	if st := msg.Result.StructuredContent; len(st) > 0 && string(st) != "null" {
 		out.Structured = st
 	}
-	return out, nil
+	return out, nil, nil
+}
+
+var (
+	responseNames = []string{"result", "error"}
+	resultNames   = []string{"content", "structuredContent", "isError"}
+)
+
+// readResult reads a successful tools/call response without decoding it,
+// as decodeResult would: its content blocks and structured content are
+// slices of raw. It says no to anything else (an error, an odd document),
+// which decodeResult reads.
+func readResult(raw []byte) (*tool.Result, bool) {
+	var msg [2][]byte
+	var res [3][]byte
+	if !rawjson.Pick(raw, responseNames, msg[:]) || msg[1] != nil || msg[0] == nil ||
+		!rawjson.Pick(msg[0], resultNames, res[:]) {
+		return nil, false
+	}
+	out := &tool.Result{Content: []json.RawMessage{}}
+	switch string(res[2]) {
+	case "", "null", "false":
+	case "true":
+		out.IsError = true
+	default:
+		return nil, false
+	}
+	if c := res[0]; c != nil && string(c) != "null" &&
+		!rawjson.Elements(c, func(v []byte) { out.Content = append(out.Content, v) }) {
+		return nil, false
+	}
+	if st := res[1]; st != nil && string(st) != "null" {
+		out.Structured = st
+	}
+	return out, true
 }
 
 // httpError is a non-2xx answer.

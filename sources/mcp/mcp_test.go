@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -330,6 +331,46 @@ func BenchmarkCallSource(b *testing.B) {
 	for b.Loop() {
 		if _, err := s.Call(context.Background(), call); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// readResult, the hot path's reading of a tools/call response, must read
+// every response it takes as decodeResult (encoding/json) does.
+func TestReadResultMatchesDecodeResult(t *testing.T) {
+	for _, raw := range []string{
+		`{"jsonrpc":"2.0","id":"capgate-1","result":{"content":[{"type":"text","text":"ok"}]}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{"content":[],"structuredContent":{"n":12345678901234567},"isError":true}}`,
+		` {"result" : {"content" : [ {"type":"image","data":"aGk="} , {"type":"text","text":"a\"b"} ] , "isError":false } } `,
+		`{"result":{"content":null,"structuredContent":null,"isError":null}}`,
+		`{"result":{}}`,
+		`{"result":{"structuredContent":[1,2]}}`,
+		`{"result":{"content":[{"type":"text","text":"é"}],"_meta":{"x":1}}}`,
+	} {
+		got, ok := readResult([]byte(raw))
+		if !ok {
+			t.Errorf("readResult refused %s", raw)
+			continue
+		}
+		want, rpcErr, err := decodeResult([]byte(raw))
+		if err != nil || rpcErr != nil || want == nil {
+			t.Fatalf("decodeResult(%s) = %v, %v, %v", raw, want, rpcErr, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\nreadResult   %+v\ndecodeResult %+v", raw, got, want)
+		}
+	}
+	// What it does not take, decodeResult reads: errors, no result, odd
+	// documents, wrong types.
+	for _, raw := range []string{
+		`{"error":{"code":-32602,"message":"no"}}`,
+		`{"result":null}`, `{"result":{"content":[]},"error":null}`,
+		`{"result":{"content":{}}}`, `{"result":{"isError":"yes"}}`,
+		`{"Result":{"content":[]}}`, `{"result":{"content":[]},"result":{"content":[]}}`,
+		`{"result":{"content":[1,]}}`, `not json`,
+	} {
+		if out, ok := readResult([]byte(raw)); ok {
+			t.Errorf("readResult took %s: %+v", raw, out)
 		}
 	}
 }
