@@ -68,5 +68,23 @@ func Required(p Primary, t ItemType, itemID string) string {
 	if itemID == "" {
 		return "rye." + string(p) + "." + string(t)
 	}
-	return "rye." + string(p) + "." + string(t) + "." + dotted.Replace(itemID)
+	// One allocation, where concatenating dotted.Replace's result takes three.
+	var b strings.Builder
+	b.Grow(len("rye...") + len(p) + len(t) + len(itemID))
+	b.WriteString("rye.")
+	b.WriteString(string(p))
+	b.WriteByte('.')
+	b.WriteString(string(t))
+	b.WriteByte('.')
+	for {
+		i := strings.IndexAny(itemID, ":/")
+		if i < 0 {
+			break
+		}
+		b.WriteString(itemID[:i])
+		b.WriteByte('.')
+		itemID = itemID[i+1:]
+	}
+	b.WriteString(itemID)
+	return b.String()
 }

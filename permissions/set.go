@@ -119,21 +119,51 @@ func (d Decision) Grant() string {
 
 // Reason explains the decision in one line.
 func (d Decision) Reason() string {
+	return reasonOf(d.Required, d.Matched, d.Allowed, d.Layers, d.Layer)
+}
+
+// reasonOf is Reason with the fields apart, so that escape analysis sees
+// matched does not escape and Explain can keep it on the stack.
+func reasonOf(required string, matched []string, allowed bool, layers, layer int) string {
 	switch {
-	case d.Allowed && d.Layers == 1:
-		return fmt.Sprintf("%s is allowed by grant %s", d.Required, d.Matched[0])
-	case d.Allowed:
-		return fmt.Sprintf("%s is allowed by grants %s", d.Required, strings.Join(d.Matched, " and "))
-	case d.Layers == 0:
-		return fmt.Sprintf("%s is denied: no grants (fail closed)", d.Required)
-	case d.Layers == 1:
-		return fmt.Sprintf("%s is denied: no grant matches it", d.Required)
-	case d.Layer == 0:
-		return fmt.Sprintf("%s is denied: no grant of the attenuating (child) set matches it", d.Required)
+	case allowed && layers == 1:
+		return required + " is allowed by grant " + matched[0]
+	case allowed:
+		return allowedByGrants(required, matched)
+	case layers == 0:
+		return fmt.Sprintf("%s is denied: no grants (fail closed)", required)
+	case layers == 1:
+		return fmt.Sprintf("%s is denied: no grant matches it", required)
+	case layer == 0:
+		return fmt.Sprintf("%s is denied: no grant of the attenuating (child) set matches it", required)
 	default:
 		return fmt.Sprintf("%s is denied: allowed by %s, but no grant of attenuation layer %d matches it",
-			d.Required, strings.Join(d.Matched, " and "), d.Layer+1)
+			required, strings.Join(matched, " and "), layer+1)
 	}
+}
+
+// allowedByGrants is the reason of an allowed multi-layer decision, built
+// in one allocation: the router audits it on every call.
+func allowedByGrants(required string, matched []string) string {
+	const by, and = " is allowed by grants ", " and "
+	n := len(required) + len(by)
+	for i, m := range matched {
+		if i > 0 {
+			n += len(and)
+		}
+		n += len(m)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(required)
+	b.WriteString(by)
+	for i, m := range matched {
+		if i > 0 {
+			b.WriteString(and)
+		}
+		b.WriteString(m)
+	}
+	return b.String()
 }
 
 // Allows reports whether required is allowed, without building a Decision.
@@ -151,12 +181,27 @@ func (s *Set) Allows(required string) bool {
 
 // Check decides whether the set allows the capability string required.
 func (s *Set) Check(required string) Decision {
-	d := Decision{Required: required}
 	if s == nil || len(s.layers) == 0 {
-		return d
+		return Decision{Required: required}
 	}
-	d.Layers = len(s.layers)
-	d.Matched = make([]string, 0, len(s.layers))
+	return s.decide(required, make([]string, 0, len(s.layers)))
+}
+
+// Explain is Check for a caller that keeps only the verdict, the layer
+// that refused (when denied) and the Reason: with no Matched to hand back,
+// the matches stay on the stack and only the reason is allocated.
+func (s *Set) Explain(required string) (allowed bool, layer int, reason string) {
+	var buf [4]string
+	d := Decision{Required: required}
+	if s != nil && len(s.layers) > 0 {
+		d = s.decide(required, buf[:0])
+	}
+	return d.Allowed, d.Layer, reasonOf(required, d.Matched, d.Allowed, d.Layers, d.Layer)
+}
+
+// decide is Check for a set with layers, appending the matches to matched.
+func (s *Set) decide(required string, matched []string) Decision {
+	d := Decision{Required: required, Layers: len(s.layers), Matched: matched}
 	for i, l := range s.layers {
 		g, ok := l.match(required)
 		if !ok {

@@ -21,10 +21,18 @@ func TestRequired(t *testing.T) {
 		{Fetch, Knowledge, "mcp:docs:file/a/b.md", "rye.fetch.knowledge.mcp.docs.file.a.b.md"},
 		{Fetch, Directive, "", "rye.fetch.directive"},
 		{Sign, Directive, "x", "rye.sign.directive.x"},
+		{Execute, Tool, ":a::b//c/", "rye.execute.tool..a..b..c."},
+		{Execute, Tool, "mcp:fs:é/\xff:x", "rye.execute.tool.mcp.fs.é.\xff.x"},
 	}
 	for _, tt := range tests {
 		if got := Required(tt.p, tt.t, tt.id); got != tt.want {
 			t.Errorf("Required(%s, %s, %q) = %q, want %q", tt.p, tt.t, tt.id, got, tt.want)
+		}
+		// Required and a directive's grants must dot an id alike.
+		if tt.id != "" {
+			if got, want := Required(tt.p, tt.t, tt.id), "rye."+string(tt.p)+"."+string(tt.t)+"."+dotted.Replace(tt.id); got != want {
+				t.Errorf("Required(%s, %s, %q) = %q, but dotted gives %q", tt.p, tt.t, tt.id, got, want)
+			}
 		}
 	}
 	if _, err := ParsePrimary("search"); err == nil || !strings.Contains(err.Error(), "execute, fetch, sign") {
@@ -324,5 +332,39 @@ func TestCheckDoesNotAllocate(t *testing.T) {
 	s := MustSet(realisticGrants(rand.New(rand.NewPCG(1, 1)), 1000)...)
 	if n := testing.AllocsPerRun(100, func() { s.Allows("rye.execute.tool.mcp.server3.tool_1") }); n != 0 {
 		t.Errorf("Allows allocates %v times per call, want 0", n)
+	}
+}
+
+// TestExplainIsCheck: Explain answers as Check does, reason included, for
+// every shape of set (more layers than Explain keeps on the stack too).
+func TestExplainIsCheck(t *testing.T) {
+	var zero Set
+	a, b := MustSet("rye.execute.tool.mcp.*", "rye.fetch.*"), MustSet("rye.execute.tool.*", "rye.fetch.tool.*")
+	c := MustSet("rye.*")
+	five := Intersect(Intersect(Intersect(a, b), Intersect(c, a)), b)
+	sets := []*Set{nil, &zero, MustSet(), a, Intersect(a, b), Intersect(b, Intersect(c, a)), five, Intersect(MustSet(), a)}
+	reqs := []string{"rye.execute.tool.mcp.fs.read", "rye.fetch.tool.mcp.fs.read", "rye.fetch.directive.x", "rye.execute.tool.bridge.gog.x", "rye.sign.x"}
+	for i, s := range sets {
+		for _, req := range reqs {
+			d := s.Check(req)
+			allowed, layer, reason := s.Explain(req)
+			if allowed != d.Allowed || layer != d.Layer || reason != d.Reason() {
+				t.Errorf("set %d, %s: Explain = %v, %d, %q; Check = %v, %d, %q", i, req, allowed, layer, reason, d.Allowed, d.Layer, d.Reason())
+			}
+		}
+	}
+	// The allowed reasons, word for word, as the audit log has them.
+	if _, _, r := a.Explain("rye.fetch.tool.x"); r != "rye.fetch.tool.x is allowed by grant rye.fetch.*" {
+		t.Errorf("one layer: reason %q", r)
+	}
+	if _, _, r := Intersect(b, a).Explain("rye.fetch.tool.x"); r != "rye.fetch.tool.x is allowed by grants rye.fetch.tool.* and rye.fetch.*" {
+		t.Errorf("two layers: reason %q", r)
+	}
+	if r := (Decision{Required: "x", Allowed: true, Layers: 2}).Reason(); r != "x is allowed by grants " {
+		t.Errorf("no matches: reason %q", r)
+	}
+	ab := Intersect(a, b)
+	if n := testing.AllocsPerRun(100, func() { ab.Explain("rye.execute.tool.mcp.fs.read") }); n > 1 {
+		t.Errorf("Explain allocates %v times when allowed, want only the reason", n)
 	}
 }

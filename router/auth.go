@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/audit"
-	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/tool"
 )
@@ -151,13 +150,13 @@ func (r *Router) authCapability(c *Caller, capabilityID string) (*tool.Descripto
 	}
 	var first, allowed *tool.Descriptor
 	for _, d := range r.opts.Registry.Snapshot().Tools {
-		if d.Kind != tool.KindBridge || d.Source != ns || !strings.HasPrefix(d.Name, capName+".") || !visible(c, d) {
+		if d.Kind != tool.KindBridge || d.Source != ns || !strings.HasPrefix(d.Name, capName+".") || !r.visible(c, d) {
 			continue
 		}
 		if first == nil {
 			first = d
 		}
-		if c.grants.Allows(permissions.Required(permissions.Execute, permissions.Tool, d.ID)) {
+		if c.grants.Allows(r.toolCaps.get(d.ID).execute) {
 			allowed = d
 			break
 		}
@@ -166,7 +165,7 @@ func (r *Router) authCapability(c *Caller, capabilityID string) (*tool.Descripto
 		return nil, nil, notFound
 	}
 	if allowed == nil {
-		required := permissions.Required(permissions.Execute, permissions.Tool, first.ID)
+		required := r.toolCaps.get(first.ID).execute
 		return nil, nil, &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 			Message: fmt.Sprintf("no operation of %s is granted (%s is not)", capabilityID, required),
 			Hint:    grantHint(c, layerPolicy, required)}

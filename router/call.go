@@ -1,13 +1,14 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capgate/capgate/audit"
@@ -108,7 +109,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	if err != nil {
 		return nil, err
 	}
-	inputHash := audit.HashInput(canonical(input, value))
+	inputHash := hashInput(value)
 	ev.InputSHA256 = inputHash
 
 	// (a) capability string.
@@ -122,7 +123,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	}
 	if approval != nil {
 		ev.ApprovalID = approval.ID
-		r.opts.Audit.Log(audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: c.ChatID(), ChatType: c.ChatType(),
+		r.opts.Audit.Log(audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
 			Tool: d.ID, ToolName: d.ExposedName, Decision: "allow", Gate: GateApproval, ApprovalID: approval.ID,
 			InputSHA256: inputHash, RequestID: req.RequestID, Detail: "approval used; approved by " + approval.ApprovedBy})
 	}
@@ -218,7 +219,7 @@ func (r *Router) resolve(c *Caller, name string) (*tool.Descriptor, error) {
 	if !ok {
 		d, ok = snap.Lookup(name)
 	}
-	if !ok || d == nil || !visible(c, d) {
+	if !ok || d == nil || !r.visible(c, d) {
 		return nil, &tool.Error{Code: tool.CodeNotFound, Gate: GateResolve, Message: fmt.Sprintf("no tool named %q", name)}
 	}
 	return d, nil
@@ -226,13 +227,46 @@ func (r *Router) resolve(c *Caller, name string) (*tool.Descriptor, error) {
 
 // visible: fetching a tool needs rye.fetch.tool.<id>; as in Rye, the right
 // to execute it implies the right to see it.
-func visible(c *Caller, d *tool.Descriptor) bool {
-	return c.grants.Allows(permissions.Required(permissions.Fetch, permissions.Tool, d.ID)) ||
-		c.grants.Allows(permissions.Required(permissions.Execute, permissions.Tool, d.ID))
+func (r *Router) visible(c *Caller, d *tool.Descriptor) bool {
+	caps := r.toolCaps.get(d.ID)
+	return c.grants.Allows(caps.fetch) || c.grants.Allows(caps.execute)
 }
 
 // Visible reports whether the caller may see the tool listed.
-func (r *Router) Visible(c *Caller, d *tool.Descriptor) bool { return c != nil && visible(c, d) }
+func (r *Router) Visible(c *Caller, d *tool.Descriptor) bool { return c != nil && r.visible(c, d) }
+
+// toolCaps caches the capability strings of tool ids: visibility (checked
+// more than once per call) and the capability gate need them on every
+// call, and building them allocates. They depend on the id alone, so no
+// catalog change makes an entry wrong: a replaced descriptor finds its
+// id's strings, a new id gets its own. The bound is only for catalogs
+// whose ids churn; it is approximate under concurrent misses.
+type toolCaps struct {
+	m sync.Map // tool id → *capStrings
+	n atomic.Int64
+}
+
+type capStrings struct{ fetch, execute string }
+
+const maxToolCaps = 1 << 14
+
+func (t *toolCaps) get(id string) *capStrings {
+	if v, ok := t.m.Load(id); ok {
+		return v.(*capStrings)
+	}
+	cs := &capStrings{
+		fetch:   permissions.Required(permissions.Fetch, permissions.Tool, id),
+		execute: permissions.Required(permissions.Execute, permissions.Tool, id),
+	}
+	if v, loaded := t.m.LoadOrStore(id, cs); loaded {
+		return v.(*capStrings)
+	}
+	if t.n.Add(1) > maxToolCaps {
+		t.m.Clear()
+		t.n.Store(0)
+	}
+	return cs
+}
 
 // List returns the tools the caller may see, in id order.
 func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descriptor {
@@ -243,7 +277,7 @@ func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descri
 	all := r.opts.Registry.Snapshot().List(f)
 	out := make([]*tool.Descriptor, 0, len(all))
 	for _, d := range all {
-		if visible(c, d) {
+		if r.visible(c, d) {
 			out = append(out, d)
 		}
 	}
@@ -251,20 +285,20 @@ func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descri
 }
 
 func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev *audit.Event) error {
-	required := permissions.Required(permissions.Execute, permissions.Tool, d.ID)
-	dec := c.grants.Check(required)
+	required := r.toolCaps.get(d.ID).execute
+	allowed, refused, reason := c.grants.Explain(required)
 	check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Runner: string(d.Kind),
-		ResolvedSource: d.Source, Capability: required, Allowed: dec.Allowed, Reason: dec.Reason(),
-		ProtocolVersion: req.Protocol, Sub: c.Sub, ChatID: c.ChatID(), ChatType: c.ChatType(), Tool: d.ID,
+		ResolvedSource: d.Source, Capability: required, Allowed: allowed, Reason: reason,
+		ProtocolVersion: req.Protocol, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType, Tool: d.ID,
 		Gate: GateCapability, RequestID: req.RequestID}
-	if dec.Allowed {
-		check.GuaranteeSource, check.Decision = strings.Join(c.layers, "+"), "allow"
+	if allowed {
+		check.GuaranteeSource, check.Decision = c.guarantee, "allow"
 		r.opts.Audit.Log(check)
 		return nil
 	}
 	layer := "policy"
-	if dec.Layer < len(c.layers) {
-		layer = c.layers[dec.Layer]
+	if refused < len(c.layers) {
+		layer = c.layers[refused]
 	}
 	check.GuaranteeSource, check.Decision = layer, "deny"
 	r.opts.Audit.Log(check)
@@ -412,36 +446,4 @@ func (r *Router) bridgeToken(c *Caller) (string, error) {
 		return "", fmt.Errorf("minting the bridge context token: %w", err)
 	}
 	return s, nil
-}
-
-// parseInput checks that the input is one JSON object and decodes it for
-// schema validation (numbers kept exact).
-func parseInput(raw json.RawMessage) (json.RawMessage, any, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		raw = json.RawMessage("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input is not valid JSON: " + err.Error()}
-	}
-	if dec.More() {
-		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input has data after its JSON object"}
-	}
-	if _, ok := v.(map[string]any); !ok {
-		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input must be a JSON object"}
-	}
-	return raw, v, nil
-}
-
-// canonical is the input with sorted keys and no spaces, so an approval
-// or idempotency key binds to the input, not to how a client spaced it.
-func canonical(raw json.RawMessage, v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return raw
-	}
-	return b
 }

@@ -8,6 +8,7 @@ package router
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,6 +107,7 @@ type Router struct {
 	schemas  schemaCache
 	limits   limiter
 	caps     capsCache
+	toolCaps toolCaps
 }
 
 // grantSet is a compiled policy: grants that survived the risk table, and
@@ -197,6 +199,7 @@ type Caller struct {
 	Anonymous bool
 	grants    *permissions.Set
 	layers    []string // who holds each layer of grants, child first, for hints
+	guarantee string   // the layers joined by "+", for the audit
 	acks      []string
 }
 
@@ -248,7 +251,7 @@ func (r *Router) Anonymous() *Caller {
 		return nil
 	}
 	return &Caller{Sub: r.opts.Policy.Anonymous.Sub, Anonymous: true, grants: r.anon.set, acks: r.anon.acks,
-		layers: []string{layerAnonymous}}
+		layers: anonymousLayers, guarantee: layerAnonymous}
 }
 
 // caller narrows the policy for claims.Sub by the token's caps and ack.
@@ -257,10 +260,10 @@ func (r *Router) caller(claims *token.Claims) *Caller {
 	if !ok {
 		g = r.base
 	}
-	c := &Caller{Sub: claims.Sub, Claims: claims, grants: g.set, acks: g.acks, layers: []string{layerPolicy}}
+	c := &Caller{Sub: claims.Sub, Claims: claims, grants: g.set, acks: g.acks, layers: policyLayers, guarantee: layerPolicy}
 	if claims.Caps != nil {
 		c.grants = r.caps.intersect(claims.Caps, g.set)
-		c.layers = []string{layerCaps, layerPolicy}
+		c.layers, c.guarantee = capsLayers, layerCaps+"+"+layerPolicy
 	}
 	if claims.Ack != nil {
 		c.acks = slices.DeleteFunc(slices.Clone(g.acks), func(t string) bool { return !slices.Contains(claims.Ack, t) })
@@ -273,18 +276,22 @@ func (r *Router) caller(claims *token.Claims) *Caller {
 // per call would dominate the router's own cost.
 type capsCache struct {
 	mu sync.Mutex
-	m  map[capsKey]*permissions.Set
-}
-
-type capsKey struct {
-	caps   string
-	policy *permissions.Set
+	n  int
+	m  map[*permissions.Set]map[string]*permissions.Set // policy → caps key → intersection
 }
 
 func (c *capsCache) intersect(caps []string, policy *permissions.Set) *permissions.Set {
-	key := capsKey{strings.Join(caps, "\x00"), policy}
+	// The key is built on the stack and looked up as bytes: a token seen
+	// before costs no allocation here. Each cap is length-prefixed, so
+	// that no two lists of caps share a key.
+	var buf [256]byte
+	key := buf[:0]
+	for _, cp := range caps {
+		key = binary.AppendUvarint(key, uint64(len(cp)))
+		key = append(key, cp...)
+	}
 	c.mu.Lock()
-	s, ok := c.m[key]
+	s, ok := c.m[policy][string(key)]
 	c.mu.Unlock()
 	if ok {
 		return s
@@ -294,10 +301,18 @@ func (c *capsCache) intersect(caps []string, policy *permissions.Set) *permissio
 	child, _ := permissions.NewSet(caps...)
 	s = permissions.Intersect(child, policy)
 	c.mu.Lock()
-	if c.m == nil || len(c.m) > 4096 {
-		c.m = map[capsKey]*permissions.Set{}
+	if c.m == nil || c.n > 4096 {
+		c.m, c.n = map[*permissions.Set]map[string]*permissions.Set{}, 0
 	}
-	c.m[key] = s
+	byCaps := c.m[policy]
+	if byCaps == nil {
+		byCaps = map[string]*permissions.Set{}
+		c.m[policy] = byCaps
+	}
+	if _, dup := byCaps[string(key)]; !dup {
+		c.n++
+	}
+	byCaps[string(key)] = s
 	c.mu.Unlock()
 	return s
 }
@@ -318,6 +333,7 @@ func (c *Caller) within(s *Scope) *Caller {
 	n := *c
 	n.grants = permissions.Intersect(s.Grants, c.grants)
 	n.layers = append([]string{layerSkill + s.Name}, c.layers...)
+	n.guarantee = layerSkill + s.Name + "+" + c.guarantee
 	n.acks = slices.DeleteFunc(slices.Clone(c.acks), func(t string) bool { return !slices.Contains(s.Acknowledge, t) })
 	return &n
 }
@@ -328,6 +344,14 @@ const (
 	layerCaps      = "token caps"
 	layerAnonymous = "anonymous"
 	layerSkill     = "skill "
+)
+
+// The layers of callers made outside a scope, shared: never append to a
+// Caller's layers in place.
+var (
+	policyLayers    = []string{layerPolicy}
+	capsLayers      = []string{layerCaps, layerPolicy}
+	anonymousLayers = []string{layerAnonymous}
 )
 
 type discard struct{}

@@ -1,0 +1,405 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/capgate/capgate/audit"
+	"github.com/capgate/capgate/tool"
+)
+
+// parseInput checks that the input is one JSON object and decodes it for
+// schema validation (numbers kept exact, as json.Number).
+func parseInput(raw json.RawMessage) (json.RawMessage, any, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		raw = json.RawMessage("{}")
+	}
+	// A plain object, the usual input, is read without a json.Decoder and
+	// the buffers it allocates; anything else takes the standard path,
+	// which alone words the errors.
+	if v, ok := decodePlain(raw); ok {
+		return raw, v, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input is not valid JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input has data after its JSON object"}
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input must be a JSON object"}
+	}
+	return raw, v, nil
+}
+
+// plainDepth is how deep decodePlain follows nested objects and arrays.
+const plainDepth = 64
+
+// decodePlain decodes raw as the standard path would when raw is exactly
+// one JSON object, nested at most plainDepth deep, whose strings are valid
+// UTF-8 without \u escapes. To anything else, valid or not, it says no,
+// and the standard path decides.
+func decodePlain(raw []byte) (any, bool) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, false
+	}
+	p := plainReader{b: raw}
+	v, ok := p.value()
+	p.space()
+	return v, ok && p.i == len(p.b)
+}
+
+type plainReader struct {
+	b     []byte
+	i     int
+	depth int
+}
+
+func (p *plainReader) space() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *plainReader) value() (any, bool) {
+	p.space()
+	if p.i == len(p.b) {
+		return nil, false
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		return p.quoted()
+	case c == 't':
+		return true, p.literal("true")
+	case c == 'f':
+		return false, p.literal("false")
+	case c == 'n':
+		return nil, p.literal("null")
+	case c == '-' || '0' <= c && c <= '9':
+		return p.number()
+	}
+	return nil, false
+}
+
+// object reads an object; a repeated key keeps its last value, as the
+// standard path does.
+func (p *plainReader) object() (any, bool) {
+	if p.depth++; p.depth > plainDepth {
+		return nil, false
+	}
+	p.i++ // '{'
+	m := map[string]any{}
+	p.space()
+	if p.i < len(p.b) && p.b[p.i] == '}' {
+		p.i++
+		p.depth--
+		return m, true
+	}
+	for {
+		p.space()
+		if p.i == len(p.b) || p.b[p.i] != '"' {
+			return nil, false
+		}
+		k, ok := p.quoted()
+		if !ok {
+			return nil, false
+		}
+		p.space()
+		if p.i == len(p.b) || p.b[p.i] != ':' {
+			return nil, false
+		}
+		p.i++
+		v, ok := p.value()
+		if !ok {
+			return nil, false
+		}
+		m[k] = v
+		p.space()
+		if p.i == len(p.b) {
+			return nil, false
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+		case '}':
+			p.i++
+			p.depth--
+			return m, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+func (p *plainReader) array() (any, bool) {
+	if p.depth++; p.depth > plainDepth {
+		return nil, false
+	}
+	p.i++ // '['
+	a := make([]any, 0)
+	p.space()
+	if p.i < len(p.b) && p.b[p.i] == ']' {
+		p.i++
+		p.depth--
+		return a, true
+	}
+	for {
+		v, ok := p.value()
+		if !ok {
+			return nil, false
+		}
+		a = append(a, v)
+		p.space()
+		if p.i == len(p.b) {
+			return nil, false
+		}
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+		case ']':
+			p.i++
+			p.depth--
+			return a, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// quoted reads a string whose escapes, if any, are the one-letter ones.
+func (p *plainReader) quoted() (string, bool) {
+	start, escapes := p.i+1, false
+	j := start
+	for {
+		if j == len(p.b) {
+			return "", false
+		}
+		c := p.b[j]
+		switch {
+		case c == '"':
+			p.i = j + 1
+			if !escapes {
+				return string(p.b[start:j]), true
+			}
+			return unescape(p.b[start:j]), true
+		case c == '\\':
+			if j+1 == len(p.b) || unescaped[p.b[j+1]] == 0 {
+				return "", false
+			}
+			escapes = true
+			j += 2
+		case c < 0x20:
+			return "", false
+		case c < utf8.RuneSelf:
+			j++
+		default:
+			r, size := utf8.DecodeRune(p.b[j:])
+			if r == utf8.RuneError && size == 1 {
+				return "", false
+			}
+			j += size
+		}
+	}
+}
+
+// unescaped maps the letter of a one-letter escape to its byte; 0 for the
+// rest (\u is left to the standard path).
+var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// unescape decodes the inside of a string that quoted has checked.
+func unescape(b []byte) string {
+	var s strings.Builder
+	s.Grow(len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] == '\\' {
+			i++
+			s.WriteByte(unescaped[b[i]])
+			continue
+		}
+		s.WriteByte(b[i])
+	}
+	return s.String()
+}
+
+func (p *plainReader) literal(word string) bool {
+	if len(p.b)-p.i < len(word) || string(p.b[p.i:p.i+len(word)]) != word {
+		return false
+	}
+	p.i += len(word)
+	return true
+}
+
+// number reads a number as JSON's grammar has it, kept as written.
+func (p *plainReader) number() (any, bool) {
+	b, i := p.b, p.i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		i = digits(b, i)
+	default:
+		return nil, false
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(b, i+1)
+		if j == i+1 {
+			return nil, false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(b, i)
+		if j == i {
+			return nil, false
+		}
+		i = j
+	}
+	n := json.Number(b[p.i:i])
+	p.i = i
+	return n, true
+}
+
+func digits(b []byte, i int) int {
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// emptyInputHash is hashInput of every empty object.
+var emptyInputHash = audit.HashInput([]byte("{}"))
+
+// hashInput is the hash of the canonical input, which approvals and
+// idempotency records bind to.
+func hashInput(v any) string {
+	if m, ok := v.(map[string]any); ok && len(m) == 0 {
+		return emptyInputHash
+	}
+	var buf [512]byte
+	return audit.HashInput(appendCanonical(buf[:0], v))
+}
+
+// appendCanonical appends the input with sorted keys and no spaces, so an
+// approval or idempotency key binds to the input, not to how a client
+// spaced it. The bytes are json.Marshal's, for every value parseInput
+// makes, without the reflection and allocations of json.Marshal.
+func appendCanonical(b []byte, v any) []byte {
+	switch v := v.(type) {
+	case map[string]any:
+		var kb [16]string
+		keys := kb[:0]
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendCanonical(b, v[k])
+		}
+		return append(b, '}')
+	case []any:
+		b = append(b, '[')
+		for i, x := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendCanonical(b, x)
+		}
+		return append(b, ']')
+	case string:
+		return appendJSONString(b, v)
+	case json.Number:
+		return append(b, v...)
+	case bool:
+		return strconv.AppendBool(b, v)
+	case nil:
+		return append(b, "null"...)
+	}
+	// parseInput makes no other type; should one appear, it is encoded
+	// as json.Marshal would.
+	m, _ := json.Marshal(v)
+	return append(b, m...)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s quoted as json.Marshal quotes it: HTML's
+// <, > and & escaped, invalid UTF-8 as U+FFFD, and U+2028 and U+2029
+// escaped.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
