@@ -156,14 +156,15 @@ func appendRequest(b []byte, req *http.Request) (out []byte, lean bool, err erro
 		host = req.URL.Host
 	}
 	body := req.Body != nil && req.Body != http.NoBody
-	if req.Method == http.MethodConnect || !isToken(req.Method) || !plainHost(host) ||
+	uri := req.URL.RequestURI()
+	if req.Method == http.MethodConnect || !isToken(req.Method) || !plainHost(host) || !plainTarget(uri) ||
 		len(req.Trailer) > 0 || len(req.TransferEncoding) > 0 ||
-		body && (req.ContentLength <= 0 || req.ContentLength > maxLeanBody) {
+		body && (req.ContentLength <= 0 || req.ContentLength > maxLeanBody) || !body && req.ContentLength != 0 {
 		return b, false, nil
 	}
 	b = append(b, req.Method...)
 	b = append(b, ' ')
-	b = append(b, req.URL.RequestURI()...)
+	b = append(b, uri...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, host...)
 	b = append(b, "\r\n"...)
@@ -174,12 +175,16 @@ func appendRequest(b []byte, req *http.Request) (out []byte, lean bool, err erro
 			ua = v[0]
 		}
 	}
-	if ua = fieldValue(ua); ua != "" {
+	if ua != "" {
 		b = append(b, "User-Agent: "...)
-		b = append(b, ua...)
+		b = append(b, fieldValue(ua)...)
 		b = append(b, "\r\n"...)
 	}
-	if req.ContentLength > 0 || req.Method != http.MethodGet && req.Method != http.MethodHead {
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+		body = true // as net/http, a Content-Length even of 0
+	}
+	if body {
 		b = append(b, "Content-Length: "...)
 		b = strconv.AppendInt(b, max(req.ContentLength, 0), 10)
 		b = append(b, "\r\n"...)
@@ -200,7 +205,7 @@ func appendRequest(b []byte, req *http.Request) (out []byte, lean bool, err erro
 		}
 	}
 	b = append(b, "\r\n"...)
-	if !body {
+	if req.ContentLength == 0 {
 		return b, true, nil
 	}
 	n := len(b)
@@ -213,6 +218,17 @@ func appendRequest(b []byte, req *http.Request) (out []byte, lean bool, err erro
 		return b, false, fmt.Errorf("http: ContentLength=%d with a longer body", req.ContentLength)
 	}
 	return b, true, nil
+}
+
+// plainTarget is a request target without control characters, which
+// req.Write refuses.
+func plainTarget(uri string) bool {
+	for i := 0; i < len(uri); i++ {
+		if uri[i] < ' ' || uri[i] == 0x7f {
+			return false
+		}
+	}
+	return uri != ""
 }
 
 // plainHost is a host[:port] of letters, digits, dots, hyphens, colons and
@@ -283,6 +299,9 @@ func parseResponse(head []byte, br *bufio.Reader, req *http.Request) (*http.Resp
 	}
 	if _, ok := h.header["Transfer-Encoding"]; ok {
 		return nil, false
+	}
+	if _, ok := h.header["Pragma"]; ok {
+		return nil, false // ReadResponse adds a Cache-Control to it
 	}
 	n, ok := parseLength(cl[0])
 	if !ok {

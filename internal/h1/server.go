@@ -62,9 +62,10 @@ type Server struct {
 	baseCtx  context.Context
 	cancel   context.CancelFunc
 
-	wmu         sync.Mutex
-	watched     map[*watch]struct{} // requests not yet watched
-	watcherIdle bool
+	// The watcher (watchLoop): busy counts requests under way; idle is
+	// set while the watcher waits on wake for one.
+	busy        atomic.Int64
+	watcherIdle atomic.Bool
 	wake        chan struct{}
 }
 
@@ -108,7 +109,8 @@ func (s *Server) init() {
 	s.conns = map[*conn]struct{}{}
 	s.fallback = chanListener{c: make(chan net.Conn), done: make(chan struct{})}
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
-	s.watched, s.watcherIdle, s.wake = map[*watch]struct{}{}, true, make(chan struct{}, 1)
+	s.wake = make(chan struct{}, 1)
+	s.watcherIdle.Store(true)
 	go s.watchLoop()
 	if s.MaxBody <= 0 {
 		s.MaxBody = 8 << 20
@@ -187,6 +189,12 @@ type conn struct {
 
 	mu   sync.Mutex
 	idle bool // waiting for the next request
+	// The request under way and its watch (see watchLoop), under mu.
+	reqStart time.Time
+	wstate   int // watchDone, watchNone or watchOn
+	wcancel  context.CancelFunc
+	wstopped chan struct{}
+	wgone    bool
 	// deadline is the read deadline now set; it is moved only when it
 	// would pass too soon, to spare a timer update per request.
 	deadline time.Time
@@ -484,7 +492,7 @@ func (cn *conn) serveOne(req *Request) bool {
 	w.close = hasToken(req.Header["Connection"], "close") || cn.s.closing.Load()
 	// A client that goes away mid-request cancels it; watched only for
 	// requests that last, so that quick ones spare a goroutine.
-	watch := cn.watch(cancel, req.Method == http.MethodGet)
+	cn.startWatch(cancel, req.Method == http.MethodGet)
 	panicked := func() (panicked bool) {
 		defer func() {
 			if v := recover(); v != nil {
@@ -502,7 +510,7 @@ func (cn *conn) serveOne(req *Request) bool {
 		// Nothing the handler wrote may pass for a whole response: a 500
 		// when nothing is on the wire yet (except for an abort), else the
 		// connection is cut.
-		watch()
+		cn.endWatch()
 		if !w.committed && w.err == nil && !w.abort {
 			w.reset()
 			w.close = true
@@ -513,7 +521,7 @@ func (cn *conn) serveOne(req *Request) bool {
 		}
 		return false
 	}
-	peerGone := watch()
+	peerGone := cn.endWatch()
 	if cn.s.closing.Load() {
 		w.close = true // say so, when the head is not out yet
 	}
@@ -527,72 +535,77 @@ func (cn *conn) serveOne(req *Request) bool {
 // watched for the client going away.
 const watchAfter = 5 * time.Millisecond
 
-// A watch cancels a request when its client closes the connection. One
-// goroutine per server (watchLoop) starts the watches of requests that have
-// run for watchAfter, so that a quick request costs no timer and no
-// goroutine; a GET, which may stream for long, is watched at once.
-type watch struct {
-	cn      *conn
-	cancel  context.CancelFunc
-	start   time.Time
-	state   int // 0 not started, 1 watching, 2 stopped; under Server.wmu
-	gone    bool
-	stopped chan struct{}
-}
+// A request is watched for its client closing the connection, which
+// cancels it. One goroutine per server (watchLoop) starts the watches of
+// requests that have run for watchAfter, so that a quick request costs no
+// timer, no goroutine and no allocation; a GET, which may stream for long,
+// is watched at once.
+const (
+	watchDone = iota // no request under way
+	watchNone        // a request under way, not watched (yet)
+	watchOn          // a request under way, watched
+)
 
-// watch registers a request for watching; the function it returns ends
-// the watch and says whether the client went away.
-func (cn *conn) watch(cancel context.CancelFunc, now bool) func() bool {
-	rc, ok := cn.c.(*rawconn.Conn)
-	if !ok {
-		return func() bool { return false }
+// startWatch marks a request under way, watched at once when now.
+func (cn *conn) startWatch(cancel context.CancelFunc, now bool) {
+	if _, ok := cn.c.(*rawconn.Conn); !ok {
+		cn.mu.Lock()
+		cn.wstate = watchDone
+		cn.mu.Unlock()
+		return
 	}
-	s := cn.s
-	w := &watch{cn: cn, cancel: cancel, start: time.Now(), stopped: make(chan struct{})}
-	s.wmu.Lock()
+	cn.mu.Lock()
+	cn.reqStart, cn.wstate, cn.wcancel, cn.wgone = time.Now(), watchNone, cancel, false
 	if now {
-		w.begin(rc)
-	} else {
-		s.watched[w] = struct{}{}
-		if s.watcherIdle {
-			s.watcherIdle = false
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
-		}
+		cn.beginWatch()
 	}
-	s.wmu.Unlock()
-	return func() bool {
-		s.wmu.Lock()
-		delete(s.watched, w)
-		st := w.state
-		w.state = 2
-		if st == 1 {
-			cn.c.SetReadDeadline(aLongTimeAgo)
+	cn.mu.Unlock()
+	s := cn.s
+	s.busy.Add(1)
+	if !now && s.watcherIdle.CompareAndSwap(true, false) {
+		select {
+		case s.wake <- struct{}{}:
+		default:
 		}
-		s.wmu.Unlock()
-		if st != 1 {
-			return false
-		}
-		<-w.stopped
-		cn.c.SetReadDeadline(time.Time{})
-		cn.deadline = time.Time{}
-		return w.gone
 	}
 }
 
-// begin starts watching; the caller holds Server.wmu.
-func (w *watch) begin(rc *rawconn.Conn) {
-	w.state = 1
+// endWatch ends the request's watch and says whether the client went away.
+func (cn *conn) endWatch() bool {
+	cn.mu.Lock()
+	st := cn.wstate
+	cn.wstate, cn.wcancel = watchDone, nil
+	if st == watchOn {
+		cn.c.SetReadDeadline(aLongTimeAgo)
+	}
+	cn.mu.Unlock()
+	if st == watchDone {
+		return false
+	}
+	cn.s.busy.Add(-1)
+	if st != watchOn {
+		return false
+	}
+	<-cn.wstopped
+	cn.c.SetReadDeadline(time.Time{})
+	cn.deadline = time.Time{}
+	return cn.wgone
+}
+
+// beginWatch starts watching; the caller holds cn.mu.
+func (cn *conn) beginWatch() {
+	cn.wstate = watchOn
 	// The head's deadline must not end a long request's watch.
-	w.cn.c.SetReadDeadline(time.Time{})
+	cn.c.SetReadDeadline(time.Time{})
+	stopped, cancel := make(chan struct{}), cn.wcancel
+	cn.wstopped = stopped
+	rc := cn.c.(*rawconn.Conn)
 	go func() {
-		defer close(w.stopped)
+		defer close(stopped)
 		closed, _, err := rc.Peek(true)
 		if err == nil && closed {
-			w.gone = true
-			w.cancel()
+			cn.wgone = true // read by endWatch after stopped closes
+			cancel()
 		}
 	}()
 }
@@ -608,20 +621,24 @@ func (s *Server) watchLoop() {
 		}
 		for {
 			time.Sleep(watchAfter)
-			s.wmu.Lock()
-			if len(s.watched) == 0 {
-				s.watcherIdle = true
-				s.wmu.Unlock()
-				break
-			}
-			now := time.Now()
-			for w := range s.watched {
-				if now.Sub(w.start) >= watchAfter {
-					delete(s.watched, w)
-					w.begin(w.cn.c.(*rawconn.Conn))
+			if s.busy.Load() == 0 {
+				s.watcherIdle.Store(true)
+				// A request that began before the flag was up did not
+				// wake the watcher; it must not go unwatched.
+				if s.busy.Load() == 0 || !s.watcherIdle.CompareAndSwap(true, false) {
+					break
 				}
 			}
-			s.wmu.Unlock()
+			now := time.Now()
+			s.mu.Lock()
+			for cn := range s.conns {
+				cn.mu.Lock()
+				if cn.wstate == watchNone && now.Sub(cn.reqStart) >= watchAfter {
+					cn.beginWatch()
+				}
+				cn.mu.Unlock()
+			}
+			s.mu.Unlock()
 		}
 	}
 }

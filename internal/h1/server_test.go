@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -559,5 +560,105 @@ func TestServerFallbackCanHalfCloseHandedConn(t *testing.T) {
 	}
 	if _, err := rc.br.ReadByte(); err != io.EOF {
 		t.Fatalf("after the response: %v; want io.EOF from a half-close", err)
+	}
+}
+
+// final reads responses until one that is not 1xx (net/http answers
+// Expect: 100-continue with one first).
+func (rc *rawClient) final(method string) (*http.Response, string) {
+	rc.t.Helper()
+	for {
+		resp, body := rc.recv(method)
+		if resp.StatusCode >= 200 {
+			return resp, body
+		}
+	}
+}
+
+// Header names reach handlers in canonical form, whatever their case, and
+// repeated fields keep all their values in order, as net/http has them.
+func TestServerHeaderFieldsAsNetHTTPReadsThem(t *testing.T) {
+	got := make(chan *Request, 2)
+	addr, _ := startServer(t, func(w *ResponseWriter, r *Request) {
+		got <- r
+		echoFast(w, r)
+	})
+	const head = "POST /fast HTTP/1.1\r\nhost: example.com\r\ncontent-type: text/plain\r\nx-MiXeD-cAsE: m\r\n" +
+		"X-Already-Canonical: c\r\nx-r: 1\r\nX-Other: o\r\nX-R: 2\r\nX-r: 3\r\nX-Tok!#$%&'*+.^_`|~: tok\r\n" +
+		"X-Value: a\tb caf\xc3\xa9 \t\r\nX-Empty:\r\nCONTENT-LENGTH: 000000000005\r\n\r\n"
+	rc := dialRaw(t, addr)
+	rc.send(head + "hello" + get("/fast"))
+	if _, body := rc.recv("POST"); body != "fast POST /fast hello" {
+		t.Fatalf("body %q; want the fast handler's, with the body read", body)
+	}
+	if _, body := rc.recv("GET"); body != "fast GET /fast " {
+		t.Fatalf("next request: %q", body)
+	}
+	r := <-got
+	want, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head + "hello")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Header["Host"] = []string{want.Host} // net/http moves it out of Header
+	if !reflect.DeepEqual(r.Header, want.Header) {
+		t.Errorf("Header\n%q\nnet/http reads\n%q", r.Header, want.Header)
+	}
+	if r.Host != "example.com" {
+		t.Errorf("Host %q", r.Host)
+	}
+}
+
+// Heads the fast path must not judge go to net/http whole: ambiguous
+// framing or Host, a header name that is not a token, a value with a
+// control character, and the fields that change how the message is read.
+// Each is answered by net/http (its 400, or the Fallback's echo), never by
+// the fast handler.
+func TestServerHandsAmbiguousHeadsToFallback(t *testing.T) {
+	addr, _ := startServer(t, echoFast)
+	type want struct {
+		status int
+		body   string // when 200
+	}
+	const fb = "fallback POST /fast hello"
+	cases := map[string]struct {
+		req  string
+		want want
+	}{
+		"two Hosts":                      {"GET /fast HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", want{400, ""}},
+		"two equal Content-Lengths":      {"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", want{200, fb}},
+		"two different Content-Lengths":  {"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\ncontent-length: 6\r\n\r\nhello!", want{400, ""}},
+		"Content-Length not digits":      {"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 5x\r\n\r\nhello", want{400, ""}},
+		"Content-Length signed":          {"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", want{400, ""}},
+		"Content-Length of 13 digits":    {"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 0000000000005\r\n\r\nhello", want{200, fb}},
+		"value with a control character": {"POST /fast HTTP/1.1\r\nHost: x\r\nX-Ctl: a\x01b\r\nContent-Length: 5\r\n\r\nhello", want{400, ""}},
+		"value with DEL":                 {"POST /fast HTTP/1.1\r\nHost: x\r\nX-Ctl: a\x7fb\r\nContent-Length: 5\r\n\r\nhello", want{400, ""}},
+		"value with NUL":                 {"POST /fast HTTP/1.1\r\nHost: x\r\nX-Ctl: a\x00b\r\nContent-Length: 5\r\n\r\nhello", want{400, ""}},
+		"name with a space":              {"POST /fast HTTP/1.1\r\nHost: x\r\nBad Name: v\r\nContent-Length: 5\r\n\r\nhello", want{400, ""}},
+		"name with DEL":                  {"POST /fast HTTP/1.1\r\nHost: x\r\nBad\x7fName: v\r\nContent-Length: 5\r\n\r\nhello", want{400, ""}},
+		"name with a high byte":          {"POST /fast HTTP/1.1\r\nHost: x\r\nBad\x80Name: v\r\nContent-Length: 5\r\n\r\nhello", want{400, ""}},
+		"lowercase transfer-encoding":    {"POST /fast HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", want{200, fb}},
+		"Expect":                         {"POST /fast HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello", want{200, fb}},
+		"Upgrade":                        {"POST /fast HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 5\r\n\r\nhello", want{200, fb}},
+		"TE":                             {"POST /fast HTTP/1.1\r\nHost: x\r\nte: trailers\r\nContent-Length: 5\r\n\r\nhello", want{200, fb}},
+		"Trailer":                        {"POST /fast HTTP/1.1\r\nHost: x\r\nTrailer: X-T\r\nContent-Length: 5\r\n\r\nhello", want{200, fb}},
+	}
+	for _, c := range `"(),/;<=>?@[\]{}` {
+		cases["name with "+string(c)] = struct {
+			req  string
+			want want
+		}{"POST /fast HTTP/1.1\r\nHost: x\r\nBad" + string(c) + "Name: v\r\nContent-Length: 5\r\n\r\nhello", want{400, ""}}
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			rc := dialRaw(t, addr)
+			rc.send(c.req)
+			resp, body := rc.final("POST")
+			if strings.HasPrefix(body, "fast ") {
+				t.Fatalf("the fast handler answered %q", body)
+			}
+			if resp.StatusCode != c.want.status || c.want.status == 200 && body != c.want.body {
+				t.Fatalf("got %d %q; want %d %q", resp.StatusCode, body, c.want.status, c.want.body)
+			}
+		})
 	}
 }

@@ -320,3 +320,166 @@ func TestWrapLeavesPipeUnchanged(t *testing.T) {
 		t.Fatalf("Wrap(pipe) = %T, want the pipe itself", got)
 	}
 }
+
+// readAllFrom reads from peer until EOF in the background; the result
+// comes on the returned channel.
+func readAllFrom(peer net.Conn) <-chan []byte {
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(peer)
+		got <- b
+	}()
+	return got
+}
+
+// WriteBeforeRead's request goes out whole, once, and the same Read
+// returns the answer; the Reads after it are plain reads.
+func TestWriteBeforeReadExchange(t *testing.T) {
+	c, peer := pair(t)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	peer.SetDeadline(time.Now().Add(10 * time.Second))
+	request := []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	errc := make(chan error, 1)
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(request))
+		if _, err := io.ReadFull(peer, b); err != nil {
+			errc <- err
+			return
+		}
+		got <- b
+		// The answer in two parts, the second after a pause, so that the
+		// second Read must wait for it.
+		peer.Write([]byte("answer-1;"))
+		time.Sleep(20 * time.Millisecond)
+		_, err := peer.Write([]byte("answer-2"))
+		errc <- err
+	}()
+	c.WriteBeforeRead(request)
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("Read after WriteBeforeRead: %v", err)
+	}
+	answer := string(buf[:n])
+	for len(answer) < len("answer-1;answer-2") {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("Read after %q: %v", answer, err)
+		}
+		answer += string(buf[:n])
+	}
+	if answer != "answer-1;answer-2" {
+		t.Fatalf("answer %q", answer)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("peer: %v", err)
+	}
+	if b := <-got; !bytes.Equal(b, request) {
+		t.Fatalf("peer got %q, want %q", b, request)
+	}
+	// Nothing more was sent: the peer sees EOF right after the request.
+	c.CloseWrite()
+	if rest := <-readAllFrom(peer); len(rest) != 0 {
+		t.Fatalf("peer got %q more after the request", rest)
+	}
+}
+
+// A connection the peer had closed gets nothing, and says so with
+// ErrNotSent, so that the request may go on another.
+func TestWriteBeforeReadPeerClosedIsNotSent(t *testing.T) {
+	c, peer := pair(t)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	peer.SetDeadline(time.Now().Add(10 * time.Second))
+	peer.CloseWrite() // FIN, and the peer can still see what arrives
+	waitPeek(t, c, func(closed, _ bool) bool { return closed })
+	c.WriteBeforeRead([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	if n, err := c.Read(make([]byte, 64)); n != 0 || !errors.Is(err, ErrNotSent) {
+		t.Fatalf("Read = %d, %v; want 0, ErrNotSent", n, err)
+	}
+	c.CloseWrite()
+	if b := <-readAllFrom(peer); len(b) != 0 {
+		t.Fatalf("peer got %q; want nothing", b)
+	}
+}
+
+// Bytes the peer sent unasked make the request not sent, and stay
+// readable.
+func TestWriteBeforeReadPeerSpokeFirstIsNotSent(t *testing.T) {
+	c, peer := pair(t)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	peer.SetDeadline(time.Now().Add(10 * time.Second))
+	peer.Write([]byte("HTTP/1.1 408 Request Timeout\r\n\r\n"))
+	waitPeek(t, c, func(_, data bool) bool { return data })
+	c.WriteBeforeRead([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	if n, err := c.Read(make([]byte, 64)); n != 0 || !errors.Is(err, ErrNotSent) {
+		t.Fatalf("Read = %d, %v; want 0, ErrNotSent", n, err)
+	}
+	buf := make([]byte, len("HTTP/1.1 408 Request Timeout\r\n\r\n"))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "HTTP/1.1 408 Request Timeout\r\n\r\n" {
+		t.Fatalf("plain Read after ErrNotSent = %q, %v; want the unasked bytes", buf, err)
+	}
+	c.CloseWrite()
+	if b := <-readAllFrom(peer); len(b) != 0 {
+		t.Fatalf("peer got %q; want nothing", b)
+	}
+}
+
+// A request larger than the socket's send buffer fills it (EAGAIN): the
+// rest goes out with a plain Write, every byte in order, and the answer is
+// read.
+func TestWriteBeforeReadLargerThanSendBuffer(t *testing.T) {
+	c, peer := pair(t)
+	c.Conn.(*net.TCPConn).SetWriteBuffer(32 << 10)
+	peer.SetReadBuffer(32 << 10)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	peer.SetDeadline(time.Now().Add(30 * time.Second))
+	const size = 4 << 20
+	request := make([]byte, size)
+	rand.NewChaCha8([32]byte{2}).Read(request)
+	errc := make(chan error, 1)
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, size)
+		// Slow at first, so that the writer surely meets a full buffer.
+		time.Sleep(20 * time.Millisecond)
+		if _, err := io.ReadFull(peer, b); err != nil {
+			errc <- err
+			return
+		}
+		got <- b
+		_, err := peer.Write([]byte("done"))
+		errc <- err
+	}()
+	c.WriteBeforeRead(request)
+	buf := make([]byte, 16)
+	n, err := io.ReadAtLeast(c, buf, 4)
+	if err != nil || string(buf[:n]) != "done" {
+		t.Fatalf("answer %q, %v; want \"done\"", buf[:n], err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("peer: %v", err)
+	}
+	if !bytes.Equal(<-got, request) {
+		t.Fatal("the request arrived changed")
+	}
+	c.CloseWrite()
+	if rest := <-readAllFrom(peer); len(rest) != 0 {
+		t.Fatalf("peer got %d bytes more after the request", len(rest))
+	}
+}
+
+// A read deadline that has passed ends the Read before anything is sent.
+func TestWriteBeforeReadPastDeadlineSendsNothing(t *testing.T) {
+	c, peer := pair(t)
+	peer.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetReadDeadline(time.Unix(1, 0))
+	c.WriteBeforeRead([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	if _, err := c.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read = %v; want os.ErrDeadlineExceeded", err)
+	}
+	c.CloseWrite()
+	if b := <-readAllFrom(peer); len(b) != 0 {
+		t.Fatalf("peer got %q; want nothing", b)
+	}
+}

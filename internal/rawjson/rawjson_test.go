@@ -104,10 +104,10 @@ func TestAgainstEncodingJSON(t *testing.T) {
 // its own reading might differ.
 func TestPickRefusesWhatEncodingJSONReadsLoosely(t *testing.T) {
 	for _, s := range []string{
-		`{"id":1,"id":2}`,        // last one wins there
-		`{"ID":1}`,               // case folded there
-		`{"i\u0064":1}`,          // escape undone there
-		`{"\u212a":1}`,           // Kelvin sign: folds to k there
+		`{"id":1,"id":2}`,         // last one wins there
+		`{"ID":1}`,                // case folded there
+		`{"i\u0064":1}`,           // escape undone there
+		`{"\u212a":1}`,            // Kelvin sign: folds to k there
 		`{"id":"` + "\xff" + `"}`, // invalid UTF-8 replaced there
 		`{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`,
 	} {
