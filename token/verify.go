@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,7 +39,18 @@ type Verifier struct {
 	leeway   time.Duration
 	now      func() time.Time
 	scratch  sync.Pool // *scratch
+
+	// verified holds the claims of tokens whose signature and claims were
+	// checked: a client sends the same token with every call, and checking
+	// it again costs more than the rest of the routing. A cached token's
+	// time-bound claims are checked again at every use; its signature need
+	// not be, as a Verifier's keys never change.
+	verified sync.Map // raw token → *Claims
+	nCached  atomic.Int64
 }
+
+// maxCached bounds the verified-token cache; it starts over when full.
+const maxCached = 4096
 
 // scratch is the per-call working memory Verify reuses.
 type scratch struct {
@@ -108,6 +120,26 @@ func (v *Verifier) Verify(raw string) (*Claims, error) {
 	if len(raw) > maxTokenLen {
 		return nil, fail(ReasonFormat, fmt.Sprintf("token is %d bytes, more than the %d allowed", len(raw), maxTokenLen))
 	}
+	if c, ok := v.verified.Load(raw); ok {
+		if err := v.checkClaims(c.(*Claims)); err != nil {
+			return nil, err
+		}
+		return c.(*Claims), nil
+	}
+	c, err := v.verify(raw)
+	if err != nil {
+		return nil, err
+	}
+	if v.nCached.Add(1) > maxCached {
+		v.verified.Clear()
+		v.nCached.Store(1)
+	}
+	v.verified.Store(raw, c)
+	return c, nil
+}
+
+// verify checks a token that is not in the cache.
+func (v *Verifier) verify(raw string) (*Claims, error) {
 	dot1 := strings.IndexByte(raw, '.')
 	dot2 := -1
 	if dot1 >= 0 {

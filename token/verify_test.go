@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -396,5 +397,46 @@ func TestMintRefuses(t *testing.T) {
 				t.Errorf("Mint = %q, %v; want an error with %q", tok, err, tc.want)
 			}
 		})
+	}
+}
+
+// The cache of verified tokens spares the signature check, never the
+// time-bound claims, and never lets a token it did not verify through.
+func TestVerifiedTokensCache(t *testing.T) {
+	now := testNow
+	v, err := NewVerifier(Options{Secret: testSecret, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Mint(testSecret, Claims{Sub: "alice"}, MintOptions{Now: fixedNow, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if c, err := v.Verify(tok); err != nil || c.Sub != "alice" {
+			t.Fatalf("Verify = %v, %v", c, err)
+		}
+	}
+	// The same payload under another signature is not the cached token.
+	forged := tok[:strings.LastIndexByte(tok, '.')+1] + b64s(strings.Repeat("x", 32))
+	refused(t, v, forged, ReasonSignature)
+	// Expiry is checked at every use, cached or not.
+	now = testNow.Add(time.Minute + DefaultLeeway + time.Second)
+	refused(t, v, tok, ReasonExpired)
+	// A refused token is refused again: refusals are not cached as passes.
+	refused(t, v, forged, ReasonSignature)
+	// The cache starts over when full, and still verifies.
+	now = testNow
+	for i := range maxCached + 10 {
+		other, err := Mint(testSecret, Claims{Sub: "u" + strconv.Itoa(i)}, MintOptions{Now: fixedNow, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := v.Verify(other); err != nil || c.Sub != "u"+strconv.Itoa(i) {
+			t.Fatalf("token %d: Verify = %v, %v", i, c, err)
+		}
+	}
+	if n := v.nCached.Load(); n > maxCached {
+		t.Fatalf("%d tokens cached, more than %d", n, maxCached)
 	}
 }
