@@ -44,23 +44,23 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the same checks as ServeHTTP, mcp-go's DNS-rebinding check included,
 // then mcp-go's transport-neutral entry point.
 func (a *bearerAuth) serveH1(w *h1.ResponseWriter, r *h1.Request) {
-	if isLoopback(r.LocalAddr.String()) && !isLoopback(r.Host) {
+	if localLoopback(r.LocalAddr) && !isLoopback(r.Host) {
 		http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
 		return
 	}
-	c, ok := a.admit(w, r.Host, r.Header)
+	c, ok := a.admit(w, r.Host, r)
 	if !ok || a.mcp.fastCall(w, c, r) {
 		return
 	}
 	a.stream.Handle(&sessionRecorder{ResponseWriter: w, auth: a, sub: c.Sub}, &mcpserver.HTTPRequest{
-		Method: r.Method, URL: &url.URL{Path: r.Path, RawQuery: r.RawQuery}, Header: r.Header, Body: r.Body,
+		Method: r.Method, URL: &url.URL{Path: r.Path, RawQuery: r.RawQuery}, Header: r.Header(), Body: r.Body,
 		Context: WithCaller(r.Context(), c),
 	})
 }
 
 // admit verifies the request's bearer token and its claim on a session;
 // when it fails it has written the answer.
-func (a *bearerAuth) admit(w http.ResponseWriter, host string, h http.Header) (*router.Caller, bool) {
+func (a *bearerAuth) admit(w http.ResponseWriter, host string, h interface{ Get(string) string }) (*router.Caller, bool) {
 	raw := bearerToken(h.Get("Authorization"))
 	c, err := a.router.Authenticate(raw)
 	if err != nil {
@@ -80,6 +80,14 @@ func (a *bearerAuth) admit(w http.ResponseWriter, host string, h http.Header) (*
 		}
 	}
 	return c, true
+}
+
+// localLoopback says whether a connection came in on a loopback address.
+func localLoopback(addr net.Addr) bool {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		return a.IP.IsLoopback()
+	}
+	return isLoopback(addr.String())
 }
 
 // isLoopback says whether addr (a host, or host:port) is a loopback

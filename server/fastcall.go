@@ -69,10 +69,10 @@ func (msg *fastCallMessage) read(body []byte) bool {
 
 // fastCall serves r when it is a fast call, and says whether it did.
 func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) bool {
-	h := r.Header
+	h := r
 	if r.Method != http.MethodPost || h.Get("Mcp-Method") != "tools/call" ||
 		h.Get(mcp.HeaderProtocolVersion) != modernProtocol || h.Get(mcp.HeaderLastEventID) != "" ||
-		!isJSONType(h.Get("Content-Type")) || hasParamHeader(h) {
+		!isJSONType(h.Get("Content-Type")) || hasParamHeader(r.Fields()) {
 		return false
 	}
 	var msg fastCallMessage
@@ -226,9 +226,9 @@ func isJSONType(ct string) bool {
 
 // hasParamHeader: a tool's x-mcp-header parameters travel in Mcp-Param-*
 // headers, which mcp-go checks against the body.
-func hasParamHeader(h http.Header) bool {
-	for k := range h {
-		if strings.HasPrefix(k, "Mcp-Param-") {
+func hasParamHeader(fields []h1.Field) bool {
+	for _, f := range fields {
+		if strings.HasPrefix(f.Name, "Mcp-Param-") {
 			return true
 		}
 	}

@@ -288,19 +288,20 @@ func parseResponse(head []byte, br *bufio.Reader, req *http.Request) (*http.Resp
 	if !ok {
 		return nil, false
 	}
+	hdr := header(h.fields)
 	status, ok := strings.CutPrefix(h.first, "HTTP/1.1 ")
 	if !ok || len(status) < 3 || len(status) > 3 && status[3] != ' ' {
 		return nil, false
 	}
 	code, ok := parseLength(status[:3])
-	cl := h.header["Content-Length"]
+	cl := hdr["Content-Length"]
 	if !ok || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified || len(cl) != 1 {
 		return nil, false
 	}
-	if _, ok := h.header["Transfer-Encoding"]; ok {
+	if _, ok := hdr["Transfer-Encoding"]; ok {
 		return nil, false
 	}
-	if _, ok := h.header["Pragma"]; ok {
+	if _, ok := hdr["Pragma"]; ok {
 		return nil, false // ReadResponse adds a Cache-Control to it
 	}
 	n, ok := parseLength(cl[0])
@@ -308,10 +309,10 @@ func parseResponse(head []byte, br *bufio.Reader, req *http.Request) (*http.Resp
 		return nil, false
 	}
 	resp := &http.Response{Status: status, StatusCode: int(code), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h.header, ContentLength: n, Request: req}
-	if hasToken(h.header["Connection"], "close") {
+		Header: hdr, ContentLength: n, Request: req}
+	if hasToken(hdr["Connection"], "close") {
 		resp.Close = true
-		delete(h.header, "Connection") // as ReadResponse does
+		delete(hdr, "Connection") // as ReadResponse does
 	}
 	resp.Body = http.NoBody
 	if n > 0 {

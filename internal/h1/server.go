@@ -26,12 +26,37 @@ type Request struct {
 	Path     string // as sent: the Server takes no path with escapes
 	RawQuery string
 	Host     string
-	Header   http.Header
 	Body     []byte
 	// LocalAddr is the address the request came in on.
 	LocalAddr net.Addr
 	ctx       context.Context
 	length    int64 // of the body, from Content-Length
+	fields    []Field
+	header    http.Header // made from fields on first use
+}
+
+// Get returns the first value of the header field key, or "", as
+// http.Header's Get does.
+func (r *Request) Get(key string) string {
+	key = canonicalKey(key)
+	for _, f := range r.fields {
+		if f.Name == key {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// Fields are the request's header fields, in order; not to be changed.
+func (r *Request) Fields() []Field { return r.fields }
+
+// Header is the request's header fields as a map, made on first use:
+// most requests the Server serves need only Get.
+func (r *Request) Header() http.Header {
+	if r.header == nil {
+		r.header = header(r.fields)
+	}
+	return r.header
 }
 
 // Context ends when the request is done or its client goes away.
@@ -333,22 +358,26 @@ func (cn *conn) parse(head []byte) (*Request, int, bool) {
 		return nil, 0, false
 	}
 	path, query, _ := strings.Cut(target, "?")
-	r := &Request{Method: method, Path: path, RawQuery: query, Header: h.header, LocalAddr: cn.c.LocalAddr()}
-	if len(h.header["Host"]) != 1 || len(h.header["Content-Length"]) > 1 {
+	r := &Request{Method: method, Path: path, RawQuery: query, fields: h.fields, LocalAddr: cn.c.LocalAddr()}
+	hosts, lengths := 0, 0
+	for _, f := range h.fields {
+		switch f.Name {
+		case "Host":
+			hosts++
+			r.Host = f.Value
+		case "Content-Length":
+			lengths++
+			length, ok := parseLength(f.Value)
+			if !ok || length > cn.s.MaxBody {
+				return nil, 0, false
+			}
+			r.length = length
+		case "Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer":
+			return nil, 0, false
+		}
+	}
+	if hosts != 1 || lengths > 1 {
 		return nil, 0, false
-	}
-	for _, key := range [...]string{"Transfer-Encoding", "Expect", "Upgrade", "Te", "Trailer"} {
-		if _, ok := h.header[key]; ok {
-			return nil, 0, false
-		}
-	}
-	r.Host = h.header["Host"][0]
-	if cl := h.header["Content-Length"]; len(cl) == 1 {
-		length, ok := parseLength(cl[0])
-		if !ok || length > cn.s.MaxBody {
-			return nil, 0, false
-		}
-		r.length = length
 	}
 	return r, n, true
 }
@@ -356,20 +385,36 @@ func (cn *conn) parse(head []byte) (*Request, int, bool) {
 // head is a parsed message head: its first line and its header fields.
 type head struct {
 	first  string
-	header http.Header
+	fields []Field
+}
+
+// Field is a header field, its name in canonical form.
+type Field struct{ Name, Value string }
+
+// header makes a map of fields, their values in one array.
+func header(fields []Field) http.Header {
+	h := make(http.Header, len(fields))
+	values := make([]string, len(fields))
+	for i, f := range fields {
+		if vs, ok := h[f.Name]; ok {
+			h[f.Name] = append(vs, f.Value)
+		} else {
+			values[i] = f.Value
+			h[f.Name] = values[i : i+1 : i+1]
+		}
+	}
+	return h
 }
 
 // parseHead splits a head, each line ending in CRLF, into its first line
 // and header fields, which it checks: a token name, a colon, a value
 // without control characters. Every string in it is a slice of one copy
-// of the head, so a head costs a few allocations, not one per field.
+// of the head, so a head costs three allocations, not a few per field.
 func parseHead(b []byte) (head, bool) {
 	s := string(b)
-	lines := strings.Count(s, "\r\n") - 1
 	first, s, _ := strings.Cut(s, "\r\n")
-	h := head{first: first, header: make(http.Header, lines)}
-	values := make([]string, lines)
-	for i := 0; s != ""; i++ {
+	h := head{first: first, fields: make([]Field, 0, strings.Count(s, "\r\n"))}
+	for s != "" {
 		var line string
 		line, s, _ = strings.Cut(s, "\r\n")
 		name, value, ok := strings.Cut(line, ":")
@@ -382,13 +427,7 @@ func parseHead(b []byte) (head, bool) {
 				return head{}, false
 			}
 		}
-		key := canonicalKey(name)
-		if vs, ok := h.header[key]; ok {
-			h.header[key] = append(vs, value)
-		} else {
-			values[i] = value
-			h.header[key] = values[i : i+1 : i+1]
-		}
+		h.fields = append(h.fields, Field{canonicalKey(name), value})
 	}
 	return h, true
 }
@@ -489,7 +528,12 @@ func (cn *conn) serveOne(req *Request) bool {
 	defer cancel()
 	req.ctx = ctx
 	w := &ResponseWriter{bw: cn.bw, header: http.Header{}, c: cn.c, head: req.Method == http.MethodHead}
-	w.close = hasToken(req.Header["Connection"], "close") || cn.s.closing.Load()
+	w.close = cn.s.closing.Load()
+	for _, f := range req.fields {
+		if f.Name == "Connection" && hasToken([]string{f.Value}, "close") {
+			w.close = true
+		}
+	}
 	// A client that goes away mid-request cancels it; watched only for
 	// requests that last, so that quick ones spare a goroutine.
 	cn.startWatch(cancel, req.Method == http.MethodGet)

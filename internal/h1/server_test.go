@@ -152,7 +152,7 @@ func TestServerRequestFields(t *testing.T) {
 	rc.recv("GET")
 	r := <-got
 	if r.Method != "GET" || r.Path != "/fast" || r.RawQuery != "a=1&b=2" || r.Host != "example.com" ||
-		r.Header.Get("X-Test") != "v1" || r.LocalAddr.String() != addr {
+		r.Get("X-Test") != "v1" || r.Get("x-test") != "v1" || r.Get("X-TEST") != "v1" || r.LocalAddr.String() != addr {
 		t.Fatalf("request %+v", r)
 	}
 }
@@ -600,8 +600,8 @@ func TestServerHeaderFieldsAsNetHTTPReadsThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Header["Host"] = []string{want.Host} // net/http moves it out of Header
-	if !reflect.DeepEqual(r.Header, want.Header) {
-		t.Errorf("Header\n%q\nnet/http reads\n%q", r.Header, want.Header)
+	if !reflect.DeepEqual(r.Header(), want.Header) {
+		t.Errorf("Header\n%q\nnet/http reads\n%q", r.Header(), want.Header)
 	}
 	if r.Host != "example.com" {
 		t.Errorf("Host %q", r.Host)
