@@ -14,6 +14,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -25,6 +26,34 @@ type Conn struct {
 	net.Conn
 	rc      syscall.RawConn
 	request []byte // for the next Read to write first; see WriteBeforeRead
+
+	// The state of the Read and the Write under way, and the functions
+	// that RawConn calls with it, made once: a closure made per call would
+	// put its variables on the heap.
+	rmu            sync.Mutex
+	rd             readOp
+	readFn, exchFn func(fd uintptr) bool
+	wmu            sync.Mutex
+	wr             writeOp
+	writeFn        func(fd uintptr) bool
+}
+
+type readOp struct {
+	p     []byte
+	n     uintptr
+	errno syscall.Errno
+	// For an exchange: the request, how much of it is written, and how
+	// far it got.
+	w                   []byte
+	done                int
+	werrno              syscall.Errno
+	probed, sent, spoke bool
+}
+
+type writeOp struct {
+	p     []byte
+	done  int
+	errno syscall.Errno
 }
 
 // Wrap returns c with raw reads and writes when c is a TCP or Unix
@@ -43,7 +72,9 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &Conn{Conn: c, rc: rc}
+	rw := &Conn{Conn: c, rc: rc}
+	rw.readFn, rw.exchFn, rw.writeFn = rw.read, rw.exch, rw.write
+	return rw
 }
 
 // Read reads like net.Conn's Read.
@@ -51,26 +82,38 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	if c.request != nil {
 		return c.exchange(p)
 	}
-	var n uintptr
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		return errno != syscall.EAGAIN
-	})
-	switch {
-	case err != nil:
-		return 0, opError("read", c.Conn, err)
-	case errno == syscall.EINTR:
-		return c.Read(p)
-	case errno != 0:
-		return 0, opError("read", c.Conn, errno)
-	case n == 0:
-		return 0, io.EOF
+	return c.readLocked(p)
+}
+
+func (c *Conn) readLocked(p []byte) (int, error) {
+	r := &c.rd
+	defer func() { r.p = nil }()
+	for {
+		r.p, r.n, r.errno = p, 0, 0
+		err := c.rc.Read(c.readFn)
+		switch {
+		case err != nil:
+			return 0, opError("read", c.Conn, err)
+		case r.errno == syscall.EINTR:
+			continue
+		case r.errno != 0:
+			return 0, opError("read", c.Conn, r.errno)
+		case r.n == 0:
+			return 0, io.EOF
+		}
+		return int(r.n), nil
 	}
-	return int(n), nil
+}
+
+func (c *Conn) read(fd uintptr) bool {
+	r := &c.rd
+	r.n, _, r.errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+	return r.errno != syscall.EAGAIN
 }
 
 // ErrNotSent is what Read returns when the peer had closed the connection,
@@ -94,98 +137,101 @@ func (c *Conn) WriteBeforeRead(p []byte) { c.request = p }
 
 // exchange writes c.request and reads the answer into p, in one wait.
 func (c *Conn) exchange(p []byte) (int, error) {
-	w := c.request
+	r := &c.rd
+	*r = readOp{p: p, w: c.request}
 	c.request = nil
-	var (
-		n             uintptr
-		errno, werrno syscall.Errno
-		done          int
-		probed, sent  bool
-		spoke         bool // the peer closed or sent data before the request
-	)
-	err := c.rc.Read(func(fd uintptr) bool {
-		if sent {
-			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			return errno != syscall.EAGAIN
-		}
-		if !probed {
-			var b [1]byte
-			e := syscall.EINTR
-			for e == syscall.EINTR {
-				_, _, e = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
-					syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-			}
-			if e != syscall.EAGAIN {
-				spoke = true
-				return true
-			}
-			probed = true
-		}
-		for done < len(w) {
-			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w[done])), uintptr(len(w)-done))
-			switch e {
-			case 0:
-				done += int(n)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return true // the rest waits for room, below
-			default:
-				werrno = e
-				return true
-			}
-		}
-		sent = true
-		return false // the answer cannot have come before the request
-	})
+	defer func() { r.p, r.w = nil, nil }()
+	err := c.rc.Read(c.exchFn)
 	switch {
 	case err != nil:
 		return 0, opError("read", c.Conn, err)
-	case spoke:
+	case r.spoke:
 		return 0, ErrNotSent
-	case werrno != 0:
-		return 0, opError("write", c.Conn, werrno)
-	case !sent:
-		if _, err := c.Write(w[done:]); err != nil {
+	case r.werrno != 0:
+		return 0, opError("write", c.Conn, r.werrno)
+	case !r.sent:
+		if _, err := c.Write(r.w[r.done:]); err != nil {
 			return 0, err
 		}
-		return c.Read(p)
-	case errno == syscall.EINTR:
-		return c.Read(p)
-	case errno != 0:
-		return 0, opError("read", c.Conn, errno)
-	case n == 0:
+		return c.readLocked(p)
+	case r.errno == syscall.EINTR:
+		return c.readLocked(p)
+	case r.errno != 0:
+		return 0, opError("read", c.Conn, r.errno)
+	case r.n == 0:
 		return 0, io.EOF
 	}
-	return int(n), nil
+	return int(r.n), nil
+}
+
+func (c *Conn) exch(fd uintptr) bool {
+	r := &c.rd
+	if r.sent {
+		return c.read(fd)
+	}
+	if !r.probed {
+		var b [1]byte
+		e := syscall.EINTR
+		for e == syscall.EINTR {
+			_, _, e = syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+				syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		}
+		if e != syscall.EAGAIN {
+			r.spoke = true
+			return true
+		}
+		r.probed = true
+	}
+	for r.done < len(r.w) {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&r.w[r.done])), uintptr(len(r.w)-r.done))
+		switch e {
+		case 0:
+			r.done += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return true // the rest waits for room, in exchange
+		default:
+			r.werrno = e
+			return true
+		}
+	}
+	r.sent = true
+	return false // the answer cannot have come before the request
 }
 
 // Write writes all of p like net.Conn's Write.
 func (c *Conn) Write(p []byte) (int, error) {
-	done := 0
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for done < len(p) {
-			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[done])), uintptr(len(p)-done))
-			switch e {
-			case 0:
-				done += int(n)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	w := &c.wr
+	*w = writeOp{p: p}
+	defer func() { w.p = nil }()
+	err := c.rc.Write(c.writeFn)
 	switch {
 	case err != nil:
-		return done, opError("write", c.Conn, err)
-	case errno != 0:
-		return done, opError("write", c.Conn, errno)
+		return w.done, opError("write", c.Conn, err)
+	case w.errno != 0:
+		return w.done, opError("write", c.Conn, w.errno)
 	}
-	return done, nil
+	return w.done, nil
+}
+
+func (c *Conn) write(fd uintptr) bool {
+	w := &c.wr
+	for w.done < len(w.p) {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w.p[w.done])), uintptr(len(w.p)-w.done))
+		switch e {
+		case 0:
+			w.done += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			w.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 // CloseWrite shuts down the writing side, as net/http's server does

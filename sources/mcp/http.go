@@ -60,7 +60,7 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		raw, err = s.readStream(ctx, l, resp.Body, id, call)
 	} else {
-		raw, err = io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+		raw, err = readBody(resp)
 	}
 	if err != nil {
 		return nil, s.httpFailed(ctx, l, id, call, err)
@@ -140,6 +140,16 @@ func readResult(raw []byte) (*tool.Result, bool) {
 		out.Structured = st
 	}
 	return out, true
+}
+
+// readBody reads a JSON answer whole, at once when its length is known.
+func readBody(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n > 0 && n <= maxResponse {
+		b := make([]byte, n)
+		_, err := io.ReadFull(resp.Body, b)
+		return b, err
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 }
 
 // httpError is a non-2xx answer.
