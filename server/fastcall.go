@@ -97,7 +97,9 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	if present(msg.arguments) {
 		args = msg.arguments
 	}
-	res, err := m.router.Call(r.Context(), c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + modernProtocol})
+	// The call is over before the handler returns: the connection's context
+	// is enough, and spares one per request.
+	res, err := m.router.Call(r.BaseContext(), c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + modernProtocol})
 	b := make([]byte, 0, 256+len(msg.id))
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.id...)

@@ -29,7 +29,10 @@ type Request struct {
 	Body     []byte
 	// LocalAddr is the address the request came in on.
 	LocalAddr net.Addr
-	ctx       context.Context
+	base      context.Context // the connection's
+	ctxMu     sync.Mutex
+	ctx       context.Context // made from base on first use
+	cancel    context.CancelFunc
 	length    int64 // of the body, from Content-Length
 	fields    []Field
 	header    http.Header // made from fields on first use
@@ -59,8 +62,31 @@ func (r *Request) Header() http.Header {
 	return r.header
 }
 
-// Context ends when the request is done or its client goes away.
-func (r *Request) Context() context.Context { return r.ctx }
+// Context ends when the request is done, its client goes away or the
+// server shuts down.
+func (r *Request) Context() context.Context {
+	r.ctxMu.Lock()
+	defer r.ctxMu.Unlock()
+	if r.ctx == nil {
+		r.ctx, r.cancel = context.WithCancel(r.base)
+	}
+	return r.ctx
+}
+
+// BaseContext is what Context derives from: it ends when the client goes
+// away or the server shuts down, but not when the request is done. It
+// serves work that is over before the handler returns, at no cost, where
+// Context makes a context per request.
+func (r *Request) BaseContext() context.Context { return r.base }
+
+// done ends the request's context, if one was made.
+func (r *Request) done() {
+	r.ctxMu.Lock()
+	defer r.ctxMu.Unlock()
+	if r.cancel != nil {
+		r.cancel()
+	}
+}
 
 // Server owns HTTP/1.1 connections. Each request its Match takes is read
 // and handed to Handler on the connection's own goroutine; a request it
@@ -209,15 +235,16 @@ type conn struct {
 	br *bufio.Reader
 	bw *bufio.Writer
 	// ctx parents the connection's requests, so that their contexts
-	// register with it and not all with the server's, under one lock.
-	ctx context.Context
+	// register with it and not all with the server's, under one lock. A
+	// client that goes away cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu   sync.Mutex
 	idle bool // waiting for the next request
 	// The request under way and its watch (see watchLoop), under mu.
 	reqStart time.Time
 	wstate   int // watchDone, watchNone or watchOn
-	wcancel  context.CancelFunc
 	wstopped chan struct{}
 	wgone    bool
 	// deadline is the read deadline now set; it is moved only when it
@@ -236,9 +263,8 @@ func (cn *conn) serve() {
 			cn.c.Close()
 		}
 	}()
-	var cancel context.CancelFunc
-	cn.ctx, cancel = context.WithCancel(cn.s.baseCtx)
-	defer cancel()
+	cn.ctx, cn.cancel = context.WithCancel(cn.s.baseCtx)
+	defer cn.cancel()
 	cn.br = bufio.NewReaderSize(cn.c, 16<<10)
 	cn.bw = bufio.NewWriterSize(cn.c, 8<<10)
 	for {
@@ -524,9 +550,8 @@ func (h *handedConn) CloseWrite() error {
 // serveOne runs the handler on req and finishes its response; it says
 // whether the connection may carry another request.
 func (cn *conn) serveOne(req *Request) bool {
-	ctx, cancel := context.WithCancel(cn.ctx)
-	defer cancel()
-	req.ctx = ctx
+	req.base = cn.ctx
+	defer req.done()
 	w := &ResponseWriter{bw: cn.bw, header: http.Header{}, c: cn.c, head: req.Method == http.MethodHead}
 	w.close = cn.s.closing.Load()
 	for _, f := range req.fields {
@@ -536,7 +561,7 @@ func (cn *conn) serveOne(req *Request) bool {
 	}
 	// A client that goes away mid-request cancels it; watched only for
 	// requests that last, so that quick ones spare a goroutine.
-	cn.startWatch(cancel, req.Method == http.MethodGet)
+	cn.startWatch(req.Method == http.MethodGet)
 	panicked := func() (panicked bool) {
 		defer func() {
 			if v := recover(); v != nil {
@@ -591,7 +616,7 @@ const (
 )
 
 // startWatch marks a request under way, watched at once when now.
-func (cn *conn) startWatch(cancel context.CancelFunc, now bool) {
+func (cn *conn) startWatch(now bool) {
 	if _, ok := cn.c.(*rawconn.Conn); !ok {
 		cn.mu.Lock()
 		cn.wstate = watchDone
@@ -599,7 +624,7 @@ func (cn *conn) startWatch(cancel context.CancelFunc, now bool) {
 		return
 	}
 	cn.mu.Lock()
-	cn.reqStart, cn.wstate, cn.wcancel, cn.wgone = time.Now(), watchNone, cancel, false
+	cn.reqStart, cn.wstate, cn.wgone = time.Now(), watchNone, false
 	if now {
 		cn.beginWatch()
 	}
@@ -618,7 +643,7 @@ func (cn *conn) startWatch(cancel context.CancelFunc, now bool) {
 func (cn *conn) endWatch() bool {
 	cn.mu.Lock()
 	st := cn.wstate
-	cn.wstate, cn.wcancel = watchDone, nil
+	cn.wstate = watchDone
 	if st == watchOn {
 		cn.c.SetReadDeadline(aLongTimeAgo)
 	}
@@ -641,7 +666,7 @@ func (cn *conn) beginWatch() {
 	cn.wstate = watchOn
 	// The head's deadline must not end a long request's watch.
 	cn.c.SetReadDeadline(time.Time{})
-	stopped, cancel := make(chan struct{}), cn.wcancel
+	stopped, cancel := make(chan struct{}), cn.cancel
 	cn.wstopped = stopped
 	rc := cn.c.(*rawconn.Conn)
 	go func() {
