@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/capgate/capgate/audit"
+	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -248,46 +249,13 @@ func (p *plainReader) literal(word string) bool {
 
 // number reads a number as JSON's grammar has it, kept as written.
 func (p *plainReader) number() (any, bool) {
-	b, i := p.b, p.i
-	if b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && '1' <= b[i] && b[i] <= '9':
-		i = digits(b, i)
-	default:
+	end, ok := rawjson.Number(p.b, p.i)
+	if !ok {
 		return nil, false
 	}
-	if i < len(b) && b[i] == '.' {
-		j := digits(b, i+1)
-		if j == i+1 {
-			return nil, false
-		}
-		i = j
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		j := digits(b, i)
-		if j == i {
-			return nil, false
-		}
-		i = j
-	}
-	n := json.Number(b[p.i:i])
-	p.i = i
+	n := json.Number(p.b[p.i:end])
+	p.i = end
 	return n, true
-}
-
-func digits(b []byte, i int) int {
-	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-		i++
-	}
-	return i
 }
 
 // emptyInputHash is hashInput of every empty object.
@@ -321,7 +289,7 @@ func appendCanonical(b []byte, v any) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = rawjson.AppendString(b, k)
 			b = append(b, ':')
 			b = appendCanonical(b, v[k])
 		}
@@ -336,7 +304,7 @@ func appendCanonical(b []byte, v any) []byte {
 		}
 		return append(b, ']')
 	case string:
-		return appendJSONString(b, v)
+		return rawjson.AppendString(b, v)
 	case json.Number:
 		return append(b, v...)
 	case bool:
@@ -348,58 +316,4 @@ func appendCanonical(b []byte, v any) []byte {
 	// as json.Marshal would.
 	m, _ := json.Marshal(v)
 	return append(b, m...)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s quoted as json.Marshal quotes it: HTML's
-// <, > and & escaped, invalid UTF-8 as U+FFFD, and U+2028 and U+2029
-// escaped.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

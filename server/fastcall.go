@@ -69,10 +69,9 @@ func (msg *fastCallMessage) read(body []byte) bool {
 
 // fastCall serves r when it is a fast call, and says whether it did.
 func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) bool {
-	h := r
-	if r.Method != http.MethodPost || h.Get("Mcp-Method") != "tools/call" ||
-		h.Get(mcp.HeaderProtocolVersion) != modernProtocol || h.Get(mcp.HeaderLastEventID) != "" ||
-		!isJSONType(h.Get("Content-Type")) || hasParamHeader(r.Fields()) {
+	if r.Method != http.MethodPost || r.Get("Mcp-Method") != "tools/call" ||
+		r.Get(mcp.HeaderProtocolVersion) != modernProtocol || r.Get(mcp.HeaderLastEventID) != "" ||
+		!isJSONType(r.Get("Content-Type")) || hasParamHeader(r.Fields()) {
 		return false
 	}
 	var msg fastCallMessage
@@ -81,7 +80,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	}
 	name, ok := plainString(msg.name)
 	if string(msg.jsonrpc) != `"2.0"` || string(msg.method) != `"tools/call"` || !plainID(msg.id) ||
-		!ok || !plainName(name) || h.Get("Mcp-Name") != name ||
+		!ok || !plainName(name) || r.Get("Mcp-Name") != name ||
 		present(msg.requestState) || present(msg.inputResponses) || present(msg.task) ||
 		present(msg.progressToken) || present(msg.logLevel) ||
 		string(msg.protocolVersion) != `"`+modernProtocol+`"` || !askNothing(msg.clientCapabilities) ||

@@ -11,7 +11,10 @@
 // no, and the caller falls back to encoding/json.
 package rawjson
 
-import "unicode/utf8"
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
 
 // maxDepth bounds nesting; deeper documents are refused (encoding/json
 // allows 10000).
@@ -28,43 +31,8 @@ func Pick(b []byte, names []string, vals [][]byte) bool {
 	if i >= len(b) || b[i] != '{' {
 		return false
 	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return skipSpace(b, i+1) == len(b)
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return false
-		}
-		end, ok := str(b, i)
-		if !ok {
-			return false
-		}
-		key := b[i+1 : end-1]
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
-		start := skipSpace(b, i+1)
-		if i, ok = value(b, start, 1); !ok {
-			return false
-		}
-		if !match(key, names, vals, b[start:i]) {
-			return false
-		}
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return skipSpace(b, i+1) == len(b)
-		default:
-			return false
-		}
-	}
+	end, ok := object(b, i, 1, func(key, v []byte) bool { return match(key, names, vals, v) })
+	return ok && skipSpace(b, end) == len(b)
 }
 
 // match records v under key when key is one of names; false when key is
@@ -116,29 +84,8 @@ func Elements(b []byte, f func(v []byte)) bool {
 	if i >= len(b) || b[i] != '[' {
 		return false
 	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return skipSpace(b, i+1) == len(b)
-	}
-	for {
-		end, ok := value(b, i, 1)
-		if !ok {
-			return false
-		}
-		f(b[i:end])
-		i = skipSpace(b, end)
-		if i >= len(b) {
-			return false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case ']':
-			return skipSpace(b, i+1) == len(b)
-		default:
-			return false
-		}
-	}
+	end, ok := array(b, i, 1, f)
+	return ok && skipSpace(b, end) == len(b)
 }
 
 // Valid reports whether b is one JSON value, with white space around it
@@ -169,11 +116,11 @@ func value(b []byte, i, depth int) (int, bool) {
 	case c == '"':
 		return str(b, i)
 	case c == '{':
-		return object(b, i, depth+1)
+		return object(b, i, depth+1, nil)
 	case c == '[':
-		return array(b, i, depth+1)
+		return array(b, i, depth+1, nil)
 	case c == '-' || '0' <= c && c <= '9':
-		return number(b, i)
+		return Number(b, i)
 	case c == 't':
 		return literal(b, i, "true")
 	case c == 'f':
@@ -191,7 +138,10 @@ func literal(b []byte, i int, lit string) (int, bool) {
 	return i + len(lit), true
 }
 
-func object(b []byte, i, depth int) (int, bool) {
+// object scans the object at b[i:], at nesting depth, calling member (if
+// not nil) with each key, as written inside its quotes, and value; false
+// from member refuses the object.
+func object(b []byte, i, depth int, member func(key, v []byte) bool) (int, bool) {
 	if depth > maxDepth {
 		return i, false
 	}
@@ -203,15 +153,20 @@ func object(b []byte, i, depth int) (int, bool) {
 		if i >= len(b) || b[i] != '"' {
 			return i, false
 		}
-		var ok bool
-		if i, ok = str(b, i); !ok {
+		keyEnd, ok := str(b, i)
+		if !ok {
 			return i, false
 		}
-		i = skipSpace(b, i)
+		key := b[i+1 : keyEnd-1]
+		i = skipSpace(b, keyEnd)
 		if i >= len(b) || b[i] != ':' {
 			return i, false
 		}
-		if i, ok = value(b, skipSpace(b, i+1), depth); !ok {
+		start := skipSpace(b, i+1)
+		if i, ok = value(b, start, depth); !ok {
+			return i, false
+		}
+		if member != nil && !member(key, b[start:i]) {
 			return i, false
 		}
 		i = skipSpace(b, i)
@@ -229,7 +184,9 @@ func object(b []byte, i, depth int) (int, bool) {
 	}
 }
 
-func array(b []byte, i, depth int) (int, bool) {
+// array scans the array at b[i:], at nesting depth, calling elem (if not
+// nil) with each element.
+func array(b []byte, i, depth int, elem func(v []byte)) (int, bool) {
 	if depth > maxDepth {
 		return i, false
 	}
@@ -238,11 +195,14 @@ func array(b []byte, i, depth int) (int, bool) {
 		return i + 1, true
 	}
 	for {
-		var ok bool
-		if i, ok = value(b, i, depth); !ok {
-			return i, false
+		end, ok := value(b, i, depth)
+		if !ok {
+			return end, false
 		}
-		i = skipSpace(b, i)
+		if elem != nil {
+			elem(b[i:end])
+		}
+		i = skipSpace(b, end)
 		if i >= len(b) {
 			return i, false
 		}
@@ -300,9 +260,10 @@ func hex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func number(b []byte, i int) (int, bool) {
-	if b[i] == '-' {
+// Number scans the number at b[i:], -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?,
+// and returns where it ends.
+func Number(b []byte, i int) (int, bool) {
+	if i < len(b) && b[i] == '-' {
 		i++
 	}
 	switch {
@@ -339,4 +300,19 @@ func digits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// AppendString appends s quoted as json.Marshal quotes it. Names and keys
+// are nearly always plain ASCII, which needs no escaping; anything else
+// goes to json.Marshal.
+func AppendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

@@ -37,7 +37,7 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	body = append(body, `{"jsonrpc":"2.0","id":"`...)
 	body = append(body, id...)
 	body = append(body, `","method":"tools/call","params":{"name":`...)
-	body = appendJSONString(body, call.Tool.Name)
+	body = rawjson.AppendString(body, call.Tool.Name)
 	body = append(body, `,"arguments":`...)
 	body = append(body, args...)
 	if call.Progress != nil {
@@ -416,18 +416,4 @@ func (s *Source) event(ctx context.Context, l *link, data []byte, id string, cal
 		s.notify(m.Method, bytes.Clone(m.Params))
 	}
 	return nil
-}
-
-// appendJSONString appends s as a JSON string; names are nearly always
-// plain ASCII, which needs no escaping.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
