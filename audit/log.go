@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/capgate/capgate/internal/procs"
 )
 
 // Options tune a Log. The zero value is ready to use.
@@ -680,6 +682,8 @@ func (l *Log) io() bool {
 	if idle && l.wroteSeq <= l.synced {
 		return true
 	}
+	// The lock, the writes and the fsyncs block a thread in the kernel.
+	defer procs.Blocking()()
 	unlock, err := lockFile(l.f, syscall.LOCK_EX)
 	if err != nil {
 		l.setErr(fmt.Errorf("audit: %s: %w", l.path, err))
