@@ -108,6 +108,9 @@ type link struct {
 	session string
 	version string
 	caps    mcpgo.ServerCapabilities
+	// post is the head of every POST on the link, made once: a call
+	// copies it (sharing its URL and Header, which nothing writes).
+	post *http.Request
 }
 
 var (
@@ -225,6 +228,10 @@ func (s *Source) dial(ctx context.Context) error {
 	l := &link{c: c, version: res.ProtocolVersion, caps: res.Capabilities}
 	if t, ok := c.GetTransport().(*transport.StreamableHTTP); ok {
 		l.http, l.session = true, t.GetSessionId()
+		if l.post, err = s.newRequest(context.Background(), l, nil, ""); err != nil {
+			c.Close()
+			return fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
+		}
 	}
 	// Requests the upstream makes outside capgate's own streams (stdio,
 	// SSE) are matched to a call here.
