@@ -132,19 +132,12 @@ func (p *plainReader) object() (any, bool) {
 			return nil, false
 		}
 		m[k] = v
-		p.space()
-		if p.i == len(p.b) {
+		more, ok := p.next('}')
+		if !ok {
 			return nil, false
 		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			p.depth--
+		if !more {
 			return m, true
-		default:
-			return nil, false
 		}
 	}
 }
@@ -167,21 +160,33 @@ func (p *plainReader) array() (any, bool) {
 			return nil, false
 		}
 		a = append(a, v)
-		p.space()
-		if p.i == len(p.b) {
+		more, ok := p.next(']')
+		if !ok {
 			return nil, false
 		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case ']':
-			p.i++
-			p.depth--
+		if !more {
 			return a, true
-		default:
-			return nil, false
 		}
 	}
+}
+
+// next reads what follows a member or an element: a comma (more to come)
+// or the closing bracket, which ends the object or array.
+func (p *plainReader) next(close byte) (more, ok bool) {
+	p.space()
+	if p.i == len(p.b) {
+		return false, false
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		return true, true
+	case close:
+		p.i++
+		p.depth--
+		return false, true
+	}
+	return false, false
 }
 
 // quoted reads a string whose escapes, if any, are the one-letter ones.

@@ -41,7 +41,6 @@ type Governor struct {
 
 	mu       sync.Mutex
 	max      int           // the runtime's default
-	procs    int           // what GOMAXPROCS is now
 	busy     bool          // the load wants max
 	low      time.Duration // how long the load has been below Down
 	blocking int           // Blocking sections under way
@@ -76,7 +75,7 @@ func (g *Governor) Run(ctx context.Context) {
 	defer current.Store(nil)
 	g.mu.Lock()
 	g.max = runtime.GOMAXPROCS(0)
-	g.procs, g.busy, g.low, g.running = g.max, false, 0, true
+	g.busy, g.low, g.running = false, 0, true
 	g.applyLocked()
 	g.mu.Unlock()
 	defer func() {
@@ -134,17 +133,15 @@ func (g *Governor) applyLocked() {
 	if g.busy || g.blocking > 0 {
 		want = g.max
 	}
-	if want == g.procs {
-		return
-	}
-	if want == g.max {
+	switch {
+	case want == runtime.GOMAXPROCS(0):
+	case want == g.max:
 		// The runtime's default, which also follows a changed CPU quota.
 		runtime.SetDefaultGOMAXPROCS()
 		g.max = runtime.GOMAXPROCS(0)
-	} else {
+	default:
 		runtime.GOMAXPROCS(want)
 	}
-	g.procs = runtime.GOMAXPROCS(0)
 }
 
 // Blocking marks the start of work that blocks a thread in the kernel (an
@@ -156,16 +153,16 @@ func Blocking() (end func()) {
 	if g == nil {
 		return nothing
 	}
+	g.block(1)
+	return func() { g.block(-1) }
+}
+
+// block counts a Blocking section in (1) or out (-1).
+func (g *Governor) block(d int) {
 	g.mu.Lock()
-	g.blocking++
+	g.blocking += d
 	g.applyLocked()
 	g.mu.Unlock()
-	return func() {
-		g.mu.Lock()
-		g.blocking--
-		g.applyLocked()
-		g.mu.Unlock()
-	}
 }
 
 func nothing() {}

@@ -203,16 +203,9 @@ func (s *Source) cancelUpstream(l *link, id string, why error) {
 // post sends one JSON-RPC message on l's session; a GET with Last-Event-ID
 // when resume is set. A non-2xx answer is an *httpError.
 func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) (*http.Response, error) {
-	var req *http.Request
-	if resume == "" && l.post != nil && len(body) > 0 {
-		req = l.post.WithContext(ctx)
-		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	} else {
-		var err error
-		if req, err = s.newRequest(ctx, l, body, resume); err != nil {
-			return nil, err
-		}
+	req, err := s.newRequest(ctx, l, body, resume)
+	if err != nil {
+		return nil, err
 	}
 	// The transport itself, sparing http.Client's copies of the request;
 	// the client only follows a redirect, which an upstream rarely sends.
@@ -238,7 +231,15 @@ func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) 
 }
 
 // newRequest is the request post sends; with a nil body, the head of one.
+// A POST copies the link's head when it has one (see link.post).
 func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume string) (*http.Request, error) {
+	if resume == "" && l.post != nil && len(body) > 0 {
+		req := l.post.WithContext(ctx)
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		req.Body, _ = req.GetBody()
+		req.ContentLength = int64(len(body))
+		return req, nil
+	}
 	method, rd := http.MethodPost, io.Reader(nil)
 	if body != nil {
 		rd = bytes.NewReader(body)
