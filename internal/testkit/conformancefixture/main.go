@@ -75,7 +75,7 @@ func main() {
 	// v1.2.1 can drop a notification sent just before a tool returns (its
 	// forwarder takes it off the channel and then sees the request done),
 	// which loses the last progress or log message now and then.
-	mux.Handle("/mcp", server.NewStreamableHTTPServer(s, server.WithEventStore(server.NewInMemoryEventStore())))
+	mux.Handle("/mcp", watchFlushes(server.NewStreamableHTTPServer(s, server.WithEventStore(server.NewInMemoryEventStore()))))
 	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -197,7 +197,9 @@ func addTools(s *server.MCPServer) {
 					return nil, fmt.Errorf("sending progress: %w", err)
 				}
 			}
-			if token != nil && !settle(ctx) {
+			// The suite fails the scenario unless all three arrive before the
+			// result, so wait until the last one is on the wire, then settle.
+			if token != nil && !(awaitFlushed(ctx, `"progress":100`) && settle(ctx)) {
 				return nil, ctx.Err()
 			}
 			return text("Tool with progress executed successfully"), nil
@@ -324,7 +326,7 @@ func samplingText(res *mcp.CreateMessageResult) string {
 //     microtask late but drops a request's progress handler as soon as its
 //     response is parsed, so a progress notification that arrives in the
 //     same read as the response is lost.
-func settle(ctx context.Context) bool { return sleep(ctx, 50*time.Millisecond) }
+func settle(ctx context.Context) bool { return sleep(ctx, 100*time.Millisecond) }
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
