@@ -7,9 +7,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
-	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/capgate/capgate/internal/h1"
@@ -24,20 +23,19 @@ const metadataPath = "/.well-known/oauth-protected-resource/mcp"
 // bearerAuth verifies the bearer token of every request before next sees
 // it, and puts the caller in the request's context. A missing or bad token
 // gets 401 with WWW-Authenticate pointing at the metadata document. A
-// session belongs to the subject that opened it.
+// session belongs to the subject that opened it (see sessionIDs).
 type bearerAuth struct {
-	router   *router.Router
-	stream   *mcpserver.StreamableHTTPServer
-	mcp      *MCP
-	sessions sync.Map // Mcp-Session-Id → sub
+	router *router.Router
+	stream *mcpserver.StreamableHTTPServer
+	mcp    *MCP
 }
 
 func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, ok := a.admit(w, r.Host, r.Header)
+	c, ok := a.admit(w, r.Method, r.Host, r.Header)
 	if !ok {
 		return
 	}
-	a.stream.ServeHTTP(&sessionRecorder{ResponseWriter: w, auth: a, sub: c.Sub}, r.WithContext(WithCaller(r.Context(), c)))
+	a.stream.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
 }
 
 // serveH1 serves an MCP request that capgate's own HTTP/1.1 loop read:
@@ -48,11 +46,11 @@ func (a *bearerAuth) serveH1(w *h1.ResponseWriter, r *h1.Request) {
 		http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
 		return
 	}
-	c, ok := a.admit(w, r.Host, r)
+	c, ok := a.admit(w, r.Method, r.Host, r)
 	if !ok || a.mcp.fastCall(w, c, r) {
 		return
 	}
-	a.stream.Handle(&sessionRecorder{ResponseWriter: w, auth: a, sub: c.Sub}, &mcpserver.HTTPRequest{
+	a.stream.Handle(w, &mcpserver.HTTPRequest{
 		Method: r.Method, URL: &url.URL{Path: r.Path, RawQuery: r.RawQuery}, Header: r.Header(), Body: r.Body,
 		Context: WithCaller(r.Context(), c),
 	})
@@ -60,7 +58,7 @@ func (a *bearerAuth) serveH1(w *h1.ResponseWriter, r *h1.Request) {
 
 // admit verifies the request's bearer token and its claim on a session;
 // when it fails it has written the answer.
-func (a *bearerAuth) admit(w http.ResponseWriter, host string, h interface{ Get(string) string }) (*router.Caller, bool) {
+func (a *bearerAuth) admit(w http.ResponseWriter, method, host string, h interface{ Get(string) string }) (*router.Caller, bool) {
 	raw := bearerToken(h.Get("Authorization"))
 	c, err := a.router.Authenticate(raw)
 	if err != nil {
@@ -73,9 +71,14 @@ func (a *bearerAuth) admit(w http.ResponseWriter, host string, h interface{ Get(
 		http.Error(w, "401 unauthorized: "+tool.ErrorMessage(err), http.StatusUnauthorized)
 		return nil, false
 	}
+	// mcp-go asks sessionIDs about the session id of a POST but not of a GET,
+	// and a DELETE from anyone would drop the session's state; this covers
+	// all three. A POST on protocol 2026-07-28
+	// has no session, and mcp-go ignores the header there.
 	if sid := h.Get(mcpserver.HeaderKeySessionID); sid != "" {
-		if owner, ok := a.sessions.Load(sid); ok && owner != c.Sub {
-			http.Error(w, "403 forbidden: this session belongs to another subject", http.StatusForbidden)
+		modern := method == http.MethodPost && mcp.IsModernProtocol(h.Get(mcp.HeaderProtocolVersion))
+		if !modern && !a.mcp.sessions.owns(sid, c.Sub) {
+			http.Error(w, "404 not found: no such session for this subject; open a new one with initialize", http.StatusNotFound)
 			return nil, false
 		}
 	}
@@ -103,50 +106,6 @@ func isLoopback(addr string) bool {
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
 }
-
-// sessionRecorder binds a session id the server hands out to the subject
-// that asked for it.
-type sessionRecorder struct {
-	http.ResponseWriter
-	auth  *bearerAuth
-	sub   string
-	wrote bool
-}
-
-func (s *sessionRecorder) WriteHeader(code int) {
-	if !s.wrote {
-		s.wrote = true
-		if sid := s.Header().Get(mcpserver.HeaderKeySessionID); sid != "" {
-			s.auth.sessions.LoadOrStore(sid, s.sub)
-		}
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *sessionRecorder) Write(b []byte) (int, error) {
-	if !s.wrote {
-		s.WriteHeader(http.StatusOK)
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *sessionRecorder) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// CanStream and SetWriteDeadline make it mcp-go's HTTPResponseWriter.
-func (s *sessionRecorder) CanStream() bool {
-	_, ok := s.ResponseWriter.(http.Flusher)
-	return ok
-}
-
-func (s *sessionRecorder) SetWriteDeadline(t time.Time) error {
-	return http.NewResponseController(s.ResponseWriter).SetWriteDeadline(t)
-}
-
-func (s *sessionRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // metadataHandler serves the protected-resource metadata of /mcp; the
 // authorization server is whoever mints capgate's tokens, so none is named.

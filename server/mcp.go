@@ -32,7 +32,8 @@ type MCP struct {
 	fastCalls atomic.Int64 // tools/call served by fastCall
 	// stream is the streamable-HTTP transport, one for every way in, so
 	// that sessions and streams are shared.
-	stream *mcpserver.StreamableHTTPServer
+	stream   *mcpserver.StreamableHTTPServer
+	sessions *sessionIDs // the stream's Mcp-Session-Id, bound to subjects
 
 	mu     sync.Mutex
 	listed []byte // the registered tool list as JSON, to skip no-op syncs
@@ -76,7 +77,9 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 		mcpserver.WithPromptFilter(m.filterPrompts),
 		mcpserver.WithInstructions("capgate routes every tool call through its capability policy. A denied call returns a result whose text names the code, the capability string that was missing and what would allow it."),
 	)
-	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"))
+	m.sessions = newSessionIDs()
+	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),
+		mcpserver.WithSessionIdManagerResolver(m.sessions))
 	m.sync(reg.Snapshot())
 	reg.Watch(m.sync)
 	m.startRelay(reg)

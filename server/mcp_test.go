@@ -298,17 +298,29 @@ func TestMCPUnauthorized(t *testing.T) {
 // A session opened by alice cannot be used with bob's token.
 func TestMCPSessionBoundToSubject(t *testing.T) {
 	_, url := open(t, "")
+	_, other := open(t, "") // another process, as after a restart
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	post := func(tok, sid, body string) *http.Response {
-		req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(body))
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	modernList := `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	send := func(url, method, tok, sid, version, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, url+"/mcp", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		req.Header.Set("Authorization", "Bearer "+tok)
 		if sid != "" {
 			req.Header.Set("Mcp-Session-Id", sid)
-			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 		}
-		resp, err := http.DefaultClient.Do(req)
+		if version != "" {
+			req.Header.Set("Mcp-Protocol-Version", version)
+		}
+		if version == "2026-07-28" {
+			req.Header.Set("Mcp-Method", "tools/list")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,16 +328,39 @@ func TestMCPSessionBoundToSubject(t *testing.T) {
 		return resp
 	}
 	alice, bob := mint(t, token.Claims{Sub: "alice"}), mint(t, token.Claims{Sub: "bob"})
-	resp := post(alice, "", init)
+	resp := send(url, "POST", alice, "", "", init)
 	sid := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode != 200 || sid == "" {
+	if resp.StatusCode != 200 || !strings.HasPrefix(sid, "cg-") {
 		t.Fatalf("initialize: %d %q", resp.StatusCode, sid)
 	}
-	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
-	if r := post(bob, sid, list); r.StatusCode != http.StatusForbidden {
-		t.Errorf("bob on alice's session: %d", r.StatusCode)
-	}
-	if r := post(alice, sid, list); r.StatusCode != 200 {
+	if r := send(url, "POST", alice, sid, "2025-11-25", list); r.StatusCode != 200 {
 		t.Errorf("alice on her session: %d", r.StatusCode)
+	}
+	if r := send(url, "GET", alice, sid, "2025-11-25", ""); r.StatusCode != 200 || r.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("alice's GET stream on her session: %d %q", r.StatusCode, r.Header.Get("Content-Type"))
+	}
+	forged := sid[:len(sid)-1] + "0"
+	if strings.HasSuffix(sid, "0") {
+		forged = sid[:len(sid)-1] + "1"
+	}
+	// Refused with 404, on which a client opens a new session.
+	for _, tc := range []struct{ name, url, method, tok, sid, body string }{
+		{"bob on alice's session", url, "POST", bob, sid, list},
+		{"bob's GET stream on alice's session", url, "GET", bob, sid, ""},
+		{"bob ending alice's session", url, "DELETE", bob, sid, ""},
+		{"a forged id", url, "POST", alice, forged, list},
+		{"mcp-go's own id format", url, "POST", alice, "mcp-session-9b2ed7a5-1c1d-4c5e-a5b5-3a8f5a1e2c3d", list},
+		{"alice's id on another capgate", other, "POST", alice, sid, list},
+	} {
+		if r := send(tc.url, tc.method, tc.tok, tc.sid, "2025-11-25", tc.body); r.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: %d, want 404", tc.name, r.StatusCode)
+		}
+	}
+	if r := send(url, "POST", alice, sid, "2025-11-25", list); r.StatusCode != 200 {
+		t.Errorf("alice's session after bob's attempts: %d", r.StatusCode)
+	}
+	// Protocol 2026-07-28 has no sessions: a stray header changes nothing.
+	if r := send(url, "POST", bob, sid, "2026-07-28", modernList); r.StatusCode != 200 {
+		t.Errorf("a 2026-07-28 request with a stray session id: %d", r.StatusCode)
 	}
 }

@@ -1,0 +1,106 @@
+package server
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+
+	mcpserver "github.com/mark3labs/mcp-go/server"
+)
+
+// sessionIDs mints the Mcp-Session-Id of protocol 2025-11-25 sessions, each
+// bound to the subject that opened it: an id is random bytes and a MAC of
+// them and the subject, under a key made at start. capgate keeps no table of
+// sessions, so nothing grows with them, and an id is worth nothing to
+// another subject or after a restart (mcp-go's session state does not
+// survive one either). Both get 404, on which a client opens a new session.
+//
+// Protocol 2026-07-28 has no sessions; mcp-go ignores the header there.
+type sessionIDs struct {
+	key [32]byte
+}
+
+const (
+	sessionPrefix = "cg-"
+	sessionNonce  = 16 // random bytes
+	sessionMAC    = 16 // bytes of HMAC-SHA256 kept
+)
+
+var errSessionNotFound = errors.New("no such session for this subject")
+
+func newSessionIDs() *sessionIDs {
+	s := &sessionIDs{}
+	rand.Read(s.key[:]) // never fails on Linux (crypto/rand panics otherwise)
+	return s
+}
+
+// mint returns a new session id for sub.
+func (s *sessionIDs) mint(sub string) string {
+	var nonce [sessionNonce]byte
+	rand.Read(nonce[:])
+	b := make([]byte, 0, len(sessionPrefix)+2*(sessionNonce+sessionMAC))
+	b = append(b, sessionPrefix...)
+	b = hex.AppendEncode(b, nonce[:])
+	return string(hex.AppendEncode(b, s.mac(nonce[:], sub)))
+}
+
+// owns says whether id was minted, by this process, for sub.
+func (s *sessionIDs) owns(id, sub string) bool {
+	if len(id) != len(sessionPrefix)+2*(sessionNonce+sessionMAC) || id[:len(sessionPrefix)] != sessionPrefix {
+		return false
+	}
+	raw, err := hex.DecodeString(id[len(sessionPrefix):])
+	if err != nil {
+		return false
+	}
+	return hmac.Equal(raw[sessionNonce:], s.mac(raw[:sessionNonce], sub))
+}
+
+// mac is the first sessionMAC bytes of HMAC-SHA256(key, nonce || sub); the
+// nonce has a fixed length, so the input is unambiguous.
+func (s *sessionIDs) mac(nonce []byte, sub string) []byte {
+	h := hmac.New(sha256.New, s.key[:])
+	h.Write(nonce)
+	h.Write([]byte(sub))
+	return h.Sum(nil)[:sessionMAC]
+}
+
+// ResolveSessionIdManager gives mcp-go the session ids of the request's
+// caller (the router verified it before mcp-go sees the request). The
+// idle-session sweeper, which capgate does not enable, would pass nil.
+func (s *sessionIDs) ResolveSessionIdManager(r *http.Request) mcpserver.SessionIdManager {
+	m := subjectSessions{ids: s}
+	if r != nil {
+		if c := CallerFrom(r.Context()); c != nil {
+			m.sub, m.known = c.Sub, true
+		}
+	}
+	return m
+}
+
+// subjectSessions is mcp-go's SessionIdManager for one subject.
+type subjectSessions struct {
+	ids   *sessionIDs
+	sub   string
+	known bool // false: no verified caller, so no id is valid
+}
+
+func (m subjectSessions) Generate() string { return m.ids.mint(m.sub) }
+
+func (m subjectSessions) Validate(id string) (bool, error) {
+	if !m.known || !m.ids.owns(id, m.sub) {
+		return false, errSessionNotFound
+	}
+	return false, nil
+}
+
+// Terminate keeps nothing to forget: mcp-go drops the session's state on
+// DELETE, and an id presented again starts afresh. (bearerAuth has already
+// refused another subject's DELETE; this refuses it again.)
+func (m subjectSessions) Terminate(id string) (bool, error) {
+	_, err := m.Validate(id)
+	return false, err
+}

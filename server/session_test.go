@@ -1,0 +1,54 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSessionIDsBindTheSubject(t *testing.T) {
+	ids, other := newSessionIDs(), newSessionIDs()
+	a, a2 := ids.mint("alice"), ids.mint("alice")
+	if a == a2 {
+		t.Fatalf("two sessions share the id %q", a)
+	}
+	if !ids.owns(a, "alice") || !ids.owns(a2, "alice") {
+		t.Fatalf("alice does not own her ids %q %q", a, a2)
+	}
+	refused := map[string]string{
+		"another subject":           ids.mint("bob"),
+		"another process":           other.mint("alice"),
+		"a subject that extends it": ids.mint("alic"),
+		"truncated":                 a[:len(a)-2],
+		"extended":                  a + "00",
+		"not hex":                   a[:len(a)-1] + "g",
+		"no prefix":                 "xx" + a[2:],
+		"empty":                     "",
+		"another prefix":            strings.ToUpper(a[:3]) + a[3:],
+	}
+	for name, id := range refused {
+		if ids.owns(id, "alice") {
+			t.Errorf("%s: alice owns %q", name, id)
+		}
+	}
+	// Every single-character change of the MAC is refused.
+	for i := len(a) - 2*sessionMAC; i < len(a); i++ {
+		c := byte('0')
+		if a[i] == '0' {
+			c = '1'
+		}
+		if ids.owns(a[:i]+string(c)+a[i+1:], "alice") {
+			t.Fatalf("changing byte %d of %q is not noticed", i, a)
+		}
+	}
+}
+
+func TestSessionManagerWithoutCallerRefuses(t *testing.T) {
+	ids := newSessionIDs()
+	m := ids.ResolveSessionIdManager(nil)
+	if _, err := m.Validate(ids.mint("")); err == nil {
+		t.Fatal("a session id is valid for no caller")
+	}
+	if _, err := m.Terminate(ids.mint("")); err == nil {
+		t.Fatal("a session can be ended by no caller")
+	}
+}
