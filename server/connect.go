@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -15,10 +16,11 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-// Connect serves over in and out, as a stdio MCP server, the tools of a
-// remote capgate at url (its /mcp endpoint), calling it with tok as the
-// bearer token: how a sandboxed runtime reaches the host. The remote
-// decides everything; this side only forwards, progress included.
+// Connect serves over in and out, as a stdio MCP server, the tools,
+// resources, resource templates and prompts (skills among them) of a remote
+// capgate at url (its /mcp endpoint), calling it with tok as the bearer
+// token: how a sandboxed runtime reaches the host. The remote decides
+// everything; this side only forwards, progress and completions included.
 func Connect(ctx context.Context, url, tok string, in io.Reader, out io.Writer, logger *slog.Logger) error {
 	src, err := mcpsrc.New(mcpsrc.Options{Name: "remote", URL: url, Logger: logger,
 		Headers: map[string]string{"Authorization": "Bearer " + tok}})
@@ -29,8 +31,12 @@ func Connect(ctx context.Context, url, tok string, in io.Reader, out io.Writer, 
 	if err := src.Connect(ctx); err != nil {
 		return fmt.Errorf("connecting to %s: %w", url, err)
 	}
-	srv := mcpserver.NewMCPServer("capgate-connect", capgate.Version, mcpserver.WithToolCapabilities(true))
-	sync := func() {
+	mr := &mirror{src: src}
+	srv := mcpserver.NewMCPServer("capgate-connect", capgate.Version, mcpserver.WithToolCapabilities(true),
+		mcpserver.WithResourceCapabilities(false, true), mcpserver.WithPromptCapabilities(true),
+		mcpserver.WithCompletions(), mcpserver.WithPromptCompletionProvider(mr), mcpserver.WithResourceCompletionProvider(mr))
+	mr.srv = srv
+	syncTools := func() {
 		ds, err := src.List(ctx)
 		if err != nil {
 			logger.Warn("listing the remote's tools failed", "err", err)
@@ -42,9 +48,73 @@ func Connect(ctx context.Context, url, tok string, in io.Reader, out io.Writer, 
 		}
 		srv.SetTools(tools...)
 	}
-	sync()
-	src.OnChange(sync)
+	syncTools()
+	mr.sync(ctx)
+	src.OnChange(func() { syncTools(); mr.sync(ctx) })
+	src.OnNotification(func(method string, _ json.RawMessage) {
+		if method == "notifications/resources/list_changed" || method == "notifications/prompts/list_changed" {
+			go mr.sync(ctx)
+		}
+	})
 	return mcpserver.NewStdioServer(srv).Listen(ctx, in, out)
+}
+
+// mirror serves the remote's resources, resource templates and prompts as
+// the remote lists them to this token (it has gated them already), and
+// forwards reads, gets and completions to it. Subscriptions are not
+// forwarded.
+type mirror struct {
+	src *mcpsrc.Source
+	srv *mcpserver.MCPServer
+	mu  sync.Mutex // one sync at a time, so an older list never wins
+}
+
+func (mr *mirror) sync(ctx context.Context) {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	caps, ok := mr.src.Capabilities()
+	if !ok {
+		return
+	}
+	var (
+		resources []mcpserver.ServerResource
+		templates []mcpserver.ServerResourceTemplate
+		prompts   []mcpserver.ServerPrompt
+	)
+	if caps.Resources != nil {
+		for _, r := range listAll[mcp.Resource](ctx, mr.src, "resources/list", "resources") {
+			resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: mr.read})
+		}
+		for _, t := range listAll[mcp.ResourceTemplate](ctx, mr.src, "resources/templates/list", "resourceTemplates") {
+			if t.URITemplate != nil {
+				templates = append(templates, mcpserver.ServerResourceTemplate{Template: t, Handler: mr.read})
+			}
+		}
+	}
+	if caps.Prompts != nil {
+		for _, p := range listAll[mcp.Prompt](ctx, mr.src, "prompts/list", "prompts") {
+			prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: mr.getPrompt})
+		}
+	}
+	mr.srv.SetResources(resources...)
+	mr.srv.SetResourceTemplates(templates...)
+	mr.srv.SetPrompts(prompts...)
+}
+
+func (mr *mirror) read(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	return readUpstream(ctx, mr.src, req.Params.URI)
+}
+
+func (mr *mirror) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+	return getUpstreamPrompt(ctx, mr.src, req.Params.Name, req.Params.Arguments)
+}
+
+func (mr *mirror) CompletePromptArgument(ctx context.Context, name string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
+	return complete(ctx, mr.src, map[string]any{"type": "ref/prompt", "name": name}, arg, cc)
+}
+
+func (mr *mirror) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
+	return complete(ctx, mr.src, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
 }
 
 // remoteTool lists a remote tool as the remote listed it.

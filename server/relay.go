@@ -182,16 +182,21 @@ func (m *MCP) readResource(up *upstream) mcpserver.ResourceHandlerFunc {
 		if err := m.router.Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
 			return nil, errors.New(tool.ErrorMessage(err))
 		}
-		raw, err := up.src.Request(ctx, "resources/read", map[string]any{"uri": uri})
-		if err != nil {
-			return nil, upstreamError(err)
-		}
-		res, err := mcp.ParseReadResourceResult(&raw)
-		if err != nil {
-			return nil, fmt.Errorf("resource %s: the upstream's answer: %w", uri, err)
-		}
-		return res.Contents, nil
+		return readUpstream(ctx, up.src, uri)
 	}
+}
+
+// readUpstream reads uri from src.
+func readUpstream(ctx context.Context, src *mcpsrc.Source, uri string) ([]mcp.ResourceContents, error) {
+	raw, err := src.Request(ctx, "resources/read", map[string]any{"uri": uri})
+	if err != nil {
+		return nil, upstreamError(err)
+	}
+	res, err := mcp.ParseReadResourceResult(&raw)
+	if err != nil {
+		return nil, fmt.Errorf("resource %s: the upstream's answer: %w", uri, err)
+	}
+	return res.Contents, nil
 }
 
 // getPrompt gates a prompts/get and forwards it under the upstream's name.
@@ -200,16 +205,21 @@ func (m *MCP) getPrompt(rp relayedPrompt) mcpserver.PromptHandlerFunc {
 		if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+req.Params.Name, protocolOf(ctx)); err != nil {
 			return nil, errors.New(tool.ErrorMessage(err))
 		}
-		params := map[string]any{"name": rp.name}
-		if len(req.Params.Arguments) > 0 {
-			params["arguments"] = req.Params.Arguments
-		}
-		raw, err := rp.up.src.Request(ctx, "prompts/get", params)
-		if err != nil {
-			return nil, upstreamError(err)
-		}
-		return mcp.ParseGetPromptResult(&raw)
+		return getUpstreamPrompt(ctx, rp.up.src, rp.name, req.Params.Arguments)
 	}
+}
+
+// getUpstreamPrompt gets the prompt src calls name.
+func getUpstreamPrompt(ctx context.Context, src *mcpsrc.Source, name string, args map[string]string) (*mcp.GetPromptResult, error) {
+	params := map[string]any{"name": name}
+	if len(args) > 0 {
+		params["arguments"] = args
+	}
+	raw, err := src.Request(ctx, "prompts/get", params)
+	if err != nil {
+		return nil, upstreamError(err)
+	}
+	return mcp.ParseGetPromptResult(&raw)
 }
 
 // upstreamError passes on the upstream's own message.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -234,9 +235,11 @@ func TestServeCapabilityRPC(t *testing.T) {
 
 // TestConnectAndStdio reaches a running capgate the sandbox way: `capgate
 // connect` as a stdio MCP server, driven by an mcp-go client, forwarding
-// to the host over HTTP; and `capgate serve --stdio` directly.
+// to the host over HTTP; and `capgate serve --stdio` directly. Both serve
+// the tools, and the resources, templates and prompts of an upstream (the
+// conformance fixture), with completions.
 func TestConnectAndStdio(t *testing.T) {
-	s := startServe(t, "")
+	s := startServe(t, fmt.Sprintf("[mcp.servers.cf]\ncommand = %q\n", testkit.Build(t, testkit.ConformanceFixture)))
 	tok := s.mint(t, "sandbox", "private")
 	for name, argv := range map[string][]string{
 		"connect": {"connect", "http://" + s.addr + "/mcp"},
@@ -272,6 +275,7 @@ func TestConnectAndStdio(t *testing.T) {
 			if err != nil || !res.IsError || !strings.Contains(fmt.Sprint(res.Content), "approval_required") {
 				t.Errorf("critical tool: %v %+v", err, res)
 			}
+			checkRelayed(ctx, t, c)
 		})
 	}
 	// A bad token fails at once, with a message.
@@ -300,5 +304,48 @@ func TestBench(t *testing.T) {
 	rows := regexp.MustCompile(`(?m)^(1|4)\s+capgate\s+40\s+0\s+\d+µs\s+\d+µs\s+\d+\s+\d+µs$`).FindAllString(out, -1)
 	if len(rows) != 2 || !regexp.MustCompile(`(?m)^4\s+direct\s+40\s+0\s`).MatchString(out) {
 		t.Errorf("bench output:\n%s", out)
+	}
+}
+
+// checkRelayed checks that c is served the conformance fixture's resources,
+// template and prompts (as upstream "cf") and that reads, gets and
+// completions reach it.
+func checkRelayed(ctx context.Context, t *testing.T, c *client.Client) {
+	t.Helper()
+	prompts, err := c.ListPrompts(ctx, mcp.ListPromptsRequest{})
+	if err != nil || !slices.ContainsFunc(prompts.Prompts, func(p mcp.Prompt) bool { return p.Name == "cf__test_prompt_with_arguments" }) {
+		t.Fatalf("prompts: %v %+v", err, prompts)
+	}
+	get := mcp.GetPromptRequest{}
+	get.Params.Name, get.Params.Arguments = "cf__test_prompt_with_arguments", map[string]string{"arg1": "one", "arg2": "two"}
+	p, err := c.GetPrompt(ctx, get)
+	if err != nil || len(p.Messages) != 1 || !strings.Contains(fmt.Sprint(p.Messages[0].Content), "arg1='one', arg2='two'") {
+		t.Errorf("prompt: %v %+v", err, p)
+	}
+	resources, err := c.ListResources(ctx, mcp.ListResourcesRequest{})
+	if err != nil || !slices.ContainsFunc(resources.Resources, func(r mcp.Resource) bool { return r.URI == "test://static-text" }) {
+		t.Fatalf("resources: %v %+v", err, resources)
+	}
+	read := func(uri, want string) {
+		t.Helper()
+		req := mcp.ReadResourceRequest{}
+		req.Params.URI = uri
+		res, err := c.ReadResource(ctx, req)
+		if err != nil || len(res.Contents) != 1 || !strings.Contains(fmt.Sprint(res.Contents[0]), want) {
+			t.Errorf("read %s: %v %+v", uri, err, res)
+		}
+	}
+	read("test://static-text", "This is the content of the static text resource.")
+	read("test://template/42/data", "Data for ID: 42")
+	templates, err := c.ListResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{})
+	if err != nil || len(templates.ResourceTemplates) != 1 || templates.ResourceTemplates[0].URITemplate.Raw() != "test://template/{id}/data" {
+		t.Errorf("templates: %v %+v", err, templates)
+	}
+	comp := mcp.CompleteRequest{}
+	comp.Params.Ref = mcp.PromptReference{Type: "ref/prompt", Name: "cf__test_prompt_with_arguments"}
+	comp.Params.Argument.Name, comp.Params.Argument.Value = "arg1", ""
+	cr, err := c.Complete(ctx, comp)
+	if err != nil || len(cr.Completion.Values) == 0 {
+		t.Errorf("completion: %v %+v", err, cr)
 	}
 }

@@ -45,7 +45,7 @@ const (
 )
 
 // Fixture is the import path of the upstream server the suite expects.
-const Fixture = "github.com/capgate/capgate/internal/testkit/conformancefixture"
+const Fixture = testkit.ConformanceFixture
 
 var (
 	//go:embed testdata/package.json

@@ -69,6 +69,10 @@ const MCPFixture = "github.com/capgate/capgate/internal/testkit/mcpfixture"
 // BridgeFixture is the bridge-v1 provider the tests run.
 const BridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
 
+// ConformanceFixture is the import path of the upstream MCP server with the
+// MCP conformance suite's tools, resources, templates and prompts.
+const ConformanceFixture = "github.com/capgate/capgate/internal/testkit/conformancefixture"
+
 // FreeAddr returns a loopback address with a port that was free a moment ago.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
