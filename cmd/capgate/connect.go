@@ -15,7 +15,7 @@ import (
 func newConnectCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "connect URL",
-		Short: "Serve a remote capgate's tools over stdio",
+		Short: "Serve a remote capgate's tools, resources and prompts over stdio",
 		Long: `connect is a stdio MCP server that forwards to a remote capgate's MCP endpoint
 (for example http://host:8787/mcp) over streamable HTTP, with the token from
 ASH_CONTEXT_TOKEN or CAPGATE_TOKEN as its bearer token. It is how a sandboxed
