@@ -52,8 +52,8 @@ func (s *sessionIDs) owns(id, sub string) bool {
 	if len(id) != len(sessionPrefix)+2*(sessionNonce+sessionMAC) || id[:len(sessionPrefix)] != sessionPrefix {
 		return false
 	}
-	raw, err := hex.DecodeString(id[len(sessionPrefix):])
-	if err != nil {
+	var raw [sessionNonce + sessionMAC]byte
+	if _, err := hex.Decode(raw[:], []byte(id[len(sessionPrefix):])); err != nil {
 		return false
 	}
 	return hmac.Equal(raw[sessionNonce:], s.mac(raw[:sessionNonce], sub))

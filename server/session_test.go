@@ -52,3 +52,16 @@ func TestSessionManagerWithoutCallerRefuses(t *testing.T) {
 		t.Fatal("a session can be ended by no caller")
 	}
 }
+
+// BenchmarkSessionOwns is the check every 2025-11-25 request with a session
+// id pays.
+func BenchmarkSessionOwns(b *testing.B) {
+	ids := newSessionIDs()
+	id := ids.mint("alice")
+	b.ReportAllocs()
+	for b.Loop() {
+		if !ids.owns(id, "alice") {
+			b.Fatal("not owned")
+		}
+	}
+}
