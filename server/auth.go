@@ -73,8 +73,8 @@ func (a *bearerAuth) admit(w http.ResponseWriter, method, host string, h interfa
 	}
 	// mcp-go asks sessionIDs about the session id of a POST but not of a GET,
 	// and a DELETE from anyone would drop the session's state; this covers
-	// all three. A POST on protocol 2026-07-28
-	// has no session, and mcp-go ignores the header there.
+	// all three. A POST on protocol 2026-07-28 has no session, and mcp-go
+	// ignores the header there.
 	if sid := h.Get(mcpserver.HeaderKeySessionID); sid != "" {
 		modern := method == http.MethodPost && mcp.IsModernProtocol(h.Get(mcp.HeaderProtocolVersion))
 		if !modern && !a.mcp.sessions.owns(sid, c.Sub) {
