@@ -72,29 +72,21 @@ type mirror struct {
 func (mr *mirror) sync(ctx context.Context) {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
-	caps, ok := mr.src.Capabilities()
-	if !ok {
-		return
+	if _, ok := mr.src.Capabilities(); !ok {
+		return // keep the last lists until the remote is back
 	}
-	var (
-		resources []mcpserver.ServerResource
-		templates []mcpserver.ServerResourceTemplate
-		prompts   []mcpserver.ServerPrompt
-	)
-	if caps.Resources != nil {
-		for _, r := range listAll[mcp.Resource](ctx, mr.src, "resources/list", "resources") {
-			resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: mr.read})
-		}
-		for _, t := range listAll[mcp.ResourceTemplate](ctx, mr.src, "resources/templates/list", "resourceTemplates") {
-			if t.URITemplate != nil {
-				templates = append(templates, mcpserver.ServerResourceTemplate{Template: t, Handler: mr.read})
-			}
-		}
+	l := listUpstream(ctx, mr.src)
+	resources := make([]mcpserver.ServerResource, 0, len(l.resources))
+	for _, r := range l.resources {
+		resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: mr.read})
 	}
-	if caps.Prompts != nil {
-		for _, p := range listAll[mcp.Prompt](ctx, mr.src, "prompts/list", "prompts") {
-			prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: mr.getPrompt})
-		}
+	templates := make([]mcpserver.ServerResourceTemplate, 0, len(l.templates))
+	for _, t := range l.templates {
+		templates = append(templates, mcpserver.ServerResourceTemplate{Template: t, Handler: mr.read})
+	}
+	prompts := make([]mcpserver.ServerPrompt, 0, len(l.prompts))
+	for _, p := range l.prompts {
+		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: mr.getPrompt})
 	}
 	mr.srv.SetResources(resources...)
 	mr.srv.SetResourceTemplates(templates...)

@@ -98,45 +98,32 @@ func (m *MCP) syncRelay() {
 	)
 	for i := range m.relay.ups {
 		up := &m.relay.ups[i]
-		caps, ok := up.src.Capabilities()
-		if !ok {
-			continue
+		l := listUpstream(ctx, up.src)
+		for _, r := range l.resources {
+			if _, dup := owners[r.URI]; dup {
+				continue // the first source to serve a URI keeps it
+			}
+			owners[r.URI] = up
+			resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: m.readResource(up)})
 		}
-		if caps.Resources != nil {
-			for _, r := range listAll[mcp.Resource](ctx, up.src, "resources/list", "resources") {
-				if _, dup := owners[r.URI]; dup {
-					continue // the first source to serve a URI keeps it
-				}
-				owners[r.URI] = up
-				resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: m.readResource(up)})
+		for _, t := range l.templates {
+			raw := t.URITemplate.Raw()
+			if _, dup := towners[raw]; dup {
+				continue
 			}
-			for _, t := range listAll[mcp.ResourceTemplate](ctx, up.src, "resources/templates/list", "resourceTemplates") {
-				if t.URITemplate == nil {
-					continue
-				}
-				raw := t.URITemplate.Raw()
-				if _, dup := towners[raw]; dup {
-					continue
-				}
-				towners[raw] = up
-				h := m.readResource(up)
-				templates = append(templates, mcpserver.ServerResourceTemplate{Template: t,
-					Handler: func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-						return h(ctx, req)
-					}})
-			}
+			towners[raw] = up
+			h := m.readResource(up)
+			templates = append(templates, mcpserver.ServerResourceTemplate{Template: t, Handler: mcpserver.ResourceTemplateHandlerFunc(h)})
 		}
-		if caps.Prompts != nil {
-			for _, p := range listAll[mcp.Prompt](ctx, up.src, "prompts/list", "prompts") {
-				exposed := registry.ExposedName(up.prefix, p.Name)
-				if _, dup := pmap[exposed]; dup {
-					continue
-				}
-				rp := relayedPrompt{up: up, name: p.Name, id: directiveID(up.src.ID(), p.Name)}
-				pmap[exposed] = rp
-				p.Name = exposed
-				prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: m.getPrompt(rp)})
+		for _, p := range l.prompts {
+			exposed := registry.ExposedName(up.prefix, p.Name)
+			if _, dup := pmap[exposed]; dup {
+				continue
 			}
+			rp := relayedPrompt{up: up, name: p.Name, id: directiveID(up.src.ID(), p.Name)}
+			pmap[exposed] = rp
+			p.Name = exposed
+			prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: m.getPrompt(rp)})
 		}
 	}
 	m.relay.mu.Lock()
@@ -145,6 +132,36 @@ func (m *MCP) syncRelay() {
 	m.srv.SetResources(resources...)
 	m.srv.SetResourceTemplates(templates...)
 	m.srv.SetPrompts(append(prompts, m.relay.skills...)...)
+}
+
+// upstreamLists are an upstream's resources, resource templates (those
+// with a URI template) and prompts.
+type upstreamLists struct {
+	resources []mcp.Resource
+	templates []mcp.ResourceTemplate
+	prompts   []mcp.Prompt
+}
+
+// listUpstream lists what src serves of the kinds it says it serves;
+// nothing while it is not connected.
+func listUpstream(ctx context.Context, src *mcpsrc.Source) upstreamLists {
+	var l upstreamLists
+	caps, ok := src.Capabilities()
+	if !ok {
+		return l
+	}
+	if caps.Resources != nil {
+		l.resources = listAll[mcp.Resource](ctx, src, "resources/list", "resources")
+		for _, t := range listAll[mcp.ResourceTemplate](ctx, src, "resources/templates/list", "resourceTemplates") {
+			if t.URITemplate != nil {
+				l.templates = append(l.templates, t)
+			}
+		}
+	}
+	if caps.Prompts != nil {
+		l.prompts = listAll[mcp.Prompt](ctx, src, "prompts/list", "prompts")
+	}
+	return l
 }
 
 // listAll reads every page of a list method; a failing upstream lists
