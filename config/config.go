@@ -86,11 +86,14 @@ type Extensions struct {
 	// small allow list.
 	Env            []string `toml:"env"`
 	Timeout        Duration `toml:"timeout"`          // default 30s
-	MaxOutputBytes int64    `toml:"max_output_bytes"` // default 1 MiB
+	MaxOutputBytes ByteSize `toml:"max_output_bytes"` // default 1 MiB
 }
 
 type MCP struct {
-	Servers map[string]*MCPServer `toml:"servers"`
+	// MaxResultBytes bounds each message an upstream sends (a tools/call
+	// result above all); default 8 MiB. A server's own key overrides it.
+	MaxResultBytes ByteSize              `toml:"max_result_bytes"`
+	Servers        map[string]*MCPServer `toml:"servers"`
 }
 
 // MCPServer is one upstream: a stdio command, or a URL.
@@ -107,6 +110,8 @@ type MCPServer struct {
 	// Prefix of exposed names; nil means the server's name, "" none.
 	Prefix  *string  `toml:"prefix"`
 	Timeout Duration `toml:"timeout"` // default 60s
+	// MaxResultBytes overrides mcp.max_result_bytes for this server.
+	MaxResultBytes ByteSize `toml:"max_result_bytes"`
 
 	// Defaults for the server's tools.
 	Risk        string   `toml:"risk"`
@@ -125,7 +130,10 @@ type ToolOverride struct {
 }
 
 type Capabilities struct {
-	Providers map[string]*Provider `toml:"providers"`
+	// MaxOutputBytes bounds what a bridge provider writes for one call;
+	// default 4 MiB.
+	MaxOutputBytes ByteSize             `toml:"max_output_bytes"`
+	Providers      map[string]*Provider `toml:"providers"`
 }
 
 // Provider is a bridge-v1 command provider, in Ash's shape.
@@ -175,7 +183,9 @@ const (
 	DefaultSecretEnv       = "CAPGATE_TOKEN_SECRET"
 	DefaultAudience        = "capgate"
 	DefaultExtTimeout      = 30 * time.Second
-	DefaultMaxOutputBytes  = 1 << 20
+	DefaultMaxOutputBytes  = 1 << 20 // extensions
+	DefaultMCPResultBytes  = 8 << 20
+	DefaultBridgeOutput    = 4 << 20
 	DefaultMCPTimeout      = 60 * time.Second
 	DefaultProviderTimeout = 30
 )
@@ -269,6 +279,8 @@ func tomlType(goType string) string {
 		return "true or false"
 	case "int", "int64":
 		return "an integer"
+	case "config.ByteSize":
+		return "a size such as \"8MiB\" or a number of bytes"
 	case "map[string]string":
 		return "a table of strings"
 	}
@@ -297,12 +309,21 @@ func (c *Config) applyDefaults() {
 	if c.Extensions.MaxOutputBytes == 0 {
 		c.Extensions.MaxOutputBytes = DefaultMaxOutputBytes
 	}
+	if c.Capabilities.MaxOutputBytes == 0 {
+		c.Capabilities.MaxOutputBytes = DefaultBridgeOutput
+	}
+	if c.MCP.MaxResultBytes == 0 {
+		c.MCP.MaxResultBytes = DefaultMCPResultBytes
+	}
 	for name, s := range c.MCP.Servers {
 		if s == nil {
 			continue
 		}
 		if s.Timeout == 0 {
 			s.Timeout = Duration(DefaultMCPTimeout)
+		}
+		if s.MaxResultBytes == 0 {
+			s.MaxResultBytes = c.MCP.MaxResultBytes
 		}
 		if s.URL != "" && s.Transport == "" {
 			s.Transport = "streamable-http"

@@ -86,9 +86,16 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 			fail("extensions.env["+itoa(i)+"]", "%q is not an environment variable name", e)
 		}
 	}
-	if c.Extensions.MaxOutputBytes < 0 {
-		fail("extensions.max_output_bytes", "must be positive")
+	size := func(key string, b ByteSize) {
+		// Below a kilobyte no real result fits; above a gigabyte the bound
+		// no longer protects the host's memory.
+		if b < 1<<10 || b > 1<<30 {
+			fail(key, "%d bytes is out of range: give between 1KiB and 1GiB, for example \"8MiB\"", int64(b))
+		}
 	}
+	size("extensions.max_output_bytes", c.Extensions.MaxOutputBytes)
+	size("capabilities.max_output_bytes", c.Capabilities.MaxOutputBytes)
+	size("mcp.max_result_bytes", c.MCP.MaxResultBytes)
 	for _, name := range slices.Sorted(maps.Keys(c.MCP.Servers)) {
 		s := c.MCP.Servers[name]
 		c.validateServer("mcp.servers."+name, name, s, fail)
@@ -155,6 +162,9 @@ func (c *Config) validateServer(key, name string, s *MCPServer, fail func(key, f
 		if len(s.Args) > 0 || len(s.Env) > 0 || s.Cwd != "" {
 			fail(key, "args, env and cwd go with command, not url")
 		}
+	}
+	if s.MaxResultBytes != c.MCP.MaxResultBytes && (s.MaxResultBytes < 1<<10 || s.MaxResultBytes > 1<<30) {
+		fail(key+".max_result_bytes", "%d bytes is out of range: give between 1KiB and 1GiB, for example \"8MiB\"", int64(s.MaxResultBytes))
 	}
 	if s.Prefix != nil && !prefixChars.MatchString(*s.Prefix) {
 		fail(key+".prefix", "%q may hold only letters, digits, _ and -", *s.Prefix)

@@ -48,7 +48,7 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 	var sources []tool.Source
 	if len(cfg.Extensions.Paths) > 0 {
 		packs, err := ext.Discover(cfg.Extensions.Paths, ext.Options{
-			Timeout: cfg.Extensions.Timeout.Std(), MaxOutput: cfg.Extensions.MaxOutputBytes,
+			Timeout: cfg.Extensions.Timeout.Std(), MaxOutput: int64(cfg.Extensions.MaxOutputBytes),
 			Env: cfg.Extensions.Env, LookupEnv: bo.LookupEnv,
 		})
 		if err != nil {
@@ -64,7 +64,7 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		}
 		b, err := bridge.New(bridge.Options{
 			Namespace: p.Namespace, Command: p.Command, Timeout: time.Duration(p.TimeoutSeconds) * time.Second,
-			Secret: bo.Secret, LookupEnv: bo.LookupEnv,
+			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Secret: bo.Secret, LookupEnv: bo.LookupEnv,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", cfg.Path, p.Key, err)
@@ -84,7 +84,7 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		src, err := mcp.New(mcp.Options{
 			Name: name, Command: sc.Command, Args: sc.Args, Env: sc.Env, Cwd: sc.Cwd,
 			URL: sc.URL, Transport: sc.Transport, Headers: sc.Headers,
-			Timeout: sc.Timeout.Std(), Logger: bo.Logger, LookupEnv: bo.LookupEnv,
+			Timeout: sc.Timeout.Std(), MaxMessage: int64(sc.MaxResultBytes), Logger: bo.Logger, LookupEnv: bo.LookupEnv,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: mcp.servers.%s: %w", cfg.Path, name, err)

@@ -66,7 +66,9 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 		cmd.Env = []string{} // nil would inherit ours
 	}
 	cmd.Stdin = bytes.NewReader(spec.Stdin)
-	out := &capped{max: spec.MaxOutput}
+	// A command that writes past the cap is killed at once: its answer is
+	// refused anyway, and draining it would keep it running to the timeout.
+	out := &capped{max: spec.MaxOutput, full: func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }}
 	errTail := &tail{max: StderrTail}
 	cmd.Stdout, cmd.Stderr = out, errTail
 	// Its own process group, so a timeout kills what it started too.
@@ -80,12 +82,12 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 	}
 	stderr = strings.TrimSpace(string(errTail.buf))
 	switch {
+	case out.over:
+		return nil, stderr, ErrOutputTooLarge
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return nil, stderr, ErrTimeout
 	case ctx.Err() != nil:
 		return nil, stderr, ErrCancelled
-	case out.over:
-		return nil, stderr, ErrOutputTooLarge
 	case runErr != nil:
 		var ee *exec.ExitError
 		if errors.As(runErr, &ee) {
@@ -99,18 +101,23 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 	return out.buf.Bytes(), stderr, nil
 }
 
-// capped keeps up to max bytes and notes whether more came.
+// capped keeps up to max bytes; when more comes it calls full once and
+// fails the write, which ends the copy from the command's stdout.
 type capped struct {
 	buf  bytes.Buffer
 	max  int64
 	over bool
+	full func()
 }
 
 func (c *capped) Write(b []byte) (int, error) {
+	if c.over {
+		return 0, ErrOutputTooLarge
+	}
 	if room := c.max - int64(c.buf.Len()); int64(len(b)) > room {
-		c.buf.Write(b[:max(room, 0)])
 		c.over = true
-		return len(b), nil // keep draining, so the command is not stuck on a full pipe
+		c.full()
+		return 0, ErrOutputTooLarge
 	}
 	return c.buf.Write(b)
 }

@@ -128,7 +128,9 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 	case errors.Is(err, proc.ErrCancelled):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: %s was cancelled", ns, method)
 	case errors.Is(err, proc.ErrOutputTooLarge):
-		return nil, p.invalid("%s answered more than %d bytes", method, p.opts.MaxOutput)
+		e := p.invalid("%s: the answer exceeds the limit of %d bytes for bridge providers", method, p.opts.MaxOutput)
+		e.Hint = "capabilities.max_output_bytes in capgate.toml sets the limit"
+		return nil, e
 	case errors.As(err, &exit):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command failed with exit %d: %s", ns, exit.Status, exit.Stderr)
 	case errors.As(err, &start):

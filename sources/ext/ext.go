@@ -315,7 +315,9 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	case errors.Is(err, proc.ErrCancelled):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s was cancelled", id)
 	case errors.Is(err, proc.ErrOutputTooLarge):
-		return nil, tool.Errorf(tool.CodeInvalidOutput, "%s wrote more than %d bytes of output", id, p.opts.MaxOutput)
+		e := tool.Errorf(tool.CodeInvalidOutput, "%s: the output exceeds the limit of %d bytes for extensions", id, p.opts.MaxOutput)
+		e.Hint = "extensions.max_output_bytes in capgate.toml sets the limit"
+		return nil, e
 	case errors.As(err, &exit):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s %v", id, exit)
 	default:

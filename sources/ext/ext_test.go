@@ -145,7 +145,7 @@ func TestCallFailures(t *testing.T) {
 	}
 	small := discover(t, Options{MaxOutput: 1000})["tools.echo"]
 	_, err := call(t, small, "big", `{}`)
-	if tool.ErrorCode(err) != tool.CodeInvalidOutput || !strings.Contains(tool.ErrorMessage(err), "more than 1000 bytes") {
+	if tool.ErrorCode(err) != tool.CodeInvalidOutput || !strings.Contains(tool.ErrorMessage(err), "limit of 1000 bytes") {
 		t.Errorf("big: %v", err)
 	}
 }

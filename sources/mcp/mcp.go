@@ -14,7 +14,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -70,6 +69,10 @@ type Options struct {
 	Headers   map[string]string
 
 	Timeout time.Duration // per request; default 60s
+	// MaxMessage bounds one message from the upstream (a result above all);
+	// default DefaultMaxMessage. A longer one is refused with
+	// capability_invalid_output, and a stdio upstream is restarted.
+	MaxMessage int64
 	// Backoff bounds reconnection: it starts at MinBackoff and doubles up
 	// to MaxBackoff. Defaults 200ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
@@ -111,6 +114,9 @@ type link struct {
 	// post is the head of every POST on the link, made once: a call
 	// copies it (sharing its URL and Header, which nothing writes).
 	post *http.Request
+	// guard is the limit on a stdio upstream's messages: over it, the
+	// connection is replaced (see restart).
+	guard *guard
 }
 
 var (
@@ -129,6 +135,9 @@ func New(opts Options) (*Source, error) {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 60 * time.Second
+	}
+	if opts.MaxMessage <= 0 {
+		opts.MaxMessage = DefaultMaxMessage
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 200 * time.Millisecond
@@ -199,7 +208,8 @@ func (s *Source) Connect(ctx context.Context) error {
 }
 
 func (s *Source) dial(ctx context.Context) error {
-	c, err := s.newClient()
+	g := newGuard()
+	c, err := s.newClient(g)
 	if err != nil {
 		return err
 	}
@@ -225,7 +235,7 @@ func (s *Source) dial(ctx context.Context) error {
 		c.Close()
 		return fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
 	}
-	l := &link{c: c, version: res.ProtocolVersion, caps: res.Capabilities}
+	l := &link{c: c, version: res.ProtocolVersion, caps: res.Capabilities, guard: g}
 	if t, ok := c.GetTransport().(*transport.StreamableHTTP); ok {
 		l.http, l.session = true, t.GetSessionId()
 		if l.post, err = s.newRequest(context.Background(), l, nil, ""); err != nil {
@@ -255,10 +265,48 @@ func (s *Source) dial(ctx context.Context) error {
 	}
 	s.conn, s.lastErr = l, nil
 	s.mu.Unlock()
+	g.whenTripped(func() { go s.restart(l) })
 	return nil
 }
 
-func (s *Source) newClient() (*client.Client, error) {
+// restart replaces l, whose stream a message over the limit put out of
+// step, with a new connection at once (the upstream is not down, so no
+// backoff); a failure to connect goes to the reconnection loop.
+func (s *Source) restart(l *link) {
+	defer close(l.guard.started)
+	s.mu.Lock()
+	if s.conn != l || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.conn = nil
+	s.mu.Unlock()
+	l.c.Close()
+	s.opts.Logger.Warn("upstream MCP server sent a message over the limit; restarting it",
+		"server", s.opts.Name, "limit", s.opts.MaxMessage)
+	if err := s.dial(context.Background()); err != nil {
+		s.lost(err)
+	}
+	s.changed()
+}
+
+// overLimit turns a request that failed because a message went over the
+// limit into capability_invalid_output, once the connection after l is up
+// (so the next call finds it), or nil for any other failure.
+func (s *Source) overLimit(ctx context.Context, l *link, what string, err error) error {
+	switch {
+	case l.guard.tripped():
+		select {
+		case <-l.guard.started:
+		case <-ctx.Done():
+		}
+	case !asTooLarge(err):
+		return nil
+	}
+	return s.tooLarge(what, err)
+}
+
+func (s *Source) newClient(g *guard) (*client.Client, error) {
 	opts := []client.ClientOption{client.WithProtocolVersion(Protocol)}
 	switch {
 	case s.opts.Command != "":
@@ -271,19 +319,16 @@ func (s *Source) newClient() (*client.Client, error) {
 		for _, k := range slices.Sorted(maps.Keys(s.opts.Env)) {
 			env = append(env, k+"="+s.opts.Env[k])
 		}
-		var topts []transport.StdioOption
-		if s.opts.Cwd != "" {
-			cwd := s.opts.Cwd
-			topts = append(topts, transport.WithCommandFunc(func(ctx context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
-				cmd := exec.CommandContext(ctx, command, args...)
-				cmd.Env, cmd.Dir = env, cwd
-				return cmd, nil
-			}))
+		// The process lives as long as the source (see dial).
+		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g)
+		if err != nil {
+			return nil, fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
 		}
-		t := transport.NewStdioWithOptions(s.opts.Command, env, s.opts.Args, topts...)
+		transport.WithCommandLogger(slog.New(warnOnly{s.opts.Logger.Handler()}))(t)
 		return client.NewClient(t, opts...), nil
 	case s.opts.Transport == "sse":
-		t, err := transport.NewSSE(s.opts.URL, transport.WithHeaders(s.opts.Headers))
+		t, err := transport.NewSSE(s.opts.URL, transport.WithHeaders(s.opts.Headers),
+			transport.WithHTTPClient(&http.Client{Transport: &limitedTransport{next: pooledTransport, max: s.opts.MaxMessage}}))
 		if err != nil {
 			return nil, err
 		}
@@ -292,7 +337,8 @@ func (s *Source) newClient() (*client.Client, error) {
 		// The standalone GET stream carries what an upstream sends outside
 		// a call's own stream: mcp-go servers send sampling requests there.
 		t, err := transport.NewStreamableHTTP(s.opts.URL, transport.WithHTTPHeaders(s.opts.Headers),
-			transport.WithHTTPBasicClient(pooledClient), transport.WithContinuousListening(),
+			transport.WithHTTPBasicClient(&http.Client{Transport: &limitedTransport{next: pooledTransport, max: s.opts.MaxMessage}}),
+			transport.WithContinuousListening(),
 			transport.WithHTTPLogger(slog.New(warnOnly{s.opts.Logger.Handler()})))
 		if err != nil {
 			return nil, err
@@ -513,6 +559,9 @@ func (s *Source) Request(ctx context.Context, method string, params any) (json.R
 		Params:  params,
 	})
 	if err != nil {
+		if e := s.overLimit(ctx, l, method, err); e != nil {
+			return nil, e
+		}
 		return nil, s.failed(ctx, l, method, transport.NewError(err))
 	}
 	if resp.Error != nil {
@@ -577,6 +626,9 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	}
 	res, err := l.c.CallTool(ctx, req)
 	if err != nil {
+		if e := s.overLimit(ctx, l, "tools/call "+call.Tool.Name, err); e != nil {
+			return nil, e
+		}
 		return nil, s.failed(ctx, l, "tools/call "+call.Tool.Name, err)
 	}
 	return convertResult(res)

@@ -1,0 +1,68 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+)
+
+// startStdio starts a stdio upstream itself, rather than letting mcp-go's
+// transport do it, so that the transport reads the upstream's stdout
+// through a limitReader: mcp-go reads a whole line before anyone can look
+// at it, and one unbounded line would be held whole. A line over the
+// limit trips g and kills the upstream at once; the stream is out of step
+// from there, so the caller starts a new connection (see restart).
+func startStdio(ctx context.Context, command string, env, args []string, cwd string, limit int64, g *guard) (*transport.Stdio, error) {
+	cmd := exec.CommandContext(ctx, command, args...)
+	cmd.Env, cmd.Dir = env, cwd
+	// Its own process group, so ending it ends what it started too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	// stderr goes nowhere (the null device), as mcp-go's drain did.
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", command, err)
+	}
+	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out := &limitReader{r: stdout, max: limit, frame: frameLine, over: func() { kill(); g.trip() }}
+	in := &stdioInput{WriteCloser: stdin, cmd: cmd, kill: kill}
+	return transport.NewIO(out, in, nil), nil
+}
+
+// stdioInput is the upstream's stdin; closing it ends the upstream: EOF
+// first, as MCP's stdio shutdown asks, then SIGKILL if it lingers.
+type stdioInput struct {
+	io.WriteCloser
+	cmd  *exec.Cmd
+	kill func()
+}
+
+func (in *stdioInput) Close() error {
+	err := in.WriteCloser.Close()
+	done := make(chan error, 1)
+	go func() { done <- in.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		in.kill()
+		<-done
+	}
+	if errors.Is(err, io.ErrClosedPipe) {
+		err = nil
+	}
+	return err
+}
