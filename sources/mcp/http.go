@@ -27,9 +27,6 @@ import (
 // messages, sampling and elicitation requests) belongs to that call, so
 // it is relayed to that caller and no other.
 
-// maxResponse bounds one message read from an upstream.
-const maxResponse = 64 << 20
-
 // callHTTP posts tools/call on l's session and reads the answer.
 func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args json.RawMessage) (*tool.Result, error) {
 	id := "capgate-" + strconv.FormatInt(s.seq.Add(1), 10)
@@ -60,7 +57,12 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		raw, err = s.readStream(ctx, l, resp.Body, id, call)
 	} else {
-		raw, err = readBody(resp)
+		raw, err = readBody(resp, s.opts.MaxMessage)
+	}
+	if asTooLarge(err) {
+		// The upstream may still be writing it: tell it to stop.
+		go s.cancelUpstream(l, id, err)
+		return nil, s.tooLarge("tools/call "+call.Tool.Name, err)
 	}
 	if err != nil {
 		return nil, s.httpFailed(ctx, l, id, call, err)
@@ -142,14 +144,21 @@ func readResult(raw []byte) (*tool.Result, bool) {
 	return out, true
 }
 
-// readBody reads a JSON answer whole, at once when its length is known.
-func readBody(resp *http.Response) ([]byte, error) {
-	if n := resp.ContentLength; n > 0 && n <= maxResponse {
+// readBody reads a JSON answer whole, at once when its length is known;
+// one longer than max is a *TooLargeError, and no more than max is read.
+func readBody(resp *http.Response, max int64) ([]byte, error) {
+	if n := resp.ContentLength; n > max {
+		return nil, &TooLargeError{Limit: max}
+	} else if n > 0 {
 		b := make([]byte, n)
 		_, err := io.ReadFull(resp.Body, b)
 		return b, err
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
+	if int64(len(b)) > max {
+		return nil, &TooLargeError{Limit: max}
+	}
+	return b, err
 }
 
 // httpError is a non-2xx answer.
@@ -327,8 +336,8 @@ func (s *Source) readEvents(ctx context.Context, l *link, body io.Reader, id str
 			for errors.Is(err, bufio.ErrBufferFull) {
 				line, err = r.ReadSlice('\n')
 				long = append(long, line...)
-				if len(long) > maxResponse {
-					return nil, errors.New("an event from the upstream is too large")
+				if int64(len(long)) > s.opts.MaxMessage {
+					return nil, &TooLargeError{Limit: s.opts.MaxMessage}
 				}
 			}
 			line = long
@@ -357,6 +366,9 @@ func (s *Source) readEvents(ctx context.Context, l *link, body io.Reader, id str
 				data = append(data, '\n')
 			}
 			data = append(data, value...)
+			if int64(len(data)) > s.opts.MaxMessage {
+				return nil, &TooLargeError{Limit: s.opts.MaxMessage}
+			}
 		case "id":
 			*lastID = string(value)
 		case "retry":

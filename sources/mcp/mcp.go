@@ -95,7 +95,6 @@ type Source struct {
 
 	seq      atomic.Int64 // numbers list request ids and progress tokens
 	progress sync.Map     // progress token → func(progress, total, message)
-	flights  sync.Map     // request id → *flight, the calls in progress
 
 	changeMu sync.Mutex
 	onChange []func()
@@ -347,8 +346,9 @@ func (s *Source) newClient(g *guard) (*client.Client, error) {
 	}
 }
 
-// notification routes progress to its call and turns list_changed into a
-// catalog refresh.
+// notification routes progress to its call (by its token) and turns
+// list_changed into a catalog refresh; what it cannot relate to a call it
+// does not give to one.
 func (s *Source) notification(n mcpgo.JSONRPCNotification) {
 	switch n.Method {
 	case "notifications/tools/list_changed":
@@ -370,11 +370,9 @@ func (s *Source) notification(n mcpgo.JSONRPCNotification) {
 		return
 	}
 	if n.Method == "notifications/message" {
-		// Outside a call's own stream a log message can only be matched to
-		// a call when it is the only one in flight.
-		if f := s.soleFlight(); f != nil && f.call.Log != nil {
-			f.call.Log(params)
-		}
+		// Outside a call's own stream nothing says which call a log message
+		// is about; given to a guessed one it could reach another subject.
+		s.opts.Logger.Debug("dropped an upstream log message that belongs to no call", "server", s.opts.Name)
 		return
 	}
 	s.notify(n.Method, params)
@@ -608,10 +606,6 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	f := &flight{call: call}
-	key := s.seq.Add(1)
-	s.flights.Store(key, f)
-	defer s.flights.Delete(key)
 	if l.http {
 		return s.callHTTP(ctx, l, call, args)
 	}

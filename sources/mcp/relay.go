@@ -11,29 +11,6 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-// flight is a call in progress, for matching what the upstream sends
-// outside the call's own stream back to it.
-type flight struct {
-	call tool.Call
-}
-
-// soleFlight returns the only call in flight, or nil when there is none
-// or more than one: a request or log message that names no call can be
-// given to a caller only when nobody else could be its cause.
-func (s *Source) soleFlight() *flight {
-	var only *flight
-	n := 0
-	s.flights.Range(func(_, v any) bool {
-		n++
-		only = v.(*flight)
-		return n < 2
-	})
-	if n != 1 {
-		return nil
-	}
-	return only
-}
-
 // relayed are the requests an upstream may make of the client.
 var relayed = map[string]bool{
 	string(mcpgo.MethodSamplingCreateMessage): true,
@@ -62,17 +39,17 @@ func answer(ctx context.Context, call tool.Call, method string, params json.RawM
 }
 
 // serverRequest answers a request the upstream sent on mcp-go's transport
-// (stdio, SSE, or outside a call's stream): it goes to the call in flight
-// when there is exactly one.
+// (stdio, SSE, or the standalone stream of streamable HTTP). Nothing there
+// says which call caused it, and guessing (say, the only call in flight)
+// could hand one subject's sampling or elicitation to another's client:
+// ping is answered, everything else refused.
 func (s *Source) serverRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	var call tool.Call
-	if f := s.soleFlight(); f != nil {
-		call = f.call
+	if req.Method == string(mcpgo.MethodPing) {
+		return &transport.JSONRPCResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: req.ID, Result: json.RawMessage("{}")}, nil
 	}
-	params, err := json.Marshal(req.Params)
-	if err != nil {
-		return nil, err
-	}
-	res, rpcErr := answer(ctx, call, req.Method, params)
-	return &transport.JSONRPCResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: req.ID, Result: res, Error: rpcErr}, nil
+	s.opts.Logger.Debug("refused an upstream request that belongs to no call", "server", s.opts.Name, "method", req.Method)
+	return &transport.JSONRPCResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: req.ID, Error: &mcpgo.JSONRPCErrorDetails{
+		Code:    mcpgo.INVALID_REQUEST,
+		Message: fmt.Sprintf("capgate relays %s only on the stream of the tools/call that caused it (streamable HTTP); this one belongs to no call", req.Method),
+	}}, nil
 }

@@ -88,6 +88,12 @@ func main() {
 			"token_sub":   verify(token),
 			"secret_leak": os.Getenv("CAPGATE_TEST_HOST_SECRET"),
 		}
+		if in, _ := p["input_data"].(map[string]any); in["big_bytes"] != nil {
+			// An answer of the size asked for.
+			n, _ := in["big_bytes"].(float64)
+			ok(map[string]any{"output": strings.Repeat("x", int(n))})
+			return
+		}
 		if in, _ := p["input_data"].(map[string]any); in["leak"] == true {
 			// A provider that forgets to strip its credentials.
 			ok(map[string]any{"output": map[string]any{"data": map[string]any{"Access-Token": "ya29.leaked-provider-credential"}}})

@@ -5,8 +5,10 @@
 // Tools: echo (a raw input schema with top-level keywords clients must
 // keep), slow (progress notifications, then a result; cancellation is
 // written to $FIXTURE_CANCEL_FILE), mutate (changes echo's description,
-// which lists as changed), and filler tools t_00..t_24 so that tools/list
-// takes several pages.
+// which lists as changed), big (a result of the size asked for), stray (a
+// log message and a sampling request a while after it returned, belonging
+// to no call), and filler tools t_00..t_24 so that tools/list takes
+// several pages.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -77,6 +80,33 @@ func main() {
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			s.AddTool(echo("Echo a message, and keep a copy"), echoHandler)
 			return mcp.NewToolResultText("mutated"), nil
+		})
+
+	s.AddTool(mcp.NewTool("big", mcp.WithDescription("Answer with a text of the given size"),
+		mcp.WithNumber("bytes", mcp.Description("size of the text"))),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(strings.Repeat("x", int(req.GetFloat("bytes", 0)))), nil
+		})
+
+	// stray's messages come after its call ended, while another may be in
+	// flight: an upstream (buggy or hostile) that speaks out of turn.
+	s.AddTool(mcp.NewTool("stray", mcp.WithDescription("Later, send a log message and a sampling request that belong to no call"),
+		mcp.WithNumber("delay_ms", mcp.Description("pause before sending"))),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			delay := time.Duration(req.GetFloat("delay_ms", 200)) * time.Millisecond
+			later := context.WithoutCancel(ctx) // keeps the session
+			go func() {
+				time.Sleep(delay)
+				s.SendNotificationToAllClients("notifications/message",
+					map[string]any{"level": "error", "logger": "stray", "data": "stray log: alice's secret"})
+				sampling := mcp.CreateMessageRequest{}
+				sampling.Messages = []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent("stray sampling: alice's secret")}}
+				sampling.MaxTokens = 10
+				ctx, cancel := context.WithTimeout(later, 10*time.Second)
+				defer cancel()
+				_, _ = s.RequestSampling(ctx, sampling)
+			}()
+			return mcp.NewToolResultText("later"), nil
 		})
 
 	for i := range 25 {
