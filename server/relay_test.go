@@ -97,10 +97,15 @@ prefix = ""
 				}
 				return resultText(res)
 			}
-			if got := call("test_sampling", map[string]any{"prompt": "what is 2+2?"}); got != "LLM response: scripted answer" {
-				t.Errorf("test_sampling through capgate = %q", got)
+			// mcp-go's server sends sampling/createMessage on its standalone
+			// stream, which names no call: capgate refuses it rather than
+			// guess whose call it is (issue 14), and the client never sees it.
+			req := mcp.CallToolRequest{}
+			req.Params.Name, req.Params.Arguments = "test_sampling", map[string]any{"prompt": "what is 2+2?"}
+			if res, err := c.CallTool(ctx, req); err == nil && !res.IsError || err == nil && !strings.Contains(resultText(res), "belongs to no call") {
+				t.Errorf("test_sampling through capgate = %v %+v, want the upstream's request refused", err, res)
 			}
-			if len(script.sampled) != 1 || !strings.Contains(fmt.Sprint(script.sampled[0].Messages), "what is 2+2?") {
+			if len(script.sampled) != 0 {
 				t.Errorf("the client saw sampling requests %+v", script.sampled)
 			}
 			if got := call("test_elicitation", map[string]any{"message": "who are you?"}); !strings.Contains(got, `"username":"alice"`) {
@@ -214,8 +219,17 @@ prefix = ""
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	// mcp-go's server puts each log message on the call's stream or on its
+	// standalone one, whichever reads first; the latter names no call and
+	// is dropped (issue 14). What comes is the call's, in order.
 	want := []string{`"Tool execution started"`, `"Tool processing data"`, `"Tool execution completed"`}
-	if !slices.Equal(logs, want) {
-		t.Errorf("log messages = %v, want %v", logs, want)
+	rest := want
+	for _, l := range logs {
+		i := slices.Index(rest, l)
+		if i < 0 {
+			t.Errorf("log messages = %v, want some of %v, in order", logs, want)
+			break
+		}
+		rest = rest[i+1:]
 	}
 }

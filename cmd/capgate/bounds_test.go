@@ -81,6 +81,7 @@ func vmHWM(t *testing.T, pid int) int64 {
 // capability_invalid_output naming the limit, capgate's peak memory stays
 // far below the result's size, and the source's next call works.
 func TestServeBoundsResults(t *testing.T) {
+	t.Setenv("MCPFIXTURE_BOUNDS", "1") // for the HTTP fixture started here
 	fxh := testkit.FreeAddr(t)
 	testkit.ServeMCPFixture(t, "-http", fxh)
 	packs := t.TempDir()
@@ -95,6 +96,8 @@ commands:
     risk: LOW
 `), 0o644)
 	s := startServe(t, fmt.Sprintf(`
+[mcp.servers.fx.env]
+MCPFIXTURE_BOUNDS = "1"
 [mcp.servers.fx.tools.big]
 risk = "LOW"
 [mcp.servers.fx.tools.echo]
@@ -178,6 +181,8 @@ grants = ["rye.execute.tool.mcp.fxh.*", "rye.execute.tool.ext.*"]
 // dropped and the sampling request refused.
 func TestServeStrayMessagesReachNobody(t *testing.T) {
 	s := startServe(t, `
+[mcp.servers.fx.env]
+MCPFIXTURE_BOUNDS = "1"
 [mcp.servers.fx.tools.stray]
 risk = "LOW"
 [mcp.servers.fx.tools.slow]

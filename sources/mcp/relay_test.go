@@ -14,7 +14,8 @@ import (
 
 // TestCallRelaysRequestsAndLogs calls the conformance fixture's tools
 // over streamable HTTP: its sampling and elicitation requests reach the
-// call's Ask and the answers go back; its log messages reach the call's Log.
+// call's Ask and the answers go back; its log messages reach the call's Log
+// when they come on the call's stream; what names no call reaches nobody.
 func TestCallRelaysRequestsAndLogs(t *testing.T) {
 	s := urlSource(t, conformance.StartFixture(t), "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -38,16 +39,16 @@ func TestCallRelaysRequestsAndLogs(t *testing.T) {
 		}
 		return json.RawMessage(`{"action":"accept","content":{"username":"alice","email":"a@example.com"}}`), nil
 	}
+	// mcp-go's server sends sampling on its standalone stream, which names
+	// no call: it is refused, never given to this call by elimination.
 	res, err := s.Call(ctx, tool.Call{Tool: byName["test_sampling"], Input: json.RawMessage(`{"prompt":"2+2?"}`), Ask: ask})
-	if err != nil {
-		t.Fatal(err)
+	if err == nil && !res.IsError || err != nil && !strings.Contains(err.Error(), "belongs to no call") {
+		t.Errorf("test_sampling = %v %+v, want the upstream's request refused", err, res)
 	}
-	if got := string(res.Content[0]); !strings.Contains(got, "LLM response: four") {
-		t.Errorf("test_sampling = %s", got)
-	}
-	if len(asked) != 1 || !strings.Contains(asked[0], "2+2?") {
+	if len(asked) != 0 {
 		t.Errorf("asked %v", asked)
 	}
+	// Elicitation comes on the call's own stream and reaches its Ask.
 	res, err = s.Call(ctx, tool.Call{Tool: byName["test_elicitation"], Input: json.RawMessage(`{"message":"name?"}`), Ask: ask})
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,8 @@ func TestCallRelaysRequestsAndLogs(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(logs) != 3 || !strings.Contains(logs[0], "Tool execution started") {
+	// Those on the standalone stream name no call and are dropped.
+	if len(logs) > 3 || len(logs) > 0 && !strings.Contains(logs[len(logs)-1], "Tool execution") {
 		t.Errorf("logs = %v", logs)
 	}
 }

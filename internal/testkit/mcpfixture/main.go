@@ -5,10 +5,10 @@
 // Tools: echo (a raw input schema with top-level keywords clients must
 // keep), slow (progress notifications, then a result; cancellation is
 // written to $FIXTURE_CANCEL_FILE), mutate (changes echo's description,
-// which lists as changed), big (a result of the size asked for), stray (a
-// log message and a sampling request a while after it returned, belonging
-// to no call), and filler tools t_00..t_24 so that tools/list takes
-// several pages.
+// which lists as changed), and filler tools t_00..t_24 so that tools/list
+// takes several pages. With MCPFIXTURE_BOUNDS=1 also big (a result of the
+// size asked for) and stray (a log message and a sampling request a while
+// after it returned, belonging to no call).
 package main
 
 import (
@@ -82,6 +82,33 @@ func main() {
 			return mcp.NewToolResultText("mutated"), nil
 		})
 
+	if os.Getenv("MCPFIXTURE_BOUNDS") == "1" {
+		addBoundsTools(s)
+	}
+
+	for i := range 25 {
+		s.AddTool(mcp.NewTool(fmt.Sprintf("t_%02d", i), mcp.WithDescription("Filler tool")),
+			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("ok"), nil
+			})
+	}
+
+	if *sseAddr != "" {
+		log.Fatal(server.NewSSEServer(s, server.WithBaseURL("http://"+*sseAddr)).Start(*sseAddr))
+	}
+	if *addr == "" {
+		if err := server.ServeStdio(s); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", server.NewStreamableHTTPServer(s))
+	log.Fatal(http.ListenAndServe(*addr, mux))
+}
+
+// addBoundsTools adds the tools of the limit and routing tests (issue 14).
+func addBoundsTools(s *server.MCPServer) {
 	s.AddTool(mcp.NewTool("big", mcp.WithDescription("Answer with a text of the given size"),
 		mcp.WithNumber("bytes", mcp.Description("size of the text"))),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -108,24 +135,4 @@ func main() {
 			}()
 			return mcp.NewToolResultText("later"), nil
 		})
-
-	for i := range 25 {
-		s.AddTool(mcp.NewTool(fmt.Sprintf("t_%02d", i), mcp.WithDescription("Filler tool")),
-			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				return mcp.NewToolResultText("ok"), nil
-			})
-	}
-
-	if *sseAddr != "" {
-		log.Fatal(server.NewSSEServer(s, server.WithBaseURL("http://"+*sseAddr)).Start(*sseAddr))
-	}
-	if *addr == "" {
-		if err := server.ServeStdio(s); err != nil {
-			log.Fatal(err)
-		}
-		return
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", server.NewStreamableHTTPServer(s))
-	log.Fatal(http.ListenAndServe(*addr, mux))
 }
