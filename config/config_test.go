@@ -156,3 +156,38 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Errorf("error %v, want not-exist", err)
 	}
 }
+
+func TestLimits(t *testing.T) {
+	c, err := parse(t, `
+[mcp]
+max_result_bytes = "2MiB"
+[mcp.servers.a]
+command = "a"
+[mcp.servers.b]
+command = "b"
+max_result_bytes = 65536
+[capabilities]
+max_output_bytes = "512KiB"
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MCP.Servers["a"].MaxResultBytes != 2<<20 || c.MCP.Servers["b"].MaxResultBytes != 64<<10 ||
+		c.Capabilities.MaxOutputBytes != 512<<10 || c.Extensions.MaxOutputBytes != DefaultMaxOutputBytes {
+		t.Errorf("limits: %v %v %v %v", c.MCP.Servers["a"].MaxResultBytes, c.MCP.Servers["b"].MaxResultBytes, c.Capabilities.MaxOutputBytes, c.Extensions.MaxOutputBytes)
+	}
+	if c, err := parse(t, "", nil); err != nil || c.MCP.MaxResultBytes != DefaultMCPResultBytes || c.Capabilities.MaxOutputBytes != DefaultBridgeOutput {
+		t.Errorf("defaults: %v %+v", err, c)
+	}
+	for src, want := range map[string]string{
+		"[mcp]\nmax_result_bytes = \"8 parsecs\"":                     `capgate.toml:2: mcp.max_result_bytes: "8 parsecs" is not a size`,
+		"[mcp]\nmax_result_bytes = true":                              `capgate.toml: "true" is not a size`,
+		"[extensions]\nmax_output_bytes = 10":                         `capgate.toml: extensions.max_output_bytes: 10 bytes is out of range`,
+		"[capabilities]\nmax_output_bytes = \"2GiB\"":                 `capgate.toml: capabilities.max_output_bytes: 2147483648 bytes is out of range`,
+		"[mcp.servers.a]\ncommand = \"a\"\nmax_result_bytes = \"1B\"": `capgate.toml: mcp.servers.a.max_result_bytes: 1 bytes is out of range`,
+	} {
+		if _, err := parse(t, src, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", src, err, want)
+		}
+	}
+}
