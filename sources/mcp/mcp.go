@@ -25,6 +25,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/h1"
+	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
 )
@@ -53,16 +54,13 @@ var (
 	pooledClient = &http.Client{Transport: pooledTransport}
 )
 
-// hostEnv is what a stdio upstream gets from the host besides its env.
-var hostEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"}
-
 // Options describe one upstream.
 type Options struct {
 	Name string // the source id
 
 	Command string
 	Args    []string
-	Env     map[string]string // added to the host allow list
+	Env     map[string]string // added to proc.BaseEnv
 	Cwd     string
 
 	URL       string
@@ -262,24 +260,19 @@ func (s *Source) newClient() (*client.Client, error) {
 	opts := []client.ClientOption{client.WithProtocolVersion(Protocol)}
 	switch {
 	case s.opts.Command != "":
-		env := []string{}
-		for _, n := range hostEnv {
-			if v, ok := s.opts.LookupEnv(n); ok {
-				env = append(env, n+"="+v)
-			}
-		}
+		var extra []string
 		for _, k := range slices.Sorted(maps.Keys(s.opts.Env)) {
-			env = append(env, k+"="+s.opts.Env[k])
+			extra = append(extra, k+"="+s.opts.Env[k])
 		}
-		var topts []transport.StdioOption
-		if s.opts.Cwd != "" {
-			cwd := s.opts.Cwd
-			topts = append(topts, transport.WithCommandFunc(func(ctx context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
-				cmd := exec.CommandContext(ctx, command, args...)
-				cmd.Env, cmd.Dir = env, cwd
-				return cmd, nil
-			}))
-		}
+		env := proc.Env(s.opts.LookupEnv, nil, extra...)
+		// Always our own command func: without one mcp-go appends
+		// os.Environ() to env, and the upstream gets capgate's secrets.
+		cwd := s.opts.Cwd
+		topts := []transport.StdioOption{transport.WithCommandFunc(func(ctx context.Context, command string, _ []string, args []string) (*exec.Cmd, error) {
+			cmd := exec.CommandContext(ctx, command, args...)
+			cmd.Env, cmd.Dir = env, cwd
+			return cmd, nil
+		})}
 		t := transport.NewStdioWithOptions(s.opts.Command, env, s.opts.Args, topts...)
 		return client.NewClient(t, opts...), nil
 	case s.opts.Transport == "sse":
