@@ -7,6 +7,9 @@
 // written to $FIXTURE_CANCEL_FILE), mutate (changes echo's description,
 // which lists as changed), and filler tools t_00..t_24 so that tools/list
 // takes several pages.
+//
+// With FIXTURE_ENV_FILE set it writes its environment there ("K=V" lines
+// as JSON) when it starts, so tests see what an upstream is given.
 package main
 
 import (
@@ -30,6 +33,12 @@ func main() {
 	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
 	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
 	flag.Parse()
+	if f := os.Getenv("FIXTURE_ENV_FILE"); f != "" {
+		b, _ := json.Marshal(os.Environ())
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	s := server.NewMCPServer("mcpfixture", "1.0.0",
 		server.WithToolCapabilities(true), server.WithPaginationLimit(10))
