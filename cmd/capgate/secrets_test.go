@@ -180,14 +180,18 @@ func (s *served) rpc(t *testing.T, method, tok string, params map[string]any) (s
 		}
 	}
 	json.Unmarshal(buf.Bytes(), &r)
+	text := buf.String()
+	if len(text) > 300 {
+		text = text[:300] + "..."
+	}
 	if r.Error == nil {
-		return "", buf.String()
+		return "", text
 	}
 	code := r.Error.Data.Code
 	if code == "" {
 		code, _, _ = strings.Cut(r.Error.Message, ":")
 	}
-	return code, buf.String()
+	return code, text
 }
 
 // mcpStatus initializes an MCP session at /mcp with tok and returns the
@@ -206,7 +210,7 @@ func (s *served) mcpStatus(t *testing.T, tok string) (int, string) {
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	buf.ReadFrom(resp.Body)
-	return resp.StatusCode, buf.String()
+	return resp.StatusCode, string(buf.Bytes()[:min(buf.Len(), 300)])
 }
 
 // stdioRefuses runs `capgate serve --stdio` as the caller of tok and
@@ -378,7 +382,11 @@ func TestJWKSOnlyRefusesHS256(t *testing.T) {
 	if err := os.WriteFile(jwks, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startSecretsServe(t, fmt.Sprintf("\n[auth]\njwks_file = %q\n", jwks), "CAPGATE_TOKEN_SECRET="+masterHex)
+	s := startSecretsServe(t, fmt.Sprintf("\n[auth]\njwks_file = %q\n", jwks))
+	devKey := filepath.Join(s.dir, "data", "token.secret")
+	if _, err := os.Stat(devKey); !os.IsNotExist(err) {
+		t.Errorf("capgate serve made a development key under a JWKS: %v", err)
+	}
 
 	es256 := func(sub string) string {
 		h := b64([]byte(`{"alg":"ES256","typ":"JWT","kid":"k1"}`))
@@ -395,20 +403,29 @@ func TestJWKSOnlyRefusesHS256(t *testing.T) {
 		return in + "." + b64(sig)
 	}
 	alice := es256("alice")
+	var out, errb string
+	var code int
 	if code, body := s.rpc(t, "capability.list", alice, nil); code != "" {
 		t.Fatalf("an ES256 token from the JWKS: %s", body)
 	}
 	if status, body := s.mcpStatus(t, alice); status != http.StatusOK {
 		t.Errorf("/mcp with an ES256 token: %d %s", status, body)
 	}
-	out, errb, code := s.as(t, alice, "invoke", "--capability", "gog.calendar", "--operation", "list_events")
+	out, errb, code = s.as(t, alice, "invoke", "--capability", "gog.calendar", "--operation", "list_events")
 	if code != 0 || !strings.Contains(out, `"token_sub": "alice"`) {
 		t.Errorf("a provider under a JWKS-only capgate could not verify its token: %d %s %s", code, out, errb)
 	}
 
-	// HS256 under the key in capgate's environment, JWT and Ash alike.
-	for _, ash := range []bool{false, true} {
-		hs, _ := token.Mint(token.ParseSecret(masterHex), token.Claims{Sub: "alice", ChatType: "private"}, token.MintOptions{Ash: ash})
+	// HS256, JWT and Ash alike, under any key: one capgate's CLI mints
+	// from CAPGATE_TOKEN_SECRET, and one capgate would have made.
+	minted, errb, code := s.run(t, []string{"CAPGATE_TOKEN_SECRET=" + masterHex}, "token", "mint", "--sub", "alice", "--chat-type", "private")
+	if code != 0 {
+		t.Fatalf("mint: %s", errb)
+	}
+	made := make([]byte, 32)
+	rand.Read(made)
+	for _, hs := range []string{strings.TrimSpace(minted), mintHS(t, made, false), mintHS(t, made, true)} {
+		ash := strings.HasPrefix(hs, base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"ASH_CONTEXT"`)))
 		if code, body := s.rpc(t, "capability.list", hs, nil); code != "token_invalid" {
 			t.Errorf("/rpc took an HS256 token (ash %v): %s", ash, body)
 		}
@@ -416,17 +433,23 @@ func TestJWKSOnlyRefusesHS256(t *testing.T) {
 			t.Errorf("/mcp took an HS256 token (ash %v): %d %s", ash, status, body)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(s.dir, "data", "token.secret")); !os.IsNotExist(err) {
-		t.Errorf("capgate made a development key under a JWKS: %v", err)
-	}
 	// token mint --config has no key to mint with, and says why.
 	_, errb, code = s.run(t, nil, "token", "mint", "--config", s.config, "--sub", "alice")
 	if code != 2 || !strings.Contains(errb, "allow_hs256") {
 		t.Errorf("token mint --config under a JWKS: %d %s", code, errb)
 	}
-	if _, err := os.Stat(filepath.Join(s.dir, "data", "token.secret")); !os.IsNotExist(err) {
+	if _, err := os.Stat(devKey); !os.IsNotExist(err) {
 		t.Errorf("token mint made a development key under a JWKS: %v", err)
 	}
+}
+
+func mintHS(t *testing.T, key []byte, ash bool) string {
+	t.Helper()
+	raw, err := token.Mint(key, token.Claims{Sub: "alice", ChatType: "private"}, token.MintOptions{Ash: ash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 // TestJWKSWithAllowHS256 takes both when the operator asks.
