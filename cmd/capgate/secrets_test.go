@@ -382,10 +382,21 @@ func TestJWKSOnlyRefusesHS256(t *testing.T) {
 	if err := os.WriteFile(jwks, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startSecretsServe(t, fmt.Sprintf("\n[auth]\njwks_file = %q\n", jwks))
+	// Once with the token variable set, once without (where capgate would
+	// make a development key).
+	for _, env := range [][]string{nil, {"CAPGATE_TOKEN_SECRET=" + masterHex}} {
+		t.Run(fmt.Sprintf("env=%d", len(env)), func(t *testing.T) { jwksOnly(t, jwks, priv, env) })
+	}
+}
+
+func jwksOnly(t *testing.T, jwks string, priv *ecdsa.PrivateKey, env []string) {
+	b64 := base64.RawURLEncoding.EncodeToString
+	s := startSecretsServe(t, fmt.Sprintf("\n[auth]\njwks_file = %q\n", jwks), env...)
 	devKey := filepath.Join(s.dir, "data", "token.secret")
-	if _, err := os.Stat(devKey); !os.IsNotExist(err) {
+	keys := [][]byte{token.ParseSecret(masterHex)}
+	if b, err := os.ReadFile(devKey); !os.IsNotExist(err) {
 		t.Errorf("capgate serve made a development key under a JWKS: %v", err)
+		keys = append(keys, token.ParseSecret(string(b)))
 	}
 
 	es256 := func(sub string) string {
@@ -422,9 +433,11 @@ func TestJWKSOnlyRefusesHS256(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("mint: %s", errb)
 	}
-	made := make([]byte, 32)
-	rand.Read(made)
-	for _, hs := range []string{strings.TrimSpace(minted), mintHS(t, made, false), mintHS(t, made, true)} {
+	hss := []string{strings.TrimSpace(minted)}
+	for _, k := range keys {
+		hss = append(hss, mintHS(t, k, false), mintHS(t, k, true))
+	}
+	for _, hs := range hss {
 		ash := strings.HasPrefix(hs, base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"ASH_CONTEXT"`)))
 		if code, body := s.rpc(t, "capability.list", hs, nil); code != "token_invalid" {
 			t.Errorf("/rpc took an HS256 token (ash %v): %s", ash, body)
