@@ -437,13 +437,12 @@ func jwksOnly(t *testing.T, jwks string, priv *ecdsa.PrivateKey, env []string) {
 	for _, k := range keys {
 		hss = append(hss, mintHS(t, k, false), mintHS(t, k, true))
 	}
-	for _, hs := range hss {
-		ash := strings.HasPrefix(hs, base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"ASH_CONTEXT"`)))
+	for i, hs := range hss {
 		if code, body := s.rpc(t, "capability.list", hs, nil); code != "token_invalid" {
-			t.Errorf("/rpc took an HS256 token (ash %v): %s", ash, body)
+			t.Errorf("/rpc took HS256 token %d: %s", i, body)
 		}
 		if status, body := s.mcpStatus(t, hs); status != http.StatusUnauthorized {
-			t.Errorf("/mcp took an HS256 token (ash %v): %d %s", ash, status, body)
+			t.Errorf("/mcp took HS256 token %d: %d %s", i, status, body)
 		}
 	}
 	// token mint --config has no key to mint with, and says why.
