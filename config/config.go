@@ -43,10 +43,22 @@ type Server struct {
 }
 
 type Auth struct {
-	SecretEnv string     `toml:"secret_env"` // default CAPGATE_TOKEN_SECRET
-	Audience  string     `toml:"audience"`   // default capgate
-	JWKSFile  string     `toml:"jwks_file"`
-	Anonymous *Anonymous `toml:"anonymous"`
+	SecretEnv string `toml:"secret_env"` // default CAPGATE_TOKEN_SECRET
+	Audience  string `toml:"audience"`   // default capgate
+	JWKSFile  string `toml:"jwks_file"`
+	// AllowHS256 says whether HS256 tokens (the shared secret, or the
+	// development key capgate makes) are accepted. Unset: yes without a
+	// JWKS, no with one; a JWKS deployment takes both only when asked.
+	AllowHS256 *bool      `toml:"allow_hs256"`
+	Anonymous  *Anonymous `toml:"anonymous"`
+}
+
+// HS256 reports whether HS256 tokens are accepted (see AllowHS256).
+func (a *Auth) HS256() bool {
+	if a.AllowHS256 != nil {
+		return *a.AllowHS256
+	}
+	return a.JWKSFile == ""
 }
 
 // Anonymous lets callers without a token in, as one narrow subject.
@@ -142,6 +154,9 @@ type Provider struct {
 	Namespace      string   `toml:"namespace"`
 	Command        []string `toml:"command"`
 	TimeoutSeconds int      `toml:"timeout_seconds"` // default 30
+	// Env names host variables passed through to the provider, beyond
+	// the small allow list every subprocess gets.
+	Env []string `toml:"env"`
 }
 
 // IsEnabled reports whether the provider is on.

@@ -191,3 +191,47 @@ max_output_bytes = "512KiB"
 		}
 	}
 }
+
+func TestAuthHS256(t *testing.T) {
+	for _, tt := range []struct {
+		src  string
+		want bool
+	}{
+		{``, true},
+		{"[auth]\njwks_file = \"jwks.json\"", false},
+		{"[auth]\njwks_file = \"jwks.json\"\nallow_hs256 = true", true},
+		{"[auth]\nallow_hs256 = true", true},
+	} {
+		c, err := parse(t, tt.src, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", tt.src, err)
+		}
+		if c.Auth.HS256() != tt.want {
+			t.Errorf("%q: HS256 %v, want %v", tt.src, c.Auth.HS256(), tt.want)
+		}
+	}
+	_, err := parse(t, "[auth]\nallow_hs256 = false", nil)
+	if err == nil || !strings.Contains(err.Error(), "capgate.toml: auth.allow_hs256: false with no auth.jwks_file") {
+		t.Errorf("allow_hs256 = false alone: %v", err)
+	}
+}
+
+// TestSubprocessEnvNames: the operator may pass host variables through to
+// packs and providers, but never capgate's own keys.
+func TestSubprocessEnvNames(t *testing.T) {
+	c, err := parse(t, "[capabilities.providers.gog]\ncommand = [\"g\"]\nenv = [\"GOG_HOME\"]", nil)
+	if err != nil || c.Providers()[0].Env[0] != "GOG_HOME" {
+		t.Fatalf("provider env: %v", err)
+	}
+	for _, tt := range []struct{ src, want string }{
+		{"[extensions]\nenv = [\"CAPGATE_TOKEN_SECRET\"]", "extensions.env[0]: CAPGATE_TOKEN_SECRET holds capgate's own key"},
+		{"[auth]\nsecret_env = \"MY_KEY\"\n[extensions]\nenv = [\"PATH\", \"MY_KEY\"]", "extensions.env[1]: MY_KEY holds capgate's own key"},
+		{"[capabilities.providers.gog]\ncommand = [\"g\"]\nenv = [\"CAPGATE_STORE_KEY\"]", "capabilities.providers.gog.env[0]: CAPGATE_STORE_KEY holds"},
+		{"[capabilities.providers.gog]\ncommand = [\"g\"]\nenv = [\"ASH_CONTEXT_TOKEN_SECRET\"]", "capabilities.providers.gog.env[0]: ASH_CONTEXT_TOKEN_SECRET holds"},
+		{"[capabilities.providers.gog]\ncommand = [\"g\"]\nenv = [\"no-dash\"]", "capabilities.providers.gog.env[0]: \"no-dash\" is not an environment variable name"},
+	} {
+		if _, err := parse(t, tt.src, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want %q", tt.src, err, tt.want)
+		}
+	}
+}

@@ -42,6 +42,9 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	if !upperEnv.MatchString(c.Auth.SecretEnv) {
 		fail("auth.secret_env", "%q is not an environment variable name", c.Auth.SecretEnv)
 	}
+	if c.Auth.AllowHS256 != nil && !*c.Auth.AllowHS256 && c.Auth.JWKSFile == "" {
+		fail("auth.allow_hs256", "false with no auth.jwks_file leaves no key to verify a token: set jwks_file, or remove allow_hs256")
+	}
 	grants := func(key string, gs []string) {
 		for i, g := range gs {
 			if _, err := permissions.ParseGrant(g); err != nil {
@@ -81,9 +84,14 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 			fail("extensions.paths["+itoa(i)+"]", "empty path")
 		}
 	}
-	for i, e := range c.Extensions.Env {
-		if !validEnvName(e) {
-			fail("extensions.env["+itoa(i)+"]", "%q is not an environment variable name", e)
+	passEnv := func(key string, names []string) {
+		for i, e := range names {
+			switch {
+			case !validEnvName(e):
+				fail(key+"["+itoa(i)+"]", "%q is not an environment variable name", e)
+			case c.ownSecret(e):
+				fail(key+"["+itoa(i)+"]", "%s holds capgate's own key and is never passed to a subprocess", e)
+			}
 		}
 	}
 	size := func(key string, b ByteSize) {
@@ -93,6 +101,7 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 			fail(key, "%d bytes is out of range: give between 1KiB and 1GiB, for example \"8MiB\"", int64(b))
 		}
 	}
+	passEnv("extensions.env", c.Extensions.Env)
 	size("extensions.max_output_bytes", c.Extensions.MaxOutputBytes)
 	size("capabilities.max_output_bytes", c.Capabilities.MaxOutputBytes)
 	size("mcp.max_result_bytes", c.MCP.MaxResultBytes)
@@ -111,6 +120,7 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		if p.TimeoutSeconds < 0 {
 			fail(p.Key+".timeout_seconds", "must be positive")
 		}
+		passEnv(p.Key+".env", p.Env)
 		if other, ok := namespaces[p.Namespace]; ok && p.IsEnabled() {
 			fail(p.Key+".namespace", "%q is also the namespace of %s", p.Namespace, other)
 		}
@@ -191,4 +201,11 @@ func checkRisk(key, level string, effects []string, fail func(key, format string
 			fail(key+".side_effects["+itoa(i)+"]", "%v", err)
 		}
 	}
+}
+
+// ownSecret reports a variable that holds one of capgate's own keys: the
+// token key, the vault key, or a key in Ash's name, which a bridge
+// provider gets from capgate itself.
+func (c *Config) ownSecret(name string) bool {
+	return name == c.Auth.SecretEnv || name == DefaultSecretEnv || name == "CAPGATE_STORE_KEY" || name == "ASH_CONTEXT_TOKEN_SECRET"
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -21,8 +22,10 @@ import (
 
 // BuildOptions are what Build needs beyond the config.
 type BuildOptions struct {
-	// Secret is the context-token key handed to bridge providers.
-	Secret    []byte
+	// BridgeKey gives a bridge provider its own context-token key (capgate
+	// derives one per namespace; never its own key). Nil gives each
+	// provider a random key, for builds that only list tools.
+	BridgeKey func(namespace string) ([]byte, error)
 	Logger    *slog.Logger
 	LookupEnv func(string) (string, bool)
 	// IgnoreLock builds the catalog without quarantining anything, for
@@ -58,13 +61,20 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 			sources = append(sources, p)
 		}
 	}
+	if bo.BridgeKey == nil {
+		bo.BridgeKey = randomKey
+	}
 	for _, p := range cfg.Providers() {
 		if !p.IsEnabled() {
 			continue
 		}
+		key, err := bo.BridgeKey(p.Namespace)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", cfg.Path, p.Key, err)
+		}
 		b, err := bridge.New(bridge.Options{
 			Namespace: p.Namespace, Command: p.Command, Timeout: time.Duration(p.TimeoutSeconds) * time.Second,
-			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Secret: bo.Secret, LookupEnv: bo.LookupEnv,
+			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Secret: key, Env: p.Env, LookupEnv: bo.LookupEnv,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", cfg.Path, p.Key, err)
@@ -135,4 +145,11 @@ func override(level string, effects []string, o config.ToolOverride) Override {
 		out.Effects, _ = risk.ParseSideEffects(effects)
 	}
 	return out
+}
+
+// randomKey is a bridge key no token capgate signs will verify with.
+func randomKey(string) ([]byte, error) {
+	k := make([]byte, 32)
+	_, err := rand.Read(k)
+	return k, err
 }

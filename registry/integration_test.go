@@ -30,7 +30,7 @@ func buildFromTOML(t *testing.T, src string) *Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Build(context.Background(), cfg, BuildOptions{Secret: []byte("k")})
+	r, err := Build(context.Background(), cfg, BuildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func (r *Router) AuthBegin(ctx context.Context, c *Caller, capabilityID, account
 		return nil, err
 	}
 	ev.Tool, ev.Runner, ev.ResolvedSource = d.ID, string(d.Kind), d.Source
-	tok, err := r.bridgeToken(c)
+	tok, err := r.bridgeToken(c, d.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (r *Router) AuthComplete(ctx context.Context, c *Caller, flowID, callbackUR
 		params["flow_state"] = map[string]any{}
 	}
 	p, _ := json.Marshal(params)
-	tok, err := r.bridgeToken(c)
+	tok, err := r.bridgeToken(c, d.Source)
 	if err != nil {
 		return "", err
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/store"
-	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -166,7 +165,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
 	if d.Kind == tool.KindBridge {
-		if call.ContextToken, err = r.bridgeToken(c); err != nil {
+		if call.ContextToken, err = r.bridgeToken(c, d.Source); err != nil {
 			return nil, err
 		}
 	}
@@ -428,22 +427,4 @@ func CapabilityID(d *tool.Descriptor) string {
 		}
 	}
 	return d.ID
-}
-
-// bridgeToken signs the short-lived Ash context token a bridge provider
-// verifies: the caller's verified claims, nothing the caller said.
-func (r *Router) bridgeToken(c *Caller) (string, error) {
-	if len(r.opts.Secret) == 0 {
-		return "", nil
-	}
-	cl := token.Claims{Sub: c.Sub}
-	if k := c.Claims; k != nil {
-		cl.ChatID, cl.ChatType, cl.ChatTitle, cl.Provider, cl.SessionKey = k.ChatID, k.ChatType, k.ChatTitle, k.Provider, k.SessionKey
-		cl.ThreadID, cl.SourceUsername, cl.SourceDisplayName, cl.MessageID, cl.Timezone = k.ThreadID, k.SourceUsername, k.SourceDisplayName, k.MessageID, k.Timezone
-	}
-	s, err := token.Mint(r.opts.Secret, cl, token.MintOptions{Ash: true, TTL: 5 * time.Minute, Now: r.opts.Now})
-	if err != nil {
-		return "", fmt.Errorf("minting the bridge context token: %w", err)
-	}
-	return s, nil
 }

@@ -88,7 +88,9 @@ type Options struct {
 	Policy   Policy
 	State    State
 	Audit    audit.Sink
-	// Secret signs the short-lived context tokens bridge providers receive.
+	// Secret is the master key of bridge providers' keys: each provider's
+	// per-call context tokens are signed with a key derived from it for
+	// its namespace (token.BridgeKey), never with Secret itself.
 	Secret []byte
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -108,6 +110,7 @@ type Router struct {
 	limits   limiter
 	caps     capsCache
 	toolCaps toolCaps
+	bridge   bridgeKeys
 }
 
 // grantSet is a compiled policy: grants that survived the risk table, and

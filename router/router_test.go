@@ -69,7 +69,7 @@ risk = "CRITICAL"
 		t.Fatal(err)
 	}
 	e := &env{secret: []byte(secretText), auditPath: filepath.Join(dir, "audit.jsonl")}
-	reg, err := registry.Build(context.Background(), cfg, registry.BuildOptions{Secret: e.secret})
+	reg, err := registry.Build(context.Background(), cfg, registry.BuildOptions{BridgeKey: func(ns string) ([]byte, error) { return token.BridgeKey(e.secret, ns) }})
 	if err != nil {
 		t.Fatal(err)
 	}

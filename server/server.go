@@ -49,8 +49,10 @@ type Server struct {
 	Store    *store.Store
 	Audit    *audit.Log
 	MCP      *MCP
-	// SecretSource says where the token key came from, for the start banner.
+	// SecretSource says where the token keys came from, for the start banner.
 	SecretSource string
+	// HS256 says whether HS256 tokens are accepted (see config.Auth.HS256).
+	HS256 bool
 
 	logger *slog.Logger
 	auth   *bearerAuth // guards /mcp, for net/http and the h1 loop alike
@@ -77,16 +79,30 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 		return nil, err
 	}
 	secret, source, err := Secret(cfg, opts.LookupEnv)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrHS256Off) {
 		return nil, err
 	}
+	s.HS256 = secret != nil
 	s.SecretSource = source
 	vopts := token.Options{Secret: secret, Audience: cfg.Auth.Audience}
 	if cfg.Auth.JWKSFile != "" {
 		if vopts.JWKS, err = os.ReadFile(cfg.Auth.JWKSFile); err != nil {
 			return nil, fmt.Errorf("%s: auth.jwks_file: %w", cfg.Path, err)
 		}
+		if s.SecretSource != "" {
+			s.SecretSource += " and "
+		}
+		s.SecretSource += "JWKS " + cfg.Auth.JWKSFile
 	}
+	// Bridge providers' keys are derived from the token key, or without
+	// HS256 from a key of this process's own that never leaves it: no
+	// front door accepts a token signed with either.
+	master := secret
+	if master == nil {
+		master = make([]byte, 32)
+		rand.Read(master)
+	}
+	bridgeKey := func(ns string) ([]byte, error) { return token.BridgeKey(master, ns) }
 	verifier, err := token.NewVerifier(vopts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: auth: %w", cfg.Path, err)
@@ -97,12 +113,12 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 	if s.Audit, err = audit.Open(cfg.Audit.Path, audit.Options{}); err != nil {
 		return nil, err
 	}
-	if s.Registry, err = registry.Build(ctx, cfg, registry.BuildOptions{Secret: secret, Logger: opts.Logger, LookupEnv: opts.LookupEnv}); err != nil {
+	if s.Registry, err = registry.Build(ctx, cfg, registry.BuildOptions{BridgeKey: bridgeKey, Logger: opts.Logger, LookupEnv: opts.LookupEnv}); err != nil {
 		return nil, err
 	}
 	s.Router, err = router.New(router.Options{
 		Registry: s.Registry, Verifier: verifier, Risk: table, Policy: Policy(cfg),
-		State: s.Store, Audit: s.Audit, Secret: secret, Logger: opts.Logger,
+		State: s.Store, Audit: s.Audit, Secret: master, Logger: opts.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
@@ -167,10 +183,18 @@ func RiskTable(path string) (*risk.Table, error) {
 // the data directory with mode 0600.
 const DevSecretFile = "token.secret"
 
-// Secret reads the token key from the variable the config names (Ash's
-// encodings: hex, base64url or raw), else from the development key file,
-// which it creates on first use. source says which, without the value.
+// ErrHS256Off is Secret's answer for a config that accepts no HS256 token.
+var ErrHS256Off = errors.New("HS256 tokens are off: auth.jwks_file is set and auth.allow_hs256 is not true, so capgate has no shared key; use tokens your JWKS's issuer signs, or set auth.allow_hs256 = true to accept both")
+
+// Secret reads the HS256 token key from the variable the config names
+// (Ash's encodings: hex, base64url or raw), else from the development key
+// file, which it creates on first use. source says which, without the
+// value. With a JWKS and no allow_hs256 it fails with ErrHS256Off and
+// makes no key: no key that would be accepted exists.
 func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []byte, source string, err error) {
+	if !cfg.Auth.HS256() {
+		return nil, "", ErrHS256Off
+	}
 	if v, ok := lookup(cfg.Auth.SecretEnv); ok && strings.TrimSpace(v) != "" {
 		return token.ParseSecret(v), "$" + cfg.Auth.SecretEnv, nil
 	}

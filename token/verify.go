@@ -430,8 +430,17 @@ func (v *Verifier) checkClaims(c *Claims) *Error {
 			return fail(ReasonNotYetValid, "token not valid for another "+early.Round(time.Second).String()+" (nbf)")
 		}
 	}
-	if v.audience != "" && c.Audience != nil && !slices.Contains(c.Audience, v.audience) {
-		return fail(ReasonAudience, fmt.Sprintf("token audience does not include %q", v.audience))
+	if c.Audience != nil {
+		if v.audience != "" && !slices.Contains(c.Audience, v.audience) {
+			return fail(ReasonAudience, fmt.Sprintf("token audience does not include %q", v.audience))
+		}
+		// A bridge provider's per-call token is for that provider only,
+		// whatever else its aud lists.
+		for _, a := range c.Audience {
+			if strings.HasPrefix(a, BridgeAudiencePrefix) && a != v.audience {
+				return fail(ReasonAudience, "token is a bridge provider's per-call token, not accepted here")
+			}
+		}
 	}
 	return nil
 }

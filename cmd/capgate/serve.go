@@ -78,7 +78,11 @@ SIGINT or SIGTERM stops it gracefully.`,
 					fmt.Fprintf(out, "                  unix://%s\n", socket)
 				}
 				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
-				fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you\n", selfCommand(), configPath)
+				if srv.HS256 {
+					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you\n", selfCommand(), configPath)
+				} else {
+					fmt.Fprintf(out, "  a dev token     none: HS256 is off (auth.jwks_file); present a token your issuer signs\n")
+				}
 			})
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -34,9 +33,9 @@ merged catalog.`,
 			return nil, nil, usageError("%v", err)
 		}
 		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-		r, err := registry.Build(context.Background(), cfg, registry.BuildOptions{
-			Secret: []byte(os.Getenv(cfg.Auth.SecretEnv)), Logger: logger, IgnoreLock: ignoreLock,
-		})
+		// Listing calls no operation, so providers get random keys, never
+		// the token key.
+		r, err := registry.Build(context.Background(), cfg, registry.BuildOptions{Logger: logger, IgnoreLock: ignoreLock})
 		if err != nil {
 			return nil, nil, usageError("%v", err)
 		}

@@ -1,6 +1,8 @@
 // Package proc runs one bounded subprocess: input on stdin, stdout capped,
 // a tail of stderr kept, a deadline, and the whole process group killed
-// when it ends. Extension packs and bridge providers both run this way.
+// when it ends. Extension packs and bridge providers both run this way;
+// Env builds the environment of every subprocess capgate starts, stdio MCP
+// upstreams included.
 package proc
 
 import (
@@ -63,7 +65,7 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 	cmd.Dir = spec.Dir
 	cmd.Env = spec.Env
 	if cmd.Env == nil {
-		cmd.Env = []string{} // nil would inherit ours
+		cmd.Env = []string{} // nil would inherit ours, secrets and all
 	}
 	cmd.Stdin = bytes.NewReader(spec.Stdin)
 	// A command that writes past the cap is killed at once: its answer is
@@ -136,14 +138,37 @@ func (t *tail) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// Env builds an environment from the host's values of names, skipping
-// unset ones, followed by extra "K=V" entries.
+// BaseEnv is the one allow list of host variables every subprocess capgate
+// starts gets, when set: enough to run ordinary programs (and Ash's Python
+// providers), nothing secret. Anything more the operator names per source.
+var BaseEnv = []string{"HOME", "LANG", "LC_ALL", "PATH", "PYTHONPATH", "TEMP", "TMP", "TMPDIR", "TZ", "USER"}
+
+// Env builds the whole environment of a subprocess: the host's values of
+// BaseEnv and of names (the operator's pass-through list), skipping unset
+// ones, then the fixed "K=V" entries of extra. A later entry for a name
+// replaces an earlier one. The result is never nil, since a nil
+// exec.Cmd.Env would inherit capgate's whole environment, secrets and all.
 func Env(lookup func(string) (string, bool), names []string, extra ...string) []string {
-	var out []string
-	for _, n := range names {
-		if v, ok := lookup(n); ok {
-			out = append(out, n+"="+v)
+	out := make([]string, 0, len(BaseEnv)+len(names)+len(extra))
+	at := map[string]int{} // name → index in out
+	put := func(kv string) {
+		name, _, _ := strings.Cut(kv, "=")
+		if i, ok := at[name]; ok {
+			out[i] = kv
+			return
+		}
+		at[name] = len(out)
+		out = append(out, kv)
+	}
+	for _, list := range [][]string{BaseEnv, names} {
+		for _, n := range list {
+			if v, ok := lookup(n); ok {
+				put(n + "=" + v)
+			}
 		}
 	}
-	return append(out, extra...)
+	for _, kv := range extra {
+		put(kv)
+	}
+	return out
 }

@@ -33,30 +33,26 @@ var (
 	capabilityIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*\.[a-z0-9][a-z0-9_-]*$`)
 )
 
-// hostEnv is what a provider gets from the host, as in Ash; the only
-// secret it gets is the context-token key.
-var hostEnv = []string{"HOME", "LANG", "LC_ALL", "PATH", "PYTHONPATH", "TMP", "TEMP", "TMPDIR", "USER"}
-
 // Options configure one provider.
 type Options struct {
 	Namespace string
 	Command   []string
 	Timeout   time.Duration // default 30s
-	// Secret is the context-token HMAC key, given to the provider as
+	// Secret is this provider's own context-token key (derived from
+	// capgate's, never capgate's itself), given to it as
 	// ASH_CONTEXT_TOKEN_SECRET (base64url, unpadded) so it can verify the
 	// token that comes with each request.
 	Secret    []byte
-	Env       []string // more host variables to pass through
+	Env       []string // host variables passed through beyond proc.BaseEnv
 	LookupEnv func(string) (string, bool)
 	MaxOutput int64 // default 4 MiB
 }
 
 // Provider is one bridge; it is a tool.Source and a tool.Authenticator.
 type Provider struct {
-	opts     Options
-	envNames []string // hostEnv plus opts.Env
-	mu       sync.RWMutex
-	ops      map[string]operation // by tool name, from the last good definitions
+	opts Options
+	mu   sync.RWMutex
+	ops  map[string]operation // by tool name, from the last good definitions
 }
 
 type operation struct {
@@ -86,8 +82,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
 	}
-	names := append(slices.Clone(hostEnv), opts.Env...)
-	return &Provider{opts: opts, envNames: names, ops: map[string]operation{}}, nil
+	return &Provider{opts: opts, ops: map[string]operation{}}, nil
 }
 
 func (p *Provider) ID() string      { return p.opts.Namespace }
@@ -115,7 +110,7 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 	if err != nil {
 		return nil, err
 	}
-	env := proc.Env(p.opts.LookupEnv, p.envNames,
+	env := proc.Env(p.opts.LookupEnv, p.opts.Env,
 		"ASH_CONTEXT_TOKEN_SECRET="+base64.RawURLEncoding.EncodeToString(p.opts.Secret))
 	out, _, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: env, Stdin: in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput})
 	ns := p.opts.Namespace

@@ -53,15 +53,11 @@ type Command struct {
 type Options struct {
 	Timeout   time.Duration // default 30s
 	MaxOutput int64         // stdout cap in bytes; default 1 MiB
-	// Env names host variables passed through beyond the allow list.
+	// Env names host variables passed through beyond proc.BaseEnv.
 	Env []string
 	// LookupEnv reads the host environment; default os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 }
-
-// baseEnv is what every command gets from the host, if set: enough to run
-// ordinary programs, nothing secret.
-var baseEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
 
 var (
 	packIDRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
@@ -73,7 +69,6 @@ type Pack struct {
 	Dir      string
 	Manifest Manifest
 	opts     Options
-	envNames []string // baseEnv plus opts.Env
 	tools    []*tool.Descriptor
 	timeouts map[string]time.Duration
 }
@@ -146,8 +141,7 @@ func Load(dir string, opts Options) (*Pack, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, yamlError(file, err)
 	}
-	p := &Pack{Dir: dir, Manifest: m, opts: opts, timeouts: map[string]time.Duration{},
-		envNames: append(slices.Clone(baseEnv), opts.Env...)}
+	p := &Pack{Dir: dir, Manifest: m, opts: opts, timeouts: map[string]time.Duration{}}
 	if err := p.build(file); err != nil {
 		return nil, err
 	}
@@ -299,7 +293,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		input = json.RawMessage("{}")
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{
-		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.envNames),
+		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
 		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput,
 	})
 	id := c.Tool.ID

@@ -24,6 +24,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/h1"
+	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
 )
@@ -52,16 +53,13 @@ var (
 	pooledClient = &http.Client{Transport: pooledTransport}
 )
 
-// hostEnv is what a stdio upstream gets from the host besides its env.
-var hostEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"}
-
 // Options describe one upstream.
 type Options struct {
 	Name string // the source id
 
 	Command string
 	Args    []string
-	Env     map[string]string // added to the host allow list
+	Env     map[string]string // added to proc.BaseEnv
 	Cwd     string
 
 	URL       string
@@ -309,15 +307,13 @@ func (s *Source) newClient(g *guard) (*client.Client, error) {
 	opts := []client.ClientOption{client.WithProtocolVersion(Protocol)}
 	switch {
 	case s.opts.Command != "":
-		env := []string{}
-		for _, n := range hostEnv {
-			if v, ok := s.opts.LookupEnv(n); ok {
-				env = append(env, n+"="+v)
-			}
-		}
+		var extra []string
 		for _, k := range slices.Sorted(maps.Keys(s.opts.Env)) {
-			env = append(env, k+"="+s.opts.Env[k])
+			extra = append(extra, k+"="+s.opts.Env[k])
 		}
+		// An explicit environment: the allow list and the operator's
+		// values, never capgate's own (mcp-go would append os.Environ()).
+		env := proc.Env(s.opts.LookupEnv, nil, extra...)
 		// The process lives as long as the source (see dial).
 		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g)
 		if err != nil {

@@ -1,6 +1,8 @@
 // Command bridgefixture is a bridge-v1 capability provider for tests: one
 // request envelope on stdin, one response on stdout. BRIDGE_FIXTURE_MODE
-// makes it misbehave in one chosen way.
+// makes it misbehave in one chosen way. With BRIDGE_FIXTURE_CAPTURE set,
+// each invoke writes there what a provider holds: its environment and the
+// context token it was given (tests play the provider turned attacker).
 package main
 
 import (
@@ -82,6 +84,13 @@ func main() {
 		_ = json.Unmarshal(req.Params, &p)
 		token, _ := p["context_token"].(string)
 		delete(p, "context_token")
+		if f := os.Getenv("BRIDGE_FIXTURE_CAPTURE"); f != "" {
+			b, _ := json.Marshal(map[string]any{"env": os.Environ(), "context_token": token})
+			if err := os.WriteFile(f, b, 0o600); err != nil {
+				fmt.Fprintln(os.Stderr, "capture:", err)
+				os.Exit(2)
+			}
+		}
 		out := map[string]any{
 			"params":      p,
 			"namespace":   req.Namespace,
@@ -145,8 +154,9 @@ func definitions(mode string) []any {
 	return []any{email, calendar}
 }
 
-// verify checks an ASH_CONTEXT token with the secret the host passed and
-// returns its sub, or a reason it failed.
+// verify checks an ASH_CONTEXT token with the secret the host passed, as
+// an Ash provider does (HS256, its key base64url in ASH_CONTEXT_TOKEN_SECRET),
+// and returns its sub, or a reason it failed.
 func verify(token string) string {
 	secret, err := base64.RawURLEncoding.DecodeString(os.Getenv("ASH_CONTEXT_TOKEN_SECRET"))
 	if err != nil || len(secret) == 0 {

@@ -9,6 +9,9 @@
 // takes several pages. With MCPFIXTURE_BOUNDS=1 also big (a result of the
 // size asked for) and stray (a log message and a sampling request a while
 // after it returned, belonging to no call).
+//
+// With FIXTURE_ENV_FILE set it writes its environment there ("K=V" lines
+// as JSON) when it starts, so tests see what an upstream is given.
 package main
 
 import (
@@ -33,6 +36,12 @@ func main() {
 	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
 	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
 	flag.Parse()
+	if f := os.Getenv("FIXTURE_ENV_FILE"); f != "" {
+		b, _ := json.Marshal(os.Environ())
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	s := server.NewMCPServer("mcpfixture", "1.0.0",
 		server.WithToolCapabilities(true), server.WithPaginationLimit(10))
