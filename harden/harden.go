@@ -141,16 +141,11 @@ func keyFinding(k string) string {
 	return fmt.Sprintf("a credential-like key (%s)", k)
 }
 
-// carries: true, false and null hold no secret ("hasPassword": true);
-// nor does an empty string.
+// carries: only a boolean surely holds no secret ("hasPassword": true);
+// anything else under a credential key is withheld, null and "" included.
 func carries(v any) bool {
-	switch v := v.(type) {
-	case nil, bool:
-		return false
-	case string:
-		return strings.TrimSpace(v) != ""
-	}
-	return true
+	_, isBool := v.(bool)
+	return !isBool
 }
 
 // textKey finds key:value or key=value in prose with a credential-like key

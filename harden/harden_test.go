@@ -11,12 +11,12 @@ import (
 func TestCredentialKey(t *testing.T) {
 	for _, k := range []string{"access_token", "accessToken", "ACCESS_TOKEN", "access-token", "Access Token",
 		"cookieJar", "clientSecret", "proxy-authorization", "Proxy-Authorization", "X-Api-Key", "set-cookie",
-		"private_key", "PASSWORD", "dbPassword", "token", "github_access_token", "webhook.secret", "APIKey", "aws_secret_access_key"} {
+		"private_key", "PASSWORD", "dbPassword", "jwt", "github_access_token", "webhook.secret", "APIKey", "aws_secret_access_key"} {
 		if !CredentialKey(k) {
 			t.Errorf("%q is not read as a credential key", k)
 		}
 	}
-	for _, k := range []string{"nextPageToken", "input_tokens", "tokens", "key", "id", "password_policy", "aws_access_key_id", "cookie_policy", "secretary_name"} {
+	for _, k := range []string{"nextPageToken", "input_tokens", "tokens", "token", "key", "id", "password_policy", "aws_access_key_id", "cookie_policy", "secretary_name"} {
 		if CredentialKey(k) {
 			t.Errorf("%q is read as a credential key", k)
 		}
@@ -42,7 +42,7 @@ func TestJSON(t *testing.T) {
 		{`{"text":"ghp_0123456789abcdefghijklmnopqrstuvwxyz"}`, "GitHub token"},
 		{`{"text":"AKIAIOSFODNN7EXAMPLE"}`, "AWS access key id"},
 		{`{"text":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.sig"}`, "JSON Web Token"},
-		{`{"token": "abc`, "not valid JSON"},
+		{`{"password": "abc`, "not valid JSON"},
 	} {
 		f, ok := JSON([]byte(tc.doc))
 		if !ok || !strings.Contains(f, tc.finding) || strings.Contains(f, "s3cr3t") {
@@ -51,7 +51,7 @@ func TestJSON(t *testing.T) {
 	}
 	for _, doc := range []string{
 		`{"nextPageToken":"abc","input_tokens":12,"items":[]}`,
-		`{"hasPassword":true,"password":null,"secret":""}`,
+		`{"hasPassword":true,"secret":false}`,
 		`{"text":"the access_token parameter is required; pass a Bearer token"}`,
 		`{"text":"Asia/Tokyo"}`,
 		strings.Repeat(`[`, 200) + strings.Repeat(`]`, 200),

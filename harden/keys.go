@@ -24,9 +24,10 @@ func NormalizeKey(k string) string {
 	return b.String()
 }
 
-// exactKeys are credentials only as the whole key: "token" is one, but
-// "nextPageToken" and "input_tokens" are not.
-var exactKeys = map[string]bool{"token": true, "jwt": true, "bearer": true}
+// exactKeys are credentials only as the whole key. A bare "token" is not
+// among them: it is as often a page or CSRF token, and a real one is
+// usually caught by its format (tokenFormats).
+var exactKeys = map[string]bool{"jwt": true, "bearer": true}
 
 // suffixKeys are credentials however they are prefixed: github_access_token,
 // X-Api-Key, dbPassword, Proxy-Authorization, webhook_secret.
