@@ -66,6 +66,12 @@ func JSON(raw []byte) (string, bool) {
 	return walk(v, 0, false)
 }
 
+// Found reports whether JSON finds anything in raw.
+func Found(raw []byte) bool {
+	_, ok := JSON(raw)
+	return ok
+}
+
 // Message reports what makes an upstream's error message unfit for a
 // caller: everything JSON finds, and also "key=value" and "key: value"
 // with a credential-like key in plain text (a false positive there costs

@@ -49,7 +49,7 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 	if len(cfg.Extensions.Paths) > 0 {
 		packs, err := ext.Discover(cfg.Extensions.Paths, ext.Options{
 			Timeout: cfg.Extensions.Timeout.Std(), MaxOutput: cfg.Extensions.MaxOutputBytes,
-			Env: cfg.Extensions.Env, LookupEnv: bo.LookupEnv,
+			Env: cfg.Extensions.Env, LookupEnv: bo.LookupEnv, Logger: bo.Logger,
 		})
 		if err != nil {
 			return nil, err
@@ -64,7 +64,7 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		}
 		b, err := bridge.New(bridge.Options{
 			Namespace: p.Namespace, Command: p.Command, Timeout: time.Duration(p.TimeoutSeconds) * time.Second,
-			Secret: bo.Secret, LookupEnv: bo.LookupEnv,
+			Secret: bo.Secret, LookupEnv: bo.LookupEnv, Logger: bo.Logger,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", cfg.Path, p.Key, err)

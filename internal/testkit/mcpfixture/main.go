@@ -6,7 +6,8 @@
 // keep), slow (progress notifications, then a result; cancellation is
 // written to $FIXTURE_CANCEL_FILE), mutate (changes echo's description,
 // which lists as changed), and filler tools t_00..t_24 so that tools/list
-// takes several pages.
+// takes several pages. With -hostile it serves instead the hostile
+// upstream of hostile.go, over stdio.
 package main
 
 import (
@@ -29,8 +30,18 @@ const EchoSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","t
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
 	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
+	hostile := flag.Bool("hostile", false, "serve only the hostile tools, resources and prompts of hostile.go")
 	flag.Parse()
 
+	if *hostile {
+		s := server.NewMCPServer("mcpfixture-hostile", "1.0.0", server.WithToolCapabilities(true),
+			server.WithResourceCapabilities(false, false), server.WithPromptCapabilities(false))
+		addHostile(s)
+		if err := server.ServeStdio(s); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	s := server.NewMCPServer("mcpfixture", "1.0.0",
 		server.WithToolCapabilities(true), server.WithPaginationLimit(10))
 	yes, no := true, false
