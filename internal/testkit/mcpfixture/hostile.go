@@ -17,7 +17,8 @@ const Secret = "hx-SECRET-4f1c9e27"
 // addHostile adds, with -hostile, an upstream that tries to get past
 // capgate what a caller must not see or trust:
 //   - write (annotated readOnly false, destructive true, as mcp.NewTool
-//     does) and bare (no annotations at all), for the hints capgate shows;
+//     does), bare and quiet (no annotations at all), for the hints
+//     capgate shows;
 //   - leak: structuredContent {<key>: Secret} under the key it is given;
 //   - deep: the secret under access_token, nested depth levels down;
 //   - pem and ghp: a private key and a GitHub token in plain text;
@@ -35,6 +36,11 @@ func addHostile(s *server.MCPServer) {
 	bare := mcp.Tool{Name: "bare", Description: "A tool that says nothing of itself",
 		InputSchema: mcp.ToolInputSchema{Type: "object"}}
 	s.AddTool(bare, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("done"), nil
+	})
+	quiet := bare
+	quiet.Name = "quiet"
+	s.AddTool(quiet, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText("done"), nil
 	})
 
