@@ -83,8 +83,9 @@ side_effects = []
 	return s, logs
 }
 
-// hostileClients are real MCP clients of s: over streamable HTTP, and
-// through `capgate connect` (stdio, mcp-go's path on both sides).
+// hostileClients are real MCP clients of s: over streamable HTTP, through
+// `capgate connect`, and of `capgate serve --stdio` on s's config (mcp-go's
+// path).
 func hostileClients(t *testing.T, s *served) map[string]*client.Client {
 	t.Helper()
 	tok := s.mint(t, "alice", "private")
@@ -96,6 +97,8 @@ func hostileClients(t *testing.T, s *served) map[string]*client.Client {
 	out := map[string]*client.Client{
 		"http":    client.NewClient(tr),
 		"connect": client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok), "connect", "http://"+s.addr+"/mcp")),
+		"stdio": client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret),
+			"serve", "--stdio", "--config", s.config)),
 	}
 	for _, c := range out {
 		if err := c.Start(ctx); err != nil {
@@ -249,6 +252,17 @@ func TestHostileOutputWithheld(t *testing.T) {
 				}
 			}
 		})
+	}
+	// The capability RPC answers the same.
+	tok := s.mint(t, "bob", "private")
+	for _, args := range [][]string{
+		{"--capability", "mcp:hx:leak", "--input-json", `{"key":"clientSecret"}`},
+		{"--capability", "gog.calendar", "--operation", "list_events", "--input-json", `{"secret_error":true}`},
+	} {
+		out, errb, code := s.as(t, tok, append([]string{"invoke"}, args...)...)
+		if code != 1 || leaks(out+errb) || !strings.Contains(errb, "capability_invalid_output") || !strings.Contains(errb, "_token)") && !strings.Contains(errb, "(clientSecret)") {
+			t.Errorf("rpc invoke %v: %d %s %s", args, code, out, errb)
+		}
 	}
 	// The dying commands' stderr is the operator's to read.
 	log := logs()
