@@ -77,7 +77,7 @@ func Found(raw []byte) bool {
 // with a credential-like key in plain text (a false positive there costs
 // only the wording of an error).
 func Message(msg string) (string, bool) {
-	if !suspect([]byte(msg)) {
+	if !suspect(msg) {
 		return "", false
 	}
 	return text(msg, 0, true)
@@ -113,7 +113,7 @@ func walk(v any, depth int, bare bool) (string, bool) {
 			}
 		}
 	case string:
-		if suspect([]byte(v)) {
+		if suspect(v) {
 			return text(v, depth+1, bare)
 		}
 	}
@@ -212,7 +212,7 @@ func valueAfter(s string) bool {
 // suspect is a sound, cheap prefilter: every credential key and token
 // format contains one of these case-folded substrings (or a \u escape
 // that could spell one), so a document without any is clean unparsed.
-func suspect(b []byte) bool {
+func suspect[T string | []byte](b T) bool {
 	for i := 0; i < len(b); i++ {
 		c := b[i]
 		if c == '\\' {
@@ -278,7 +278,7 @@ func suspect(b []byte) bool {
 
 // keyQualified: "key" preceded, across any separators, by a word
 // that makes it a credential (api key, private key, access key).
-func keyQualified(before []byte) bool {
+func keyQualified[T string | []byte](before T) bool {
 	for n := len(before); n > 0 && !keyWordByte(before[n-1]); n-- {
 		before = before[:n-1]
 	}
@@ -292,7 +292,7 @@ func keyQualified(before []byte) bool {
 
 // hasFold reports whether b starts with lit (lower case), ASCII case
 // folded, without allocating.
-func hasFold(b []byte, lit string) bool {
+func hasFold[T string | []byte](b T, lit string) bool {
 	if len(b) < len(lit) {
 		return false
 	}

@@ -2,7 +2,6 @@ package harden
 
 import (
 	"regexp"
-	"strings"
 )
 
 // NormalizeKey folds a key's spellings into one: lower case, with every
@@ -10,18 +9,20 @@ import (
 // ACCESS_TOKEN and "Access Token" all read "accesstoken"; dropping the
 // separators makes splitting camelCase unnecessary.
 func NormalizeKey(k string) string {
-	var b strings.Builder
-	b.Grow(len(k))
+	return string(appendNormal(make([]byte, 0, len(k)), k))
+}
+
+func appendNormal(dst []byte, k string) []byte {
 	for i := 0; i < len(k); i++ {
 		c := k[i]
 		switch {
 		case 'A' <= c && c <= 'Z':
-			b.WriteByte(c + 'a' - 'A')
+			dst = append(dst, c+'a'-'A')
 		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
-			b.WriteByte(c)
+			dst = append(dst, c)
 		}
 	}
-	return b.String()
+	return dst
 }
 
 // exactKeys are credentials only as the whole key. A bare "token" is not
@@ -40,12 +41,13 @@ var suffixKeys = []string{
 // CredentialKey reports whether a key names a credential, however it is
 // spelled (see NormalizeKey).
 func CredentialKey(k string) bool {
-	n := NormalizeKey(k)
-	if exactKeys[n] {
+	var buf [64]byte // most keys fold on the stack
+	n := appendNormal(buf[:0], k)
+	if exactKeys[string(n)] {
 		return true
 	}
 	for _, s := range suffixKeys {
-		if strings.HasSuffix(n, s) {
+		if len(n) >= len(s) && string(n[len(n)-len(s):]) == s {
 			return true
 		}
 	}
