@@ -265,8 +265,28 @@ func TestHostileOutputWithheld(t *testing.T) {
 		}
 	}
 	// The dying commands' stderr is the operator's to read.
+	// The stderr tails are the operator's to read; what hardening refused
+	// is in neither the log nor the audit trail nor the state.
 	log := logs()
 	if !strings.Contains(log, bridgeSecret) || !strings.Contains(log, extSecret) {
 		t.Errorf("the stderr tails are not in capgate's log:\n%s", log)
+	}
+	if strings.Contains(log, mcpSecret) {
+		t.Errorf("capgate's log holds a withheld secret:\n%s", log)
+	}
+	files := 0
+	err := filepath.WalkDir(filepath.Join(s.dir, "data"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		files++
+		if err == nil && (strings.Contains(string(b), mcpSecret) || strings.Contains(string(b), bridgeSecret)) {
+			t.Errorf("%s holds a withheld secret", path)
+		}
+		return err
+	})
+	if err != nil || files == 0 {
+		t.Errorf("data dir: %d files, %v", files, err)
 	}
 }
