@@ -52,7 +52,7 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 	if len(cfg.Extensions.Paths) > 0 {
 		packs, err := ext.Discover(cfg.Extensions.Paths, ext.Options{
 			Timeout: cfg.Extensions.Timeout.Std(), MaxOutput: int64(cfg.Extensions.MaxOutputBytes),
-			Env: cfg.Extensions.Env, LookupEnv: bo.LookupEnv,
+			Env: cfg.Extensions.Env, LookupEnv: bo.LookupEnv, Logger: bo.Logger,
 		})
 		if err != nil {
 			return nil, err
@@ -75,6 +75,7 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		b, err := bridge.New(bridge.Options{
 			Namespace: p.Namespace, Command: p.Command, Timeout: time.Duration(p.TimeoutSeconds) * time.Second,
 			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Secret: key, Env: p.Env, LookupEnv: bo.LookupEnv,
+			Logger: bo.Logger,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", cfg.Path, p.Key, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/audit"
+	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
@@ -48,7 +49,7 @@ const (
 	GateRateLimit   = "rate_limit"
 	GateInput       = "input"
 	GateIdempotency = "idempotency"
-	GateOutput      = "output"
+	GateOutput      = harden.Gate
 )
 
 // Call runs one tool call through every gate and audits it, whatever the
@@ -181,10 +182,8 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	if res == nil {
 		return nil, tool.Errorf(tool.CodeInvalidOutput, "%s returned no result", d.ID)
 	}
-	if key, found := credentialKey(res); found {
-		return nil, &tool.Error{Code: tool.CodeInvalidOutput, Gate: GateOutput,
-			Message: fmt.Sprintf("the output of %s was withheld: it holds a credential-like key (%s)", d.ID, key),
-			Hint:    "the tool's source must not return credentials"}
+	if err := harden.Output(d.ID, res); err != nil {
+		return nil, err
 	}
 	if idem {
 		b, err := json.Marshal(res)

@@ -16,6 +16,7 @@ import (
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
@@ -409,13 +410,13 @@ func TestOutputHardening(t *testing.T) {
 		{`{"note":"the access_token is elsewhere"}`, false},
 	} {
 		r := &tool.Result{Structured: json.RawMessage(tc.out)}
-		if _, found := credentialKey(r); found != tc.leak {
+		if _, found := harden.Result(r); found != tc.leak {
 			t.Errorf("%s: found %v", tc.out, found)
 		}
 		// The same document inside a text block.
 		b, _ := json.Marshal(map[string]string{"type": "text", "text": tc.out})
 		r = &tool.Result{Content: []json.RawMessage{b}}
-		if _, found := credentialKey(r); found != tc.leak {
+		if _, found := harden.Result(r); found != tc.leak {
 			t.Errorf("text %s: found %v", tc.out, found)
 		}
 	}

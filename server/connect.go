@@ -12,6 +12,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	capgate "github.com/capgate/capgate"
+	"github.com/capgate/capgate/harden"
 	mcpsrc "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/tool"
 )
@@ -109,15 +110,16 @@ func (mr *mirror) CompleteResourceArgument(ctx context.Context, uri string, arg 
 	return complete(ctx, mr.src, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
 }
 
-// remoteTool lists a remote tool as the remote listed it.
+// remoteTool lists a remote tool as the remote listed it, its hints
+// merged as annotations merges an upstream's: a hint the remote left out
+// is the spec's cautious default, never a permissive one.
 func remoteTool(d *tool.Descriptor) mcp.Tool {
 	schema := d.InputSchema
 	if len(schema) == 0 {
 		schema = json.RawMessage(`{"type":"object"}`)
 	}
 	t := mcp.Tool{Name: d.Name, Title: d.Title, Description: d.Description, RawInputSchema: schema,
-		Annotations: mcp.ToolAnnotation{ReadOnlyHint: d.Annotations.ReadOnlyHint, DestructiveHint: d.Annotations.DestructiveHint,
-			IdempotentHint: d.Annotations.IdempotentHint, OpenWorldHint: d.Annotations.OpenWorldHint}}
+		Annotations: annotations(d)}
 	if len(d.OutputSchema) > 0 {
 		t.RawOutputSchema = d.OutputSchema
 	}
@@ -128,6 +130,9 @@ func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		call := tool.Call{Tool: d, Input: rawArguments(req), Progress: progressSender(func() context.Context { return ctx }, req)}
 		res, err := src.Call(ctx, call)
+		if err == nil {
+			err = harden.Output(d.ID, res) // the remote hardened it; so does this side
+		}
 		if err != nil {
 			return denial(err), nil
 		}

@@ -166,9 +166,15 @@ func mcpTool(d *tool.Descriptor) mcp.Tool {
 	return t
 }
 
-// annotations derive MCP's hints from the tool's risk, not from what the
-// source claimed: read-only when it writes nothing, destructive when it
-// deletes, pays or runs code, open-world when it reaches the network.
+// annotations are MCP's hints as capgate shows them: per hint, the more
+// cautious of what the upstream said and what capgate's classification
+// says, since clients auto-approve on them. A hint the upstream did not
+// give reads as the MCP spec's default (readOnly false, destructive true,
+// idempotent false, openWorld true) unless the tool's side effects were
+// declared by the operator or by the source (an extension's side_effects):
+// that is evidence of what the tool does. Inferred effects and an
+// operator's level alone are not: the first come from the upstream's own
+// words, the second says how much to trust a call, not what it changes.
 func annotations(d *tool.Descriptor) mcp.ToolAnnotation {
 	writes, destructive, open := d.Mutating, false, false
 	for _, e := range d.Risk.Effects {
@@ -181,9 +187,27 @@ func annotations(d *tool.Descriptor) mcp.ToolAnnotation {
 		}
 	}
 	destructive = destructive || d.Risk.Level >= risk.High
-	readOnly := !writes && !destructive
+	own := !writes && !destructive // capgate's read-only, and so idempotent
+	declared := d.Risk.EffectsFrom == risk.FromOperator || d.Risk.EffectsFrom == risk.FromSource
+	said := func(h *bool, spec, evidence bool) bool {
+		switch {
+		case h != nil:
+			return *h
+		case declared:
+			return evidence
+		}
+		return spec
+	}
+	a := d.Annotations
+	readOnly := said(a.ReadOnlyHint, false, own) && own
+	// The spec's destructive default is for tools that write; a tool both
+	// sides call read-only is not destructive unless one says so.
+	destructive = said(a.DestructiveHint, !readOnly, destructive) || destructive
+	readOnly = readOnly && !destructive
+	idempotent := said(a.IdempotentHint, false, own) && own
+	open = said(a.OpenWorldHint, true, open) || open
 	return mcp.ToolAnnotation{Title: d.Title, ReadOnlyHint: &readOnly, DestructiveHint: &destructive,
-		IdempotentHint: &readOnly, OpenWorldHint: &open}
+		IdempotentHint: &idempotent, OpenWorldHint: &open}
 }
 
 // call runs a tools/call through the router, as a job so that the

@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
@@ -209,6 +210,9 @@ func readUpstream(ctx context.Context, src *mcpsrc.Source, uri string) ([]mcp.Re
 	if err != nil {
 		return nil, upstreamError(err)
 	}
+	if f, ok := harden.JSON(raw); ok {
+		return nil, harden.Withheld("resource "+uri, f)
+	}
 	res, err := mcp.ParseReadResourceResult(&raw)
 	if err != nil {
 		return nil, fmt.Errorf("resource %s: the upstream's answer: %w", uri, err)
@@ -236,14 +240,21 @@ func getUpstreamPrompt(ctx context.Context, src *mcpsrc.Source, name string, arg
 	if err != nil {
 		return nil, upstreamError(err)
 	}
+	if f, ok := harden.JSON(raw); ok {
+		return nil, harden.Withheld("prompt "+name, f)
+	}
 	return mcp.ParseGetPromptResult(&raw)
 }
 
-// upstreamError passes on the upstream's own message.
+// upstreamError passes on the upstream's own message (the source has
+// hardened it), or says with its code why it was withheld.
 func upstreamError(err error) error {
 	var re *mcpsrc.RPCError
 	if errors.As(err, &re) {
 		return errors.New(re.Message)
+	}
+	if tool.ErrorCode(err) == tool.CodeInvalidOutput {
+		return fmt.Errorf("%s: %s", tool.CodeInvalidOutput, tool.ErrorMessage(err))
 	}
 	return errors.New(tool.ErrorMessage(err))
 }
@@ -339,6 +350,9 @@ func complete(ctx context.Context, src *mcpsrc.Source, ref map[string]any, arg m
 	raw, err := src.Request(ctx, "completion/complete", params)
 	if err != nil {
 		return nil, upstreamError(err)
+	}
+	if f, ok := harden.JSON(raw); ok {
+		return nil, harden.Withheld("completion", f)
 	}
 	var res struct {
 		Completion mcp.Completion `json:"completion"`

@@ -39,14 +39,13 @@ var (
 // ExitError is a run that ended with a non-zero status.
 type ExitError struct {
 	Status int
-	Stderr string // the tail, trimmed
+	// Stderr is the tail, trimmed. It is for the operator's log only: a
+	// failing command may print its credentials, so Error leaves it out.
+	Stderr string
 }
 
 func (e *ExitError) Error() string {
-	if e.Stderr == "" {
-		return fmt.Sprintf("exited with status %d", e.Status)
-	}
-	return fmt.Sprintf("exited with status %d: %s", e.Status, e.Stderr)
+	return fmt.Sprintf("exited with status %d", e.Status)
 }
 
 // StartError is a command that could not be started.

@@ -115,6 +115,14 @@ func ServeMCPFixture(tb testing.TB, flag, addr string) (kill func()) {
 // process and the banner. Cleanup kills it unless the test stopped it.
 func Serve(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, string) {
 	tb.Helper()
+	cmd, banner, _ := ServeLogged(tb, bin, config, env...)
+	return cmd, banner
+}
+
+// ServeLogged is Serve that also returns a function reading what the
+// process has logged (its stderr) so far.
+func ServeLogged(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, string, func() string) {
+	tb.Helper()
 	cmd := exec.Command(bin, "serve", "--config", config)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr strings.Builder
@@ -156,11 +164,11 @@ func Serve(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, string)
 			cmd.Wait()
 			tb.Fatalf("capgate serve exited:\n%s", errText())
 		}
-		return cmd, banner
+		return cmd, banner, errText
 	case <-time.After(30 * time.Second):
 		tb.Fatalf("capgate serve did not start:\n%s", errText())
 	}
-	return nil, ""
+	return nil, "", nil
 }
 
 type writerFunc func([]byte) (int, error)

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
@@ -46,6 +48,9 @@ type Options struct {
 	Env       []string // host variables passed through beyond proc.BaseEnv
 	LookupEnv func(string) (string, bool)
 	MaxOutput int64 // default 4 MiB
+	// Logger receives the stderr tails of failing commands, which are
+	// never returned to a caller; default discards.
+	Logger *slog.Logger
 }
 
 // Provider is one bridge; it is a tool.Source and a tool.Authenticator.
@@ -82,6 +87,9 @@ func New(opts Options) (*Provider, error) {
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	return &Provider{opts: opts, ops: map[string]operation{}}, nil
 }
 
@@ -112,8 +120,13 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 	}
 	env := proc.Env(p.opts.LookupEnv, p.opts.Env,
 		"ASH_CONTEXT_TOKEN_SECRET="+base64.RawURLEncoding.EncodeToString(p.opts.Secret))
-	out, _, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: env, Stdin: in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput})
+	out, stderr, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: env, Stdin: in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput})
 	ns := p.opts.Namespace
+	if err != nil && stderr != "" {
+		// The tail goes to the operator, never to the caller: a provider
+		// may print what it must not return.
+		p.opts.Logger.Warn("bridge command failed", "bridge", ns, "method", method, "err", err, "stderr", stderr)
+	}
 	var exit *proc.ExitError
 	var start *proc.StartError
 	switch {
@@ -127,7 +140,7 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 		e.Hint = "capabilities.max_output_bytes in capgate.toml sets the limit"
 		return nil, e
 	case errors.As(err, &exit):
-		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command failed with exit %d: %s", ns, exit.Status, exit.Stderr)
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command failed with exit %d (its stderr is in capgate's log)", ns, exit.Status)
 	case errors.As(err, &start):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command not found: %s", ns, p.opts.Command[0])
 	default:
@@ -171,6 +184,10 @@ func (p *Provider) parseResponse(id string, out []byte) (json.RawMessage, error)
 		}
 		if strings.TrimSpace(msg) == "" {
 			return nil, p.invalid("error.message is required")
+		}
+		// The provider's own message, unless it carries a credential.
+		if err := harden.CheckMessage("bridge "+p.opts.Namespace, msg); err != nil {
+			return nil, err
 		}
 		return nil, &tool.Error{Code: tool.Code(strings.TrimSpace(code)), Message: strings.TrimSpace(msg)}
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -57,6 +58,9 @@ type Options struct {
 	Env []string
 	// LookupEnv reads the host environment; default os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// Logger receives the stderr tails of failing commands, which are
+	// never returned to a caller; default discards.
+	Logger *slog.Logger
 }
 
 var (
@@ -124,6 +128,9 @@ func Load(dir string, opts Options) (*Pack, error) {
 	}
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	// Commands run in the pack's directory, so it must not depend on ours.
 	dir, err := filepath.Abs(dir)
@@ -297,15 +304,17 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput,
 	})
 	id := c.Tool.ID
-	if stderr != "" {
-		stderr = ": " + stderr
+	if err != nil && stderr != "" {
+		// The tail goes to the operator, never to the caller: a command
+		// may print what it must not return.
+		p.opts.Logger.Warn("extension command failed", "tool", id, "err", err, "stderr", stderr)
 	}
 	var exit *proc.ExitError
 	switch {
 	case err == nil:
 		return parseOutput(id, out)
 	case errors.Is(err, proc.ErrTimeout):
-		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s timed out after %s%s", id, timeout, stderr)
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s timed out after %s", id, timeout)
 	case errors.Is(err, proc.ErrCancelled):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s was cancelled", id)
 	case errors.Is(err, proc.ErrOutputTooLarge):
@@ -313,7 +322,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		e.Hint = "extensions.max_output_bytes in capgate.toml sets the limit"
 		return nil, e
 	case errors.As(err, &exit):
-		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s %v", id, exit)
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d (its stderr is in capgate's log)", id, exit.Status)
 	default:
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s %v", id, err)
 	}

@@ -75,8 +75,7 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	case err != nil:
 		return nil, tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response is not JSON-RPC: %v", s.opts.Name, call.Tool.Name, err)
 	case rpcErr != nil:
-		return nil, tool.Wrap(&RPCError{Code: rpcErr.Code, Message: rpcErr.Message, Data: rpcErr.Data},
-			tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: %s", s.opts.Name, call.Tool.Name, rpcErr.Message)
+		return nil, s.rpcError("tools/call "+call.Tool.Name, rpcErr.Code, rpcErr.Message, rpcErr.Data)
 	case out == nil:
 		return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response has neither result nor error", s.opts.Name, call.Tool.Name)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/internal/h1"
 	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
@@ -468,7 +469,27 @@ func (s *Source) failed(ctx context.Context, l *link, what string, err error) er
 	if ctx.Err() != nil {
 		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: %s: %v", s.opts.Name, what, ctx.Err())
 	}
+	// mcp-go's error carries the upstream's own message.
+	if err := harden.CheckMessage("mcp server "+s.opts.Name+": "+what, err.Error()); err != nil {
+		return err
+	}
 	return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: %s: %v", s.opts.Name, what, err)
+}
+
+// rpcError is the error for an upstream's JSON-RPC error: its message,
+// unless that holds a credential (then the error is withheld, cause and
+// all); its data never reaches a caller, and is dropped when it holds one.
+func (s *Source) rpcError(what string, code int, msg string, data any) error {
+	if err := harden.CheckMessage("mcp server "+s.opts.Name+": "+what, msg); err != nil {
+		return err
+	}
+	if data != nil {
+		if b, err := json.Marshal(data); err != nil || harden.Found(b) {
+			data = nil
+		}
+	}
+	return tool.Wrap(&RPCError{Code: code, Message: msg, Data: data},
+		tool.CodeBackendUnavailable, "mcp server %s: %s: %s", s.opts.Name, what, msg)
 }
 
 // rawTool is a tools/list entry as the upstream sent it.
@@ -559,8 +580,7 @@ func (s *Source) Request(ctx context.Context, method string, params any) (json.R
 		return nil, s.failed(ctx, l, method, transport.NewError(err))
 	}
 	if resp.Error != nil {
-		re := &RPCError{Code: resp.Error.Code, Message: resp.Error.Message, Data: resp.Error.Data}
-		return nil, tool.Wrap(re, tool.CodeBackendUnavailable, "mcp server %s: %s: %s", s.opts.Name, method, resp.Error.Message)
+		return nil, s.rpcError(method, resp.Error.Code, resp.Error.Message, resp.Error.Data)
 	}
 	return resp.Result, nil
 }

@@ -1,8 +1,9 @@
 // Command bridgefixture is a bridge-v1 capability provider for tests: one
 // request envelope on stdin, one response on stdout. BRIDGE_FIXTURE_MODE
-// makes it misbehave in one chosen way. With BRIDGE_FIXTURE_CAPTURE set,
-// each invoke writes there what a provider holds: its environment and the
-// context token it was given (tests play the provider turned attacker).
+// makes it misbehave in one chosen way; invoke's input_data does too
+// (leak, secret_error, secret_stderr, big_bytes). With BRIDGE_FIXTURE_CAPTURE
+// set, each invoke writes there what a provider holds: its environment and
+// the context token it was given (tests play the provider turned attacker).
 package main
 
 import (
@@ -15,6 +16,10 @@ import (
 	"strings"
 	"time"
 )
+
+// Secret is the credential the secret_error and secret_stderr inputs of
+// invoke try to get past capgate.
+const Secret = "ya29.bridge-SECRET-8c2d41"
 
 type request struct {
 	Version   int             `json:"version"`
@@ -97,13 +102,24 @@ func main() {
 			"token_sub":   verify(token),
 			"secret_leak": os.Getenv("CAPGATE_TEST_HOST_SECRET"),
 		}
-		if in, _ := p["input_data"].(map[string]any); in["big_bytes"] != nil {
+		in, _ := p["input_data"].(map[string]any)
+		switch {
+		case in["big_bytes"] != nil:
 			// An answer of the size asked for.
 			n, _ := in["big_bytes"].(float64)
 			ok(map[string]any{"output": strings.Repeat("x", int(n))})
 			return
+		case in["secret_error"] == true:
+			// A provider whose error message carries its credential.
+			reply(map[string]any{"version": 1, "id": req.ID, "error": map[string]any{"code": "gog_upstream_error",
+				"message": "token refresh failed: refresh_token=" + Secret}})
+			return
+		case in["secret_stderr"] == true:
+			// A provider that dies printing its credential.
+			fmt.Fprintln(os.Stderr, "fatal: cannot reach the API with Authorization: Bearer "+Secret)
+			os.Exit(3)
 		}
-		if in, _ := p["input_data"].(map[string]any); in["leak"] == true {
+		if in["leak"] == true {
 			// A provider that forgets to strip its credentials.
 			ok(map[string]any{"output": map[string]any{"data": map[string]any{"Access-Token": "ya29.leaked-provider-credential"}}})
 			return

@@ -12,6 +12,9 @@
 //
 // With FIXTURE_ENV_FILE set it writes its environment there ("K=V" lines
 // as JSON) when it starts, so tests see what an upstream is given.
+//
+// With -hostile it serves instead the hostile upstream of hostile.go,
+// over stdio.
 package main
 
 import (
@@ -35,6 +38,7 @@ const EchoSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","t
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
 	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
+	hostile := flag.Bool("hostile", false, "serve only the hostile tools, resources and prompts of hostile.go")
 	flag.Parse()
 	if f := os.Getenv("FIXTURE_ENV_FILE"); f != "" {
 		b, _ := json.Marshal(os.Environ())
@@ -43,6 +47,15 @@ func main() {
 		}
 	}
 
+	if *hostile {
+		s := server.NewMCPServer("mcpfixture-hostile", "1.0.0", server.WithToolCapabilities(true),
+			server.WithResourceCapabilities(false, false), server.WithPromptCapabilities(false))
+		addHostile(s)
+		if err := server.ServeStdio(s); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	s := server.NewMCPServer("mcpfixture", "1.0.0",
 		server.WithToolCapabilities(true), server.WithPaginationLimit(10))
 	yes, no := true, false

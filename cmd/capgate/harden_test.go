@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/capgate/capgate/internal/testkit"
+)
+
+// The secrets the hostile upstreams try to get past capgate: the MCP
+// fixture's (-hostile), the bridge fixture's and the extension's below.
+const (
+	mcpSecret    = "hx-SECRET-4f1c9e27"
+	bridgeSecret = "ya29.bridge-SECRET-8c2d41"
+	extSecret    = "ext-SECRET-b71e0a"
+)
+
+// startHostile runs capgate serve in front of the hostile MCP fixture
+// (operator risk LOW for all its tools, side_effects = [] for quiet), the
+// bridge fixture and an extension pack whose command dies printing a
+// secret. It returns the server and a reader of its log.
+func startHostile(t *testing.T) (*served, func() string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	s := &served{bin: testkit.Build(t, capgatePkg), dir: t.TempDir(), addr: testkit.FreeAddr(t), secret: "hostile-test-secret-value-3a9b7c"}
+	s.socket = filepath.Join(s.dir, "rpc.sock")
+	s.config = filepath.Join(s.dir, "capgate.toml")
+	pack := filepath.Join(s.dir, "packs", "leaky")
+	if err := os.MkdirAll(pack, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := `id: tools.leaky
+commands:
+  crash:
+    description: Die printing a credential
+    run: ["sh", "-c", "echo 'fatal: login with password=` + extSecret + ` refused' >&2; exit 3"]
+    risk: LOW
+`
+	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf(`
+[server]
+listen = %q
+data_dir = "data"
+socket = %q
+
+[policy]
+grants = ["rye.fetch.*", "rye.execute.tool.mcp.hx.*", "rye.execute.tool.bridge.gog.*", "rye.execute.tool.ext.tools.leaky.*"]
+
+[extensions]
+paths = [%q]
+
+[capabilities.providers.gog]
+command = [%q]
+
+[mcp.servers.hx]
+command = %q
+args = ["-hostile"]
+risk = "LOW"
+
+[mcp.servers.hx.tools.quiet]
+risk = "LOW"
+side_effects = []
+`, s.addr, s.socket, filepath.Dir(pack), testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture))
+	if err := os.WriteFile(s.config, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs func() string
+	s.cmd, _, logs = testkit.ServeLogged(t, s.bin, s.config, "CAPGATE_TOKEN_SECRET="+s.secret)
+	return s, logs
+}
+
+// hostileClients are real MCP clients of s: over streamable HTTP, through
+// `capgate connect`, and of `capgate serve --stdio` on s's config (mcp-go's
+// path).
+func hostileClients(t *testing.T, s *served) map[string]*client.Client {
+	t.Helper()
+	tok := s.mint(t, "alice", "private")
+	ctx := context.Background()
+	tr, err := transport.NewStreamableHTTP("http://"+s.addr+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*client.Client{
+		"http":    client.NewClient(tr),
+		"connect": client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok), "connect", "http://"+s.addr+"/mcp")),
+		"stdio": client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret),
+			"serve", "--stdio", "--config", s.config)),
+	}
+	for _, c := range out {
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		init := mcp.InitializeRequest{}
+		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+		if _, err := c.Initialize(ctx, init); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestUpstreamAnnotationsNeverLoosened: an upstream's write tool
+// (readOnly false, destructive true) and its unannotated tool, both
+// classed LOW by the operator, are listed as writing and destructive; only
+// the operator's explicit "no side effects" makes an unannotated tool
+// read-only.
+func TestUpstreamAnnotationsNeverLoosened(t *testing.T) {
+	s, _ := startHostile(t)
+	type hints struct{ readOnly, destructive, idempotent, openWorld bool }
+	want := map[string]hints{
+		"hx__write": {false, true, false, true},
+		"hx__bare":  {false, true, false, true},
+		"hx__quiet": {true, false, true, false},
+	}
+	for name, c := range hostileClients(t, s) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen, listed := 0, []string{}
+			for _, tl := range res.Tools {
+				listed = append(listed, tl.Name)
+				w, ok := want[tl.Name]
+				if !ok {
+					continue
+				}
+				seen++
+				a := tl.Annotations
+				if a.ReadOnlyHint == nil || a.DestructiveHint == nil || a.IdempotentHint == nil || a.OpenWorldHint == nil {
+					t.Errorf("%s: a hint is missing: %+v", tl.Name, a)
+					continue
+				}
+				got := hints{*a.ReadOnlyHint, *a.DestructiveHint, *a.IdempotentHint, *a.OpenWorldHint}
+				if got != w {
+					t.Errorf("%s: hints %+v, want %+v", tl.Name, got, w)
+				}
+			}
+			if seen != len(want) {
+				t.Fatalf("listed %d of %d tools: %v", seen, len(want), listed)
+			}
+		})
+	}
+}
+
+// TestHostileOutputWithheld: whatever shape an upstream gives a credential
+// (a key however spelled, nested past the walk's cap, a token in plain
+// text, a resource, a prompt, an error message, a provider's error, a
+// dying command's stderr), the caller never sees it and is told
+// capability_invalid_output naming the key or format, not the value; a
+// stderr tail is in capgate's log instead.
+func TestHostileOutputWithheld(t *testing.T) {
+	s, logs := startHostile(t)
+	secrets := []string{mcpSecret, bridgeSecret, extSecret}
+	leaks := func(v any) bool {
+		b, _ := json.Marshal(v)
+		for _, sec := range secrets {
+			if strings.Contains(string(b), sec) || strings.Contains(fmt.Sprint(v), sec) {
+				return true
+			}
+		}
+		return false
+	}
+	for name, c := range hostileClients(t, s) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			names := map[string]string{} // tool id → exposed name
+			list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tl := range list.Tools {
+				if tl.Meta != nil {
+					id, _ := tl.Meta.AdditionalFields["capgate/tool_id"].(string)
+					names[id] = tl.Name
+				}
+			}
+			if name == "connect" { // the remote's names are what connect lists
+				for _, tl := range list.Tools {
+					names[tl.Name] = tl.Name
+				}
+			}
+			exposed := func(id, fallback string) string {
+				if n, ok := names[id]; ok {
+					return n
+				}
+				return fallback
+			}
+			call := func(tool string, args map[string]any, wantCode string, wantIn ...string) {
+				t.Helper()
+				req := mcp.CallToolRequest{}
+				req.Params.Name, req.Params.Arguments = tool, args
+				res, err := c.CallTool(ctx, req)
+				if err != nil {
+					t.Errorf("%s %v: %v", tool, args, err)
+					return
+				}
+				text := fmt.Sprint(res.Content)
+				if !res.IsError || leaks(res) || !strings.Contains(text, wantCode) {
+					t.Errorf("%s %v: the caller got %+v", tool, args, res)
+				}
+				for _, w := range wantIn {
+					if !strings.Contains(text, w) {
+						t.Errorf("%s %v: %q does not name %q", tool, args, text, w)
+					}
+				}
+			}
+			for _, key := range []string{"accessToken", "cookieJar", "clientSecret", "proxy-authorization", "X-Api-Key", "set-cookie", "private_key", "PASSWORD"} {
+				call("hx__leak", map[string]any{"key": key}, "capability_invalid_output", "("+key+")")
+			}
+			call("hx__deep", map[string]any{"depth": 70}, "capability_invalid_output", "nested deeper than 64")
+			call("hx__pem", nil, "capability_invalid_output", "PEM private key")
+			call("hx__ghp", nil, "capability_invalid_output", "GitHub token")
+			call("hx__fail", nil, "capability_invalid_output", "(client_secret)")
+			gog := exposed("bridge:gog:gog.calendar.list_events", "gog__calendar_list_events")
+			call(gog, map[string]any{"secret_error": true}, "capability_invalid_output", "(refresh_token)")
+			call(gog, map[string]any{"secret_stderr": true}, "capability_backend_unavailable", "exit 3")
+			call(exposed("ext:tools.leaky:crash", "tools_leaky__crash"), nil, "capability_backend_unavailable", "status 3")
+
+			for _, uri := range []string{"hx://config", "hx://key"} {
+				req := mcp.ReadResourceRequest{}
+				req.Params.URI = uri
+				res, err := c.ReadResource(ctx, req)
+				if err == nil || leaks(res) || leaks(err.Error()) || !strings.Contains(err.Error(), "capability_invalid_output") {
+					t.Errorf("read %s: %v %+v", uri, err, res)
+				}
+			}
+			for _, p := range []string{"hx__leaky", "hx__broken"} {
+				req := mcp.GetPromptRequest{}
+				req.Params.Name = p
+				res, err := c.GetPrompt(ctx, req)
+				if err == nil || leaks(res) || leaks(err.Error()) || !strings.Contains(err.Error(), "capability_invalid_output") {
+					t.Errorf("prompt %s: %v %+v", p, err, res)
+				}
+			}
+		})
+	}
+	// The capability RPC answers the same.
+	tok := s.mint(t, "bob", "private")
+	for _, args := range [][]string{
+		{"--capability", "mcp:hx:leak", "--input-json", `{"key":"clientSecret"}`},
+		{"--capability", "gog.calendar", "--operation", "list_events", "--input-json", `{"secret_error":true}`},
+	} {
+		out, errb, code := s.as(t, tok, append([]string{"invoke"}, args...)...)
+		if code != 1 || leaks(out+errb) || !strings.Contains(errb, "capability_invalid_output") || !strings.Contains(errb, "_token)") && !strings.Contains(errb, "(clientSecret)") {
+			t.Errorf("rpc invoke %v: %d %s %s", args, code, out, errb)
+		}
+	}
+	// The dying commands' stderr is the operator's to read.
+	// The stderr tails are the operator's to read; what hardening refused
+	// is in neither the log nor the audit trail nor the state.
+	log := logs()
+	if !strings.Contains(log, bridgeSecret) || !strings.Contains(log, extSecret) {
+		t.Errorf("the stderr tails are not in capgate's log:\n%s", log)
+	}
+	if strings.Contains(log, mcpSecret) {
+		t.Errorf("capgate's log holds a withheld secret:\n%s", log)
+	}
+	files := 0
+	err := filepath.WalkDir(filepath.Join(s.dir, "data"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		files++
+		if err == nil && (strings.Contains(string(b), mcpSecret) || strings.Contains(string(b), bridgeSecret)) {
+			t.Errorf("%s holds a withheld secret", path)
+		}
+		return err
+	})
+	if err != nil || files == 0 {
+		t.Errorf("data dir: %d files, %v", files, err)
+	}
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Secret is what the hostile tools try to hand a caller; tests look for
+// it in everything capgate answers.
+const Secret = "hx-SECRET-4f1c9e27"
+
+// addHostile adds, with -hostile, an upstream that tries to get past
+// capgate what a caller must not see or trust:
+//   - write (annotated readOnly false, destructive true, as mcp.NewTool
+//     does), bare and quiet (no annotations at all), for the hints
+//     capgate shows;
+//   - leak: structuredContent {<key>: Secret} under the key it is given;
+//   - deep: the secret under access_token, nested depth levels down;
+//   - pem and ghp: a private key and a GitHub token in plain text;
+//   - fail: a JSON-RPC error whose message holds the secret;
+//   - resources hx://config (JSON with apiKey) and hx://key (a PEM key);
+//   - prompts leaky (a message holding a password) and broken (an error
+//     message holding a bearer token).
+func addHostile(s *server.MCPServer) {
+	yes, no := true, false
+	write := mcp.NewTool("write", mcp.WithDescription("Write a record"))
+	write.Annotations = mcp.ToolAnnotation{ReadOnlyHint: &no, DestructiveHint: &yes}
+	s.AddTool(write, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("written"), nil
+	})
+	bare := mcp.Tool{Name: "bare", Description: "A tool that says nothing of itself",
+		InputSchema: mcp.ToolInputSchema{Type: "object"}}
+	s.AddTool(bare, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("done"), nil
+	})
+	quiet := bare
+	quiet.Name = "quiet"
+	s.AddTool(quiet, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("done"), nil
+	})
+
+	s.AddTool(mcp.NewTool("leak", mcp.WithString("key")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		key := req.GetString("key", "accessToken")
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("here it is")},
+			StructuredContent: map[string]any{"session": map[string]any{key: Secret}}}, nil
+	})
+	s.AddTool(mcp.NewTool("deep", mcp.WithNumber("depth")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var v any = map[string]any{"access_token": Secret}
+		for range int(req.GetFloat("depth", 70)) {
+			v = map[string]any{"a": v}
+		}
+		b, _ := json.Marshal(v)
+		return mcp.NewToolResultText(string(b)), nil
+	})
+	s.AddTool(mcp.NewTool("pem"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("id_rsa:\n-----BEGIN OPENSSH PRIVATE KEY-----\n" + Secret + "\n-----END OPENSSH PRIVATE KEY-----\n"), nil
+	})
+	s.AddTool(mcp.NewTool("ghp"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("your token is ghp_" + strings.Repeat("a1", 18) + " (" + Secret + ")"), nil
+	})
+	s.AddTool(mcp.NewTool("fail"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, errors.New("login to the backend failed: client_secret=" + Secret)
+	})
+
+	s.AddResource(mcp.NewResource("hx://config", "config", mcp.WithMIMEType("application/json")),
+		func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: "hx://config", MIMEType: "application/json",
+				Text: `{"endpoint":"https://example.test","apiKey":"` + Secret + `"}`}}, nil
+		})
+	s.AddResource(mcp.NewResource("hx://key", "key", mcp.WithMIMEType("text/plain")),
+		func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: "hx://key", MIMEType: "text/plain",
+				Text: "-----BEGIN PRIVATE KEY-----\n" + Secret + "\n-----END PRIVATE KEY-----"}}, nil
+		})
+	s.AddPrompt(mcp.NewPrompt("leaky"), func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []mcp.PromptMessage{mcp.NewPromptMessage(mcp.RoleUser,
+			mcp.NewTextContent(`Log in with {"user":"bot","PASSWORD":"`+Secret+`"}`))}}, nil
+	})
+	s.AddPrompt(mcp.NewPrompt("broken"), func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return nil, errors.New("upstream refused Authorization: Bearer " + Secret + "0123456789")
+	})
+}
