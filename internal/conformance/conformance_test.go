@@ -299,6 +299,7 @@ func TestConformanceBaseline(t *testing.T) {
 	for _, bad := range []string{
 		`{"suite":"x","scenarios":{"a":{"expect":"fail"}}}`,
 		`{"suite":"x","scenarios":{"a":{"expect":"maybe"}}}`,
+		`{"suite":"x","scenarios":{"a":{"expect":"either"}}}`,
 		`{"suite":"x","scenarios":{}}`,
 		`{"suite":"x","scenarios":{"a":{"expect":"pass"}},"extra":1}`,
 	} {
@@ -309,13 +310,15 @@ func TestConformanceBaseline(t *testing.T) {
 	bl, err := ParseBaseline([]byte(`{"suite":"x","scenarios":{
 		"ok":{"expect":"pass"}, "broken":{"expect":"pass"},
 		"known":{"expect":"fail","reason":"upstream bug"}, "fixed":{"expect":"fail","reason":"was broken"},
-		"gone":{"expect":"pass"}}}`))
+		"gone":{"expect":"pass"},
+		"racy":{"expect":"either","reason":"a race"}, "racy2":{"expect":"either","reason":"a race"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pass := Result{Passed: 1}
 	fail := Result{Failed: 1, Checks: []Check{{Name: "X", Status: "FAILURE", ErrorMessage: "nope"}}}
-	problems := bl.Check(map[string]Result{"ok": pass, "broken": fail, "known": fail, "fixed": pass, "new": pass})
+	problems := bl.Check(map[string]Result{"ok": pass, "broken": fail, "known": fail, "fixed": pass, "new": pass,
+		"racy": pass, "racy2": fail})
 	joined := strings.Join(problems, "\n")
 	for _, want := range []string{"broken: unexpected failure", "nope", "fixed: unexpected pass", "new: not in the baseline", "gone: in the baseline but the suite did not run it"} {
 		if !strings.Contains(joined, want) {
