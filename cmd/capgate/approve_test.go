@@ -58,7 +58,7 @@ func TestApprove(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	want := fmt.Sprintf("approved %s for alice: mcp:fs:delete_tree (input sha256 0123456789ab…), valid until %s\n",
+	want := fmt.Sprintf("approved %s for alice: mcp:fs:delete_tree (input sha256 0123456789ab…), valid until %s\ninput: (not recorded)\n",
 		a.ID, a.ExpiresAt.Format(time.RFC3339))
 	if stdout != want {
 		t.Errorf("stdout %q, want %q", stdout, want)
