@@ -286,43 +286,9 @@ func TestApprovalSurvivesRefusals(t *testing.T) {
 	s := startServe(t, extra+"\n[policy.rate_limit]\nper_minute = 12\nburst = 2\n")
 	alice, bob := s.mint(t, "alice", "private"), s.mint(t, "bob", "private")
 
-	// Two approved calls take alice's two tokens for danger.
-	for _, cmd := range []string{"a", "b"} {
-		in := `{"cmd":"` + cmd + `"}`
-		s.approve(t, s.approvalOf(t, alice, in))
-		if a := s.invokeRaw(t, alice, "ext:calls:danger", in, ""); a.Code != "" {
-			t.Fatalf("%s: %+v", in, a)
-		}
-	}
-	// The third, approved, is rate-limited; its approval survives.
-	id := s.approvalOf(t, alice, `{"cmd":"c"}`)
-	s.approve(t, id)
-	if a := s.invokeRaw(t, alice, "ext:calls:danger", `{"cmd":"c"}`, ""); a.Code != "rate_limited" {
-		t.Fatalf("third call: %+v, want rate_limited", a)
-	}
-	if st := s.liveApprovals(t)[id]; st != "approved" {
-		t.Fatalf("after the rate limit refused the call, approval %s is %q, want approved (unused)", id, st)
-	}
-	// Once the bucket refills (12 a minute: one every 5s), it runs on the
-	// same approval.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		a := s.invokeRaw(t, alice, "ext:calls:danger", `{"cmd":"c"}`, "")
-		if a.Code == "" {
-			break
-		}
-		if a.Code != "rate_limited" || time.Now().After(deadline) {
-			t.Fatalf("the retry after the refill: %+v", a)
-		}
-		time.Sleep(time.Second)
-	}
-	if _, live := s.liveApprovals(t)[id]; live {
-		t.Errorf("approval %s is still live after the call it served", id)
-	}
-
 	// An approved input the schema refuses: refused every time, and the
 	// approval is not spent on it.
-	id = s.approvalOf(t, bob, `{"cmd":5}`)
+	id := s.approvalOf(t, bob, `{"cmd":5}`)
 	s.approve(t, id)
 	if a := s.invokeRaw(t, bob, "ext:calls:danger", `{"cmd":5}`, ""); a.Code != "capability_invalid_input" {
 		t.Errorf("schema-invalid approved call: %+v", a)
@@ -357,6 +323,40 @@ func TestApprovalSurvivesRefusals(t *testing.T) {
 	}
 	if ran != 1 || asked != 1 || once != 1 {
 		t.Errorf("two calls on one approval: %+v; the tool ran %d times", answers, once)
+	}
+
+	// Two approved calls take alice's two tokens for danger.
+	for _, cmd := range []string{"a", "b"} {
+		in := `{"cmd":"` + cmd + `"}`
+		s.approve(t, s.approvalOf(t, alice, in))
+		if a := s.invokeRaw(t, alice, "ext:calls:danger", in, ""); a.Code != "" {
+			t.Fatalf("%s: %+v", in, a)
+		}
+	}
+	// The third, approved, is rate-limited; its approval survives.
+	id = s.approvalOf(t, alice, `{"cmd":"c"}`)
+	s.approve(t, id)
+	if a := s.invokeRaw(t, alice, "ext:calls:danger", `{"cmd":"c"}`, ""); a.Code != "rate_limited" {
+		t.Fatalf("third call: %+v, want rate_limited", a)
+	}
+	if st := s.liveApprovals(t)[id]; st != "approved" {
+		t.Fatalf("after the rate limit refused the call, approval %s is %q, want approved (unused)", id, st)
+	}
+	// Once the bucket refills (12 a minute: one every 5s), it runs on the
+	// same approval.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		a := s.invokeRaw(t, alice, "ext:calls:danger", `{"cmd":"c"}`, "")
+		if a.Code == "" {
+			break
+		}
+		if a.Code != "rate_limited" || time.Now().After(deadline) {
+			t.Fatalf("the retry after the refill: %+v", a)
+		}
+		time.Sleep(time.Second)
+	}
+	if _, live := s.liveApprovals(t)[id]; live {
+		t.Errorf("approval %s is still live after the call it served", id)
 	}
 }
 
