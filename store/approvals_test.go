@@ -490,3 +490,44 @@ func BenchmarkCredential(b *testing.B) {
 		}
 	}
 }
+
+// TestApprovalInput: the input is kept for the operator (cut to
+// MaxApprovalInput, its size whole); ApprovalFor finds the approved one
+// without using it.
+func TestApprovalInput(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, t.TempDir(), newClock())
+	a, err := s.RequestApproval(ctx, "alice", "tool", "h", []byte(`{"cmd":"ls"}`), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApprovalFor(ctx, "alice", "tool", "h"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a pending approval found: %v", err)
+	}
+	if _, err := s.Approve(ctx, a.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		got, err := s.ApprovalFor(ctx, "alice", "tool", "h")
+		if err != nil || got.ID != a.ID || string(got.Input) != `{"cmd":"ls"}` || got.InputSize != 12 || got.InputTruncated() {
+			t.Fatalf("ApprovalFor: %+v %v", got, err)
+		}
+	}
+	if _, err := s.UseApproval(ctx, "alice", "tool", "h"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApprovalFor(ctx, "alice", "tool", "h"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a used approval found: %v", err)
+	}
+
+	big := []byte(`{"s":"` + strings.Repeat("x", MaxApprovalInput) + `"}`)
+	b, err := s.RequestApproval(ctx, "alice", "tool", "h2", big, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.Approvals(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != b.ID || len(list[0].Input) != MaxApprovalInput ||
+		list[0].InputSize != len(big) || !list[0].InputTruncated() {
+		t.Fatalf("a long input: %d listed, %+v", len(list), err)
+	}
+}
