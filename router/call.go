@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -54,14 +55,16 @@ const (
 
 // Call runs one tool call through every gate and audits it, whatever the
 // outcome. The error, when not nil, is a *tool.Error whose message is safe
-// to show the caller.
+// to show the caller. A panic anywhere in the call (a gate, a source, the
+// output checks) ends as an internal_error that is audited like any other
+// outcome; the process lives on.
 func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result, error) {
 	start := time.Now()
 	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, ProtocolVersion: req.Protocol, RequestID: req.RequestID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
-	res, err := r.call(ctx, c, &req, &ev)
+	res, err := r.recoverCall(ctx, c, &req, &ev)
 	ev.Duration = time.Since(start)
 	switch {
 	case err == nil:
@@ -70,6 +73,7 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 			ev.Detail = "the tool reported an error"
 		}
 	default:
+		res = nil
 		ev.Decision, ev.Code = "deny", string(tool.ErrorCode(err))
 		var te *tool.Error
 		if errors.As(err, &te) && te.Gate != "" {
@@ -87,11 +91,38 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 	return res, err
 }
 
+// recoverCall is call with a panic turned into an internal error. The
+// log has the panic and its stack, never the input.
+func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *audit.Event) (res *tool.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.opts.Logger.Error("tool call panicked", "tool", ev.Tool, "sub", ev.Sub, "request_id", ev.RequestID,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			ev.Detail = "panic"
+			res, err = nil, &tool.Error{Code: tool.CodeInternal, Message: "internal error: the call failed inside capgate"}
+		}
+	}()
+	return r.call(ctx, c, req, ev)
+}
+
 func isToolError(err error) bool {
 	var te *tool.Error
 	return errors.As(err, &te)
 }
 
+// call is the pipeline. The order matters:
+//
+//  1. Decisions that change nothing, cheapest first: the input read (its
+//     canonical bytes are what the tool gets and what approvals and
+//     idempotency keys bind to), capability, tier (acknowledge; for a
+//     blocked tier, that an approval exists, not yet using it), chat
+//     policy, auth, schema.
+//  2. The rate limit takes a token, given back when a later step refuses.
+//  3. The idempotency key is claimed (or its result replayed, or the call
+//     waits for the claimant's result).
+//  4. The approval is used, atomically: last, so that no refusal above
+//     wastes it and two calls cannot both run on it.
+//  5. The call runs; its result completes the idempotency claim.
 func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event) (*tool.Result, error) {
 	if c == nil {
 		return nil, &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: missing", Gate: GateToken}
@@ -105,11 +136,10 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	c = c.within(req.Scope)
 	ev.Tool, ev.Runner, ev.ResolvedSource, ev.ToolName = d.ID, string(d.Kind), d.Source, d.ExposedName
 
-	input, value, err := parseInput(req.Input)
+	input, value, inputHash, err := parseInput(req.Input)
 	if err != nil {
 		return nil, err
 	}
-	inputHash := hashInput(value)
 	ev.InputSHA256 = inputHash
 
 	// (a) capability string.
@@ -117,15 +147,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		return nil, err
 	}
 	// (b) acknowledge, or for a blocked tier an operator's approval.
-	approval, err := r.tierGate(ctx, c, d, inputHash)
+	needApproval, err := r.tierGate(ctx, c, d, input, inputHash)
 	if err != nil {
 		return nil, err
-	}
-	if approval != nil {
-		ev.ApprovalID = approval.ID
-		r.opts.Audit.Log(audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
-			Tool: d.ID, ToolName: d.ExposedName, Decision: "allow", Gate: GateApproval, ApprovalID: approval.ID,
-			InputSHA256: inputHash, RequestID: req.RequestID, Detail: "approval used; approved by " + approval.ApprovedBy})
 	}
 	// (c) chat policy.
 	if err := chatGate(c, d); err != nil {
@@ -137,32 +161,58 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		return nil, err
 	}
 	ev.AccountRef = account
-	// (e) rate limit.
-	if !r.limits.allow(c.Sub, d.ID) {
-		return nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateRateLimit,
-			Message: fmt.Sprintf("rate limit reached for %s on %s", c.Sub, d.ID), Hint: "retry later"}
-	}
-
+	// (e) the input against the tool's schema.
 	if err := r.schemas.validate(d, value); err != nil {
 		return nil, err
 	}
-
-	idem := req.IdempotencyKey != "" && mutating(d)
-	if idem {
-		rec, err := r.opts.State.Idempotency(ctx, c.Sub, d.ID, req.IdempotencyKey)
-		switch {
-		case err == nil && rec.InputHash == inputHash:
-			ev.Detail = "idempotent replay"
-			return parseResult(rec.Result)
-		case err == nil:
-			return nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateIdempotency,
-				Message: "idempotency key " + quoteKey(req.IdempotencyKey) + " was already used with another input",
-				Hint:    "use a new key for a new input"}
-		case !errors.Is(err, store.ErrNotFound):
+	// (f) rate limit. From here on, a refusal gives the token back.
+	tok, ok := r.limits.take(c.Sub, d.ID)
+	if !ok {
+		return nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateRateLimit,
+			Message: fmt.Sprintf("rate limit reached for %s on %s", c.Sub, d.ID), Hint: "retry later"}
+	}
+	ran := false
+	defer func() {
+		if !ran {
+			tok.refund()
+		}
+	}()
+	// (g) idempotency: claim the key, or replay its result.
+	var claim string
+	if req.IdempotencyKey != "" && mutating(d) {
+		var replay *tool.Result
+		claim, replay, err = r.claimKey(ctx, c, d, req.IdempotencyKey, inputHash)
+		if err != nil {
 			return nil, err
 		}
+		if replay != nil {
+			ran = true // a replay is a call served
+			ev.Detail = "idempotent replay"
+			return replay, nil
+		}
+		// Until the call has a result to keep, the claim is released on
+		// every way out, a panic included, so a retry can run.
+		defer func() {
+			if claim != "" {
+				if err := r.opts.State.ReleaseIdempotency(context.WithoutCancel(ctx), c.Sub, d.ID, req.IdempotencyKey, claim); err != nil {
+					r.opts.Logger.Warn("idempotency claim not released; it expires", "tool", d.ID, "err", err)
+				}
+			}
+		}()
+	}
+	// (h) the approval, used now and only now.
+	if needApproval {
+		approval, err := r.useApproval(ctx, c, d, input, inputHash)
+		if err != nil {
+			return nil, err
+		}
+		ev.ApprovalID = approval.ID
+		r.opts.Audit.Log(audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
+			Tool: d.ID, ToolName: d.ExposedName, Decision: "allow", Gate: GateApproval, ApprovalID: approval.ID,
+			InputSHA256: inputHash, RequestID: req.RequestID, Detail: "approval used; approved by " + approval.ApprovedBy})
 	}
 
+	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
 	if d.Kind == tool.KindBridge {
@@ -170,6 +220,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 			return nil, err
 		}
 	}
+	ran = true
 	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
 	defer cancel()
 	res, err := r.opts.Registry.Call(ctx, d.ID, call)
@@ -185,16 +236,75 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	if err := harden.Output(d.ID, res); err != nil {
 		return nil, err
 	}
-	if idem {
+	if claim != "" {
 		b, err := json.Marshal(res)
 		if err == nil {
-			err = r.opts.State.PutIdempotency(ctx, c.Sub, d.ID, req.IdempotencyKey, inputHash, b, r.opts.IdempotencyTTL)
+			err = r.opts.State.CompleteIdempotency(context.WithoutCancel(ctx), c.Sub, d.ID, req.IdempotencyKey, claim, b, r.opts.IdempotencyTTL)
 		}
-		if err != nil && !errors.Is(err, store.ErrExists) {
-			r.opts.Logger.Warn("idempotency record not stored", "tool", d.ID, "err", err)
+		if err != nil {
+			// The claim stays until it expires: releasing it would let a
+			// retry run the call a second time.
+			r.opts.Logger.Error("idempotency result not stored; the key stays claimed until the claim expires", "tool", d.ID, "err", err)
 		}
+		claim = ""
 	}
 	return res, nil
+}
+
+// Waiting for a call in progress under the same idempotency key: polls
+// from idemPollMin, doubling to idemPollMax.
+const (
+	idemPollMin = 10 * time.Millisecond
+	idemPollMax = 250 * time.Millisecond
+)
+
+// claimKey claims the idempotency key for this call (a claim id), or
+// returns the result of the call that made it. While that call runs, it
+// waits for its result, bounded by the call timeout and ctx; then it
+// refuses with rate_limited, for the retry that will find the result.
+func (r *Router) claimKey(ctx context.Context, c *Caller, d *tool.Descriptor, key, inputHash string) (string, *tool.Result, error) {
+	// A claim outlives the longest call by a margin; a process that dies
+	// holding one blocks the key no longer.
+	claimTTL := r.opts.CallTimeout + time.Minute
+	var deadline time.Time
+	wait := idemPollMin
+	for {
+		claim, rec, err := r.opts.State.ClaimIdempotency(ctx, c.Sub, d.ID, key, inputHash, claimTTL)
+		switch {
+		case err != nil:
+			return "", nil, err
+		case claim != "":
+			return claim, nil, nil
+		case rec.InputHash != inputHash:
+			return "", nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateIdempotency,
+				Message: "idempotency key " + quoteKey(key) + " was already used with another input",
+				Hint:    "use a new key for a new input"}
+		case !rec.InProgress:
+			res, err := parseResult(rec.Result)
+			if err != nil {
+				return "", nil, fmt.Errorf("reading the idempotency record of %s: %w", d.ID, err)
+			}
+			return "", res, nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(r.opts.CallTimeout)
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return "", nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateIdempotency,
+				Message: "a call with idempotency key " + quoteKey(key) + " is still in progress",
+				Hint:    "retry later with the same key and input: you get that call's result"}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateIdempotency, Err: ctx.Err(),
+				Message: "gave up waiting for the call in progress with idempotency key " + quoteKey(key),
+				Hint:    "retry later with the same key and input: you get that call's result"}
+		case <-t.C:
+		}
+		wait = min(2*wait, idemPollMax)
+	}
 }
 
 func quoteKey(k string) string {
@@ -320,43 +430,66 @@ func grantHint(c *Caller, layer, required string) string {
 
 // tierGate enforces the tool's tier: acknowledge_required needs the tier
 // acknowledged; block needs an operator's approval bound to caller, tool
-// and input, which this call uses up.
-func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, inputHash string) (*store.Approval, error) {
+// and input. It only looks: true means the call must use its approval
+// (useApproval) once every other gate has passed. Without one it requests
+// an approval, showing the operator the canonical input, and refuses.
+func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) (bool, error) {
 	tier, err := r.opts.Risk.ToolTier(d.Risk.Level)
 	if err != nil {
-		return nil, &tool.Error{Code: tool.CodeAccessDenied, Gate: GateAcknowledge, Err: err,
+		return false, &tool.Error{Code: tool.CodeAccessDenied, Gate: GateAcknowledge, Err: err,
 			Message: fmt.Sprintf("%s has no risk tier (level %q): refused", d.ID, d.Risk.Level),
 			Hint:    "an operator sets the tool's risk in capgate.toml"}
 	}
 	switch tier.Policy {
 	case risk.Allow:
-		return nil, nil
+		return false, nil
 	case risk.AcknowledgeRequired:
 		if slices.Contains(c.acks, tier.Name) {
-			return nil, nil
+			return false, nil
 		}
-		return nil, &tool.Error{Code: tool.CodeAcknowledgeNeeded, Gate: GateAcknowledge, Required: tier.Name,
+		return false, &tool.Error{Code: tool.CodeAcknowledgeNeeded, Gate: GateAcknowledge, Required: tier.Name,
 			Message: fmt.Sprintf("%s is risk %s, tier %s: the caller has not acknowledged %s", d.ID, d.Risk.Level, tier.Name, tier.Name),
 			Hint:    fmt.Sprintf("acknowledge %q: the token's ack claim, [policy] acknowledge or [policy.subjects.%s] acknowledge", tier.Name, c.Sub)}
 	case risk.Block:
-		a, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
+		_, err := r.opts.State.ApprovalFor(ctx, c.Sub, d.ID, inputHash)
 		if err == nil {
-			return a, nil
+			return true, nil
 		}
 		if !errors.Is(err, store.ErrNotFound) {
-			return nil, err
+			return false, err
 		}
-		a, err = r.opts.State.RequestApproval(ctx, c.Sub, d.ID, inputHash, r.opts.ApprovalTTL)
-		if err != nil {
-			return nil, err
-		}
-		return nil, &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
-			Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (approval %s, valid until %s)",
-				d.ID, d.Risk.Level, tier.Name, a.ID, a.ExpiresAt.UTC().Format(time.RFC3339)),
-			Hint: fmt.Sprintf("an operator runs `capgate approve %s` on the host; then retry the same call with the same input", a.ID)}
+		return false, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
-	return nil, &tool.Error{Code: tool.CodeAccessDenied, Gate: GateAcknowledge,
+	return false, &tool.Error{Code: tool.CodeAccessDenied, Gate: GateAcknowledge,
 		Message: fmt.Sprintf("tier %s has an unknown policy %q: refused", tier.Name, tier.Policy)}
+}
+
+// useApproval uses the call's approval: one statement marks it used, so
+// of two calls on one approval only one gets it; the other is told to get
+// a new one.
+func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) (*store.Approval, error) {
+	a, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, r.approvalRequired(ctx, c, d, input, inputHash)
+	}
+	return a, err
+}
+
+// approvalRequired requests an operator's approval of the call (or finds
+// the pending one) and returns the refusal that names it.
+func (r *Router) approvalRequired(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) error {
+	tier, err := r.opts.Risk.ToolTier(d.Risk.Level)
+	if err != nil {
+		return err
+	}
+	a, err := r.opts.State.RequestApproval(ctx, c.Sub, d.ID, inputHash, input, r.opts.ApprovalTTL)
+	if err != nil {
+		return err
+	}
+	return &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
+		Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (approval %s, valid until %s)",
+			d.ID, d.Risk.Level, tier.Name, a.ID, a.ExpiresAt.UTC().Format(time.RFC3339)),
+		Hint: fmt.Sprintf("an operator runs `capgate approve %s` on the host; then retry the same call with the same input", a.ID)}
 }
 
 // chatGate keeps sensitive tools to their chat types (private by default).

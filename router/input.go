@@ -13,9 +13,19 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-// parseInput checks that the input is one JSON object and decodes it for
-// schema validation (numbers kept exact, as json.Number).
-func parseInput(raw json.RawMessage) (json.RawMessage, any, error) {
+// parseInput reads the input once and returns what the tool will run
+// with: its canonical bytes (keys sorted, no spaces, json.Marshal's
+// escapes), the decoded value for schema validation (numbers kept exact,
+// as json.Number) and the hash of those very bytes, which approvals and
+// idempotency records bind to. The tool gets the canonical bytes, never
+// the client's: what was approved is what runs, whichever way the tool's
+// own decoder would have read the original.
+//
+// Input that decoders read differently is refused: a key repeated in one
+// object (encoding/json keeps the last, others the first) and strings
+// that are not valid Unicode (raw invalid UTF-8, lone surrogate escapes),
+// which decoders replace, refuse or keep.
+func parseInput(raw json.RawMessage) (json.RawMessage, any, string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		raw = json.RawMessage("{}")
@@ -23,22 +33,52 @@ func parseInput(raw json.RawMessage) (json.RawMessage, any, error) {
 	// A plain object, the usual input, is read without a json.Decoder and
 	// the buffers it allocates; anything else takes the standard path,
 	// which alone words the errors.
-	if v, ok := decodePlain(raw); ok {
-		return raw, v, nil
+	v, ok := decodePlain(raw)
+	if !ok {
+		var err error
+		if v, err = decodeStandard(raw); err != nil {
+			return nil, nil, "", err
+		}
 	}
+	if m, ok := v.(map[string]any); ok && len(m) == 0 {
+		return emptyInput, v, emptyInputHash, nil
+	}
+	var buf [512]byte
+	canon := appendCanonical(buf[:0], v)
+	hash := audit.HashInput(canon)
+	if bytes.Equal(canon, raw) {
+		// Already canonical (a client that sends what capgate would):
+		// the same bytes, without a copy.
+		return raw, v, hash, nil
+	}
+	return bytes.Clone(canon), v, hash, nil
+}
+
+// emptyInput is the canonical form of every empty input.
+var emptyInput = json.RawMessage("{}")
+
+// decodeStandard reads raw with encoding/json, then checks what it is
+// lenient about (see strictScan).
+func decodeStandard(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input is not valid JSON: " + err.Error()}
+		return nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input is not valid JSON: " + err.Error()}
 	}
-	if dec.More() {
-		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input has data after its JSON object"}
+	// More would let a closing bracket through: {"a":1}] is not one object.
+	if len(bytes.Trim(raw[dec.InputOffset():], " \t\r\n")) > 0 {
+		return nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input has data after its JSON object"}
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return nil, nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input must be a JSON object"}
+		return nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input must be a JSON object"}
 	}
-	return raw, v, nil
+	s := strictScan{b: raw}
+	if msg := s.value(); msg != "" {
+		return nil, &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Message: "input " + msg,
+			Hint: "send each key once per object, and strings of valid UTF-8"}
+	}
+	return v, nil
 }
 
 // plainDepth is how deep decodePlain follows nested objects and arrays.
@@ -99,8 +139,8 @@ func (p *plainReader) value() (any, bool) {
 	return nil, false
 }
 
-// object reads an object; a repeated key keeps its last value, as the
-// standard path does.
+// object reads an object. A repeated key is left to the standard path,
+// which refuses it naming where.
 func (p *plainReader) object() (any, bool) {
 	if p.depth++; p.depth > plainDepth {
 		return nil, false
@@ -127,6 +167,9 @@ func (p *plainReader) object() (any, bool) {
 			return nil, false
 		}
 		p.i++
+		if _, dup := m[k]; dup {
+			return nil, false
+		}
 		v, ok := p.value()
 		if !ok {
 			return nil, false
@@ -263,18 +306,8 @@ func (p *plainReader) number() (any, bool) {
 	return n, true
 }
 
-// emptyInputHash is hashInput of every empty object.
-var emptyInputHash = audit.HashInput([]byte("{}"))
-
-// hashInput is the hash of the canonical input, which approvals and
-// idempotency records bind to.
-func hashInput(v any) string {
-	if m, ok := v.(map[string]any); ok && len(m) == 0 {
-		return emptyInputHash
-	}
-	var buf [512]byte
-	return audit.HashInput(appendCanonical(buf[:0], v))
-}
+// emptyInputHash is the hash of every empty input.
+var emptyInputHash = audit.HashInput(emptyInput)
 
 // appendCanonical appends the input with sorted keys and no spaces, so an
 // approval or idempotency key binds to the input, not to how a client

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/capgate/capgate/tool"
 )
@@ -35,7 +37,9 @@ var inputCorpus = []string{
 	`{"html":"<>&","keys":{"<":1,"&":2,">":3}}`,
 }
 
-// standardInput is parseInput without decodePlain: the reference.
+// standardInput is parseInput's reference: encoding/json, then what it
+// is lenient about refused by an independent check (duplicateKey,
+// badUnicode), and the canonical form from json.Marshal.
 func standardInput(raw json.RawMessage) (json.RawMessage, any, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -47,47 +51,136 @@ func standardInput(raw json.RawMessage) (json.RawMessage, any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, nil, errors.New("input is not valid JSON: " + err.Error())
 	}
-	if dec.More() {
+	// More would let a closing bracket through: {"a":1}] is not one object.
+	if len(bytes.Trim(raw[dec.InputOffset():], " \t\r\n")) > 0 {
 		return nil, nil, errors.New("input has data after its JSON object")
 	}
 	if _, ok := v.(map[string]any); !ok {
 		return nil, nil, errors.New("input must be a JSON object")
 	}
-	return raw, v, nil
+	if duplicateKey(raw) || badUnicode(raw) {
+		return nil, nil, errStrict
+	}
+	canon, err := json.Marshal(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	return canon, v, nil
 }
 
-// checkInput: parseInput and hashInput answer exactly as the standard
-// decoder and json.Marshal do.
+// errStrict stands for the refusals of strictScan, whose words the
+// reference does not repeat.
+var errStrict = errors.New("strict")
+
+// duplicateKey walks valid JSON with encoding/json's tokens and reports a
+// key repeated in one object.
+func duplicateKey(raw []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	type level struct {
+		keys   map[string]bool
+		object bool
+		atKey  bool
+	}
+	var stack []*level
+	for {
+		t, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *level
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.atKey {
+			if k, ok := t.(string); ok {
+				if top.keys[k] {
+					return true
+				}
+				top.keys[k] = true
+				top.atKey = false
+				continue
+			}
+		}
+		switch t {
+		case json.Delim('{'):
+			stack = append(stack, &level{keys: map[string]bool{}, object: true, atKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &level{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].atKey = true // a value ended
+		}
+	}
+}
+
+// badUnicode reports raw bytes that are not UTF-8, or a \u escape of a
+// surrogate that is not half of a pair.
+func badUnicode(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return true
+	}
+	s := string(raw)
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		if s[i+1] != 'u' {
+			i++ // another escape, \\ among them
+			continue
+		}
+		r, err := strconv.ParseUint(s[i+2:i+6], 16, 32)
+		if err != nil {
+			return false
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if i+12 > len(s) || s[i+6:i+8] != "\\u" {
+				return true
+			}
+			r2, err := strconv.ParseUint(s[i+8:i+12], 16, 32)
+			if err != nil || r2 < 0xdc00 || r2 >= 0xe000 {
+				return true
+			}
+			i += 11
+		case r >= 0xdc00 && r < 0xe000:
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// checkInput: parseInput answers as the reference does, gives the tool
+// the canonical bytes and hashes exactly those.
 func checkInput(t *testing.T, in string) {
 	t.Helper()
-	raw, v, err := parseInput(json.RawMessage(in))
-	wantRaw, want, wantErr := standardInput(json.RawMessage(in))
+	input, v, hash, err := parseInput(json.RawMessage(in))
+	canon, want, wantErr := standardInput(json.RawMessage(in))
 	switch {
 	case (err == nil) != (wantErr == nil):
 		t.Fatalf("%q: error %v, want %v", in, err, wantErr)
 	case err != nil:
 		var te *tool.Error
-		if !errors.As(err, &te) || te.Message != wantErr.Error() || te.Code != tool.CodeInvalidInput || te.Gate != GateInput {
+		if !errors.As(err, &te) || te.Code != tool.CodeInvalidInput || te.Gate != GateInput ||
+			(wantErr != errStrict && te.Message != wantErr.Error()) {
 			t.Fatalf("%q: error %#v, want %q", in, err, wantErr)
 		}
 		return
 	}
-	if !bytes.Equal(raw, wantRaw) {
-		t.Fatalf("%q: input %q, want %q", in, raw, wantRaw)
-	}
 	if !reflect.DeepEqual(v, want) {
 		t.Fatalf("%q: decoded %#v, want %#v", in, v, want)
 	}
-	canon, err := json.Marshal(want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := appendCanonical(nil, v); !bytes.Equal(got, canon) {
-		t.Fatalf("%q: canonical %q, want json.Marshal's %q", in, got, canon)
+	if !bytes.Equal(input, canon) {
+		t.Fatalf("%q: the tool would get %q, want json.Marshal's %q", in, input, canon)
 	}
 	sum := sha256.Sum256(canon)
-	if got, want := hashInput(v), hex.EncodeToString(sum[:]); got != want {
-		t.Fatalf("%q: hash %s, want %s", in, got, want)
+	if want := hex.EncodeToString(sum[:]); hash != want {
+		t.Fatalf("%q: hash %s, want %s", in, hash, want)
 	}
 }
 
@@ -131,4 +224,31 @@ func FuzzInput(f *testing.F) {
 		f.Add(in)
 	}
 	f.Fuzz(checkInput)
+}
+
+// TestInputRefusesWhatDecodersReadOtherwise: a repeated key at any depth
+// and strings that are not valid Unicode are refused, naming where.
+func TestInputRefusesWhatDecodersReadOtherwise(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{`{"cmd":"rm -rf /","cmd":"ls"}`, `input repeats the key "cmd" in $: refused`},
+		{`{"a":{"b":[1,{"x":1,"y":2,"x":3}]}}`, `input repeats the key "x" in $.a.b[1]: refused`},
+		{`{"a":1,"\u0061":2}`, `input repeats the key "a" in $`},
+		{`{"weird key":{"k":1,"k":1}}`, `input repeats the key "k" in $["weird key"]`},
+		{"{\"a\":[\"ok\",\"\xff\"]}", `input has invalid UTF-8 (byte 0xff at offset 12) in a string in $.a[1]`},
+		{"{\"\xc3\":1}", `input has invalid UTF-8 (byte 0xc3 at offset 2) in a string in $`},
+		{`{"a":{"s":"\ud800x"}}`, `input has a lone UTF-16 surrogate (\ud800) in a string in $.a.s`},
+		{`{"s":"\udc00"}`, `input has a lone UTF-16 surrogate (\udc00) in a string in $.s`},
+	} {
+		_, _, _, err := parseInput(json.RawMessage(tt.in))
+		var te *tool.Error
+		if !errors.As(err, &te) || te.Code != tool.CodeInvalidInput || te.Gate != GateInput || !strings.HasPrefix(te.Message, tt.want) {
+			t.Errorf("%q: %v, want %s…", tt.in, err, tt.want)
+		}
+	}
+	// A valid pair is one character; keys differing only in case are two.
+	for _, in := range []string{`{"s":"\ud83d\ude00"}`, `{"a":1,"A":2}`, `{"a":{"x":1},"b":{"x":1}}`} {
+		if _, _, _, err := parseInput(json.RawMessage(in)); err != nil {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
 }

@@ -47,13 +47,19 @@ type Flows interface {
 	TakeFlow(ctx context.Context, id, sub string) (*store.Flow, error)
 }
 
+// Idempotency claims a key before the call runs (one row, taken
+// atomically), then completes or releases the claim.
 type Idempotency interface {
-	Idempotency(ctx context.Context, sub, toolID, key string) (*store.IdempotencyRecord, error)
-	PutIdempotency(ctx context.Context, sub, toolID, key, inputHash string, result []byte, ttl time.Duration) error
+	ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHash string, ttl time.Duration) (claim string, rec *store.IdempotencyRecord, err error)
+	CompleteIdempotency(ctx context.Context, sub, toolID, key, claim string, result []byte, ttl time.Duration) error
+	ReleaseIdempotency(ctx context.Context, sub, toolID, key, claim string) error
 }
 
+// Approvals: ApprovalFor looks without using; UseApproval uses one
+// atomically, right before the call runs.
 type Approvals interface {
-	RequestApproval(ctx context.Context, sub, toolID, inputHash string, ttl time.Duration) (*store.Approval, error)
+	RequestApproval(ctx context.Context, sub, toolID, inputHash string, input []byte, ttl time.Duration) (*store.Approval, error)
+	ApprovalFor(ctx context.Context, sub, toolID, inputHash string) (*store.Approval, error)
 	UseApproval(ctx context.Context, sub, toolID, inputHash string) (*store.Approval, error)
 }
 

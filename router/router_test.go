@@ -277,6 +277,45 @@ func TestApproval(t *testing.T) {
 	}
 }
 
+// TestApprovalSurvivesChatPolicy: an approved call refused by the chat
+// policy (the same caller, from a channel) keeps its approval, which the
+// call from an allowed chat then uses. Every tool level is unrestricted
+// here, so the bridge fixture's calendar needs an operator's approval.
+func TestApprovalSurvivesChatPolicy(t *testing.T) {
+	e := newEnv(t, everyone)
+	src := strings.Replace(string(capgate.DefaultRiskFile), "  LOW: safe\n  MED: write\n  HIGH: elevated\n",
+		"  LOW: unrestricted\n  MED: unrestricted\n  HIGH: unrestricted\n", 1)
+	table, err := risk.ParseTable("all-unrestricted.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := e.r.opts
+	opts.Risk = table
+	if e.r, err = New(opts); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	private, channel := e.caller(t, "alice", "private"), e.caller(t, "alice", "channel")
+	_, err = e.call(private, "gog__calendar_list_events", `{"day":"mon"}`)
+	te := denied(t, err, tool.CodeApprovalRequired, GateApproval)
+	id := regexp.MustCompile(`apr_[0-9a-f]{32}`).FindString(te.Message)
+	if _, err := e.st.Approve(ctx, id, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.call(channel, "gog__calendar_list_events", `{"day":"mon"}`)
+	denied(t, err, tool.CodeAccessDenied, GateChat)
+	list, err := e.st.Approvals(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != id || !list[0].Approved() {
+		t.Fatalf("after the chat policy refused the call: %+v %v, want %s approved and unused", list, err, id)
+	}
+	if _, err := e.call(private, "gog__calendar_list_events", `{"day":"mon"}`); err != nil {
+		t.Fatalf("the approved call from the private chat: %v", err)
+	}
+	if list, _ := e.st.Approvals(ctx); len(list) != 0 {
+		t.Errorf("the approval is live after its call: %+v", list)
+	}
+}
+
 func TestChatPolicy(t *testing.T) {
 	e := newEnv(t, everyone)
 	// gog.email is sensitive: private only. The gate runs before auth.

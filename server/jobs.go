@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -86,6 +88,18 @@ func (j *job) run(work func(ctx context.Context, ask askFunc) (*mcp.CallToolResu
 	j.cancel = cancel
 	go func() {
 		defer cancel()
+		// A panic here would end the process (mcp-go recovers only its
+		// own goroutine): it ends the call as an internal error instead.
+		// The router has audited the call; the log gets the panic and its
+		// stack, never the input.
+		defer func() {
+			if p := recover(); p != nil {
+				slog.Default().Error("tools/call job panicked", "job", j.id, "sub", j.sub,
+					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				j.done <- jobResult{res: denial(&tool.Error{Code: tool.CodeInternal,
+					Message: "internal error: the call failed inside capgate"})}
+			}
+		}()
 		res, err := work(ctx, j.ask)
 		j.done <- jobResult{res, err}
 	}()

@@ -22,7 +22,18 @@ type Approval struct {
 	ApprovedAt time.Time
 	UsedAt     time.Time
 	ApprovedBy string
+	// Input is the canonical input the call would run with, what the
+	// operator approves, cut to MaxApprovalInput bytes; InputSize is its
+	// whole length (InputHash is of the whole).
+	Input     []byte
+	InputSize int
 }
+
+// MaxApprovalInput bounds the input kept with an approval for display.
+const MaxApprovalInput = 16 << 10
+
+// InputTruncated reports whether Input is only the start of the input.
+func (a *Approval) InputTruncated() bool { return len(a.Input) < a.InputSize }
 
 // Approved reports whether an operator has approved a.
 func (a *Approval) Approved() bool { return !a.ApprovedAt.IsZero() }
@@ -71,7 +82,7 @@ func (e *ApprovalError) Unwrap() []error {
 	return []error{ErrApproval, e.Reason}
 }
 
-const approvalCols = `id, sub, tool_id, input_hash, created_at, expires_at, approved_at, approved_by, used_at`
+const approvalCols = `id, sub, tool_id, input_hash, created_at, expires_at, approved_at, approved_by, used_at, input, input_size`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -79,9 +90,12 @@ func scanApproval(row scanner) (*Approval, error) {
 	var a Approval
 	var created, expires, approved, used sql.NullInt64
 	var by sql.NullString
-	if err := row.Scan(&a.ID, &a.Sub, &a.ToolID, &a.InputHash, &created, &expires, &approved, &by, &used); err != nil {
+	var size sql.NullInt64
+	if err := row.Scan(&a.ID, &a.Sub, &a.ToolID, &a.InputHash, &created, &expires, &approved, &by, &used,
+		&a.Input, &size); err != nil {
 		return nil, err
 	}
+	a.InputSize = int(size.Int64)
 	a.CreatedAt, a.ExpiresAt = fromMS(created), fromMS(expires)
 	a.ApprovedAt, a.UsedAt = fromMS(approved), fromMS(used)
 	a.ApprovedBy = by.String
@@ -89,10 +103,11 @@ func scanApproval(row scanner) (*Approval, error) {
 }
 
 // RequestApproval asks for an operator's approval of sub calling toolID
-// with the input whose hash is inputHash, valid for ttl. While an earlier
-// request with the same binding is live and unused, it returns that one,
-// so retries of a call wait on one approval.
-func (s *Store) RequestApproval(ctx context.Context, sub, toolID, inputHash string, ttl time.Duration) (*Approval, error) {
+// with input (canonical), whose hash is inputHash, valid for ttl. The
+// input is kept, its first MaxApprovalInput bytes, for the operator to
+// read. While an earlier request with the same binding is live and
+// unused, it returns that one, so retries of a call wait on one approval.
+func (s *Store) RequestApproval(ctx context.Context, sub, toolID, inputHash string, input []byte, ttl time.Duration) (*Approval, error) {
 	switch {
 	case sub == "" || toolID == "" || inputHash == "":
 		return nil, errors.New("store: request approval: sub, tool id and input hash are required")
@@ -124,10 +139,12 @@ func (s *Store) RequestApproval(ctx context.Context, sub, toolID, inputHash stri
 		InputHash: inputHash,
 		CreatedAt: time.UnixMilli(now),
 		ExpiresAt: time.UnixMilli(now + ttl.Milliseconds()),
+		Input:     input[:min(len(input), MaxApprovalInput)],
+		InputSize: len(input),
 	}
 	if _, err := tx.ExecContext(ctx, rebind(`INSERT INTO approvals
-		(id, sub, tool_id, input_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`),
-		a.ID, a.Sub, a.ToolID, a.InputHash, now, ms(a.ExpiresAt)); err != nil {
+		(id, sub, tool_id, input_hash, created_at, expires_at, input, input_size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+		a.ID, a.Sub, a.ToolID, a.InputHash, now, ms(a.ExpiresAt), a.Input, a.InputSize); err != nil {
 		return nil, fmt.Errorf("store: request approval: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -172,6 +189,23 @@ func (s *Store) Approve(ctx context.Context, id, by string) (*Approval, error) {
 	// Pending and live after all: the clock went back. Say so rather
 	// than guess.
 	return nil, fmt.Errorf("store: approve %s: refused, then found pending; is the clock moving backwards?", id)
+}
+
+// ApprovalFor returns, without using it, the approval UseApproval would
+// use now; ErrNotFound when there is none. It lets a call check its
+// approval early and use it only once every other gate has passed.
+func (s *Store) ApprovalFor(ctx context.Context, sub, toolID, inputHash string) (*Approval, error) {
+	a, err := scanApproval(s.ops.QueryRowContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
+		WHERE sub = ? AND tool_id = ? AND input_hash = ?
+		  AND approved_at IS NOT NULL AND used_at IS NULL AND expires_at > ?
+		ORDER BY approved_at, id LIMIT 1`), sub, toolID, inputHash, s.nowMS()))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: approval for: %w", err)
+	}
+	return a, nil
 }
 
 // UseApproval consumes one approved, unused, unexpired approval bound to

@@ -96,7 +96,7 @@ func TestApprovalLifecycle(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
-	a, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", 15*time.Minute)
+	a, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", nil, 15*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,11 +104,11 @@ func TestApprovalLifecycle(t *testing.T) {
 		t.Fatalf("new approval %+v", a)
 	}
 	c.Advance(time.Second)
-	again, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", 15*time.Minute)
+	again, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", nil, 15*time.Minute)
 	if err != nil || again.ID != a.ID || !again.ExpiresAt.Equal(a.ExpiresAt) {
 		t.Errorf("second request for the same binding: %+v, %v; want %s unchanged", again, err, a.ID)
 	}
-	other, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash2", 15*time.Minute)
+	other, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash2", nil, 15*time.Minute)
 	if err != nil || other.ID == a.ID {
 		t.Errorf("request for another input: %+v, %v; want a new approval", other, err)
 	}
@@ -132,7 +132,7 @@ func TestApprovalLifecycle(t *testing.T) {
 		t.Errorf("second approve: %v", err)
 	}
 	// While approved and unused, a retry of the call finds it.
-	if again, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", 15*time.Minute); err != nil || again.ID != a.ID || !again.Approved() {
+	if again, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", nil, 15*time.Minute); err != nil || again.ID != a.ID || !again.Approved() {
 		t.Errorf("request while approved: %+v, %v", again, err)
 	}
 
@@ -155,7 +155,7 @@ func TestApprovalLifecycle(t *testing.T) {
 		t.Errorf("approve after use: %v", err)
 	}
 	// Used: the next call needs a new approval.
-	if next, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", 15*time.Minute); err != nil || next.ID == a.ID || next.Approved() {
+	if next, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", nil, 15*time.Minute); err != nil || next.ID == a.ID || next.Approved() {
 		t.Errorf("request after use: %+v, %v; want a new pending approval", next, err)
 	}
 
@@ -169,11 +169,11 @@ func TestApprovalExpiry(t *testing.T) {
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
-	pending, err := s.RequestApproval(ctx, "alice", "tool", "h1", 5*time.Minute)
+	pending, err := s.RequestApproval(ctx, "alice", "tool", "h1", nil, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	approved, err := s.RequestApproval(ctx, "alice", "tool", "h2", 5*time.Minute)
+	approved, err := s.RequestApproval(ctx, "alice", "tool", "h2", nil, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestApprovalExpiry(t *testing.T) {
 		t.Errorf("live approvals after expiry: %+v, %v", list, err)
 	}
 	// An expired one is not handed back to a new request.
-	if next, err := s.RequestApproval(ctx, "alice", "tool", "h1", 5*time.Minute); err != nil || next.ID == pending.ID {
+	if next, err := s.RequestApproval(ctx, "alice", "tool", "h1", nil, 5*time.Minute); err != nil || next.ID == pending.ID {
 		t.Errorf("request after expiry: %+v, %v", next, err)
 	}
 }
@@ -203,7 +203,7 @@ func TestApprovalsList(t *testing.T) {
 	s := mustOpen(t, t.TempDir(), c)
 	var ids []string
 	for i := range 4 {
-		a, err := s.RequestApproval(ctx, "alice", "tool", fmt.Sprint("h", i), time.Hour)
+		a, err := s.RequestApproval(ctx, "alice", "tool", fmt.Sprint("h", i), nil, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func TestApprovalConcurrency(t *testing.T) {
 	ids := make([]string, n)
 	for i := range n {
 		wg.Go(func() {
-			a, err := s.RequestApproval(ctx, "alice", "tool", "h", time.Hour)
+			a, err := s.RequestApproval(ctx, "alice", "tool", "h", nil, time.Hour)
 			if err != nil {
 				t.Errorf("request: %v", err)
 				return
@@ -313,7 +313,7 @@ func TestTwoStores(t *testing.T) {
 		}
 	})
 	for i := range n {
-		a, err := server.RequestApproval(ctx, "alice", "tool", fmt.Sprint("h", i), time.Hour)
+		a, err := server.RequestApproval(ctx, "alice", "tool", fmt.Sprint("h", i), nil, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +348,7 @@ func TestApproveFromAnotherProcess(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	server := mustOpen(t, dir, nil)
-	a, err := server.RequestApproval(ctx, "alice", "tool", "h", time.Hour)
+	a, err := server.RequestApproval(ctx, "alice", "tool", "h", nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +450,7 @@ func BenchmarkUseApproval(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		a, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "h", time.Hour)
+		a, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "h", nil, time.Hour)
 		if err == nil {
 			_, err = s.Approve(ctx, a.ID, "op")
 		}
@@ -488,5 +488,46 @@ func BenchmarkCredential(b *testing.B) {
 		if _, err := s.Credential(ctx, "alice", "bridge:gog:email", "work"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestApprovalInput: the input is kept for the operator (cut to
+// MaxApprovalInput, its size whole); ApprovalFor finds the approved one
+// without using it.
+func TestApprovalInput(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, t.TempDir(), newClock())
+	a, err := s.RequestApproval(ctx, "alice", "tool", "h", []byte(`{"cmd":"ls"}`), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApprovalFor(ctx, "alice", "tool", "h"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a pending approval found: %v", err)
+	}
+	if _, err := s.Approve(ctx, a.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		got, err := s.ApprovalFor(ctx, "alice", "tool", "h")
+		if err != nil || got.ID != a.ID || string(got.Input) != `{"cmd":"ls"}` || got.InputSize != 12 || got.InputTruncated() {
+			t.Fatalf("ApprovalFor: %+v %v", got, err)
+		}
+	}
+	if _, err := s.UseApproval(ctx, "alice", "tool", "h"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApprovalFor(ctx, "alice", "tool", "h"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a used approval found: %v", err)
+	}
+
+	big := []byte(`{"s":"` + strings.Repeat("x", MaxApprovalInput) + `"}`)
+	b, err := s.RequestApproval(ctx, "alice", "tool", "h2", big, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.Approvals(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != b.ID || len(list[0].Input) != MaxApprovalInput ||
+		list[0].InputSize != len(big) || !list[0].InputTruncated() {
+		t.Fatalf("a long input: %d listed, %+v", len(list), err)
 	}
 }

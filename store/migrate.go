@@ -56,6 +56,16 @@ var opsMigrations = []migration{
 		`CREATE INDEX approvals_live ON approvals (sub, tool_id, input_hash, created_at) WHERE used_at IS NULL`,
 		`CREATE INDEX approvals_expires ON approvals (expires_at)`,
 	}},
+	{2, []string{
+		// A call with an idempotency key claims it before it runs: a row
+		// whose claim names the call, with no result yet. Completion sets
+		// the result and clears the claim.
+		`ALTER TABLE idempotency ADD COLUMN claim TEXT`,
+		// What the operator approves: the canonical input the tool would
+		// get (its first MaxApprovalInput bytes) and its full size.
+		`ALTER TABLE approvals ADD COLUMN input BLOB`,
+		`ALTER TABLE approvals ADD COLUMN input_size INTEGER`,
+	}},
 }
 
 // vaultMigrations build vault.db.

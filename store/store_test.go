@@ -413,7 +413,7 @@ func TestWithoutVault(t *testing.T) {
 	if err := s.PutCredential(ctx, "a", "c", "", nil); !errors.Is(err, ErrNoVault) {
 		t.Errorf("PutCredential: %v", err)
 	}
-	if _, err := s.RequestApproval(ctx, "a", "t", "h", time.Minute); err != nil {
+	if _, err := s.RequestApproval(ctx, "a", "t", "h", nil, time.Minute); err != nil {
 		t.Errorf("operation data without the vault: %v", err)
 	}
 }
@@ -428,7 +428,7 @@ func TestPrune(t *testing.T) {
 	if err := s.PutIdempotency(ctx, "alice", "tool", "k", "h", nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RequestApproval(ctx, "alice", "tool", "h", 5*time.Minute); err != nil {
+	if _, err := s.RequestApproval(ctx, "alice", "tool", "h", nil, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.PutIdempotency(ctx, "alice", "tool", "long", "h", nil, time.Hour); err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -51,8 +53,8 @@ the live ones. approve needs no store key: approvals are not in the vault.`,
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "approved %s for %s: %s (input sha256 %s…), valid until %s\n",
-				a.ID, a.Sub, a.ToolID, shortHash(a.InputHash), a.ExpiresAt.Format(time.RFC3339))
+			fmt.Fprintf(cmd.OutOrStdout(), "approved %s for %s: %s (input sha256 %s…), valid until %s\ninput: %s\n",
+				a.ID, a.Sub, a.ToolID, shortHash(a.InputHash), a.ExpiresAt.Format(time.RFC3339), showInput(a, maxShownInput))
 			return nil
 		},
 	}
@@ -127,6 +129,46 @@ func shortHash(h string) string {
 	return h
 }
 
+// How much of an approval's input is shown: in the list, and by approve.
+const (
+	maxListedInput = 60
+	maxShownInput  = 4096
+)
+
+// showInput is the approval's input for a terminal, cut to max bytes.
+// Characters that could hide or reorder what is shown (controls, format
+// characters such as bidi overrides) are written as \u escapes.
+func showInput(a *store.Approval, max int) string {
+	if a.InputSize == 0 && len(a.Input) == 0 {
+		return "(not recorded)"
+	}
+	in, cut := a.Input, a.InputTruncated()
+	if len(in) > max {
+		in, cut = in[:max], true
+	}
+	var b strings.Builder
+	for len(in) > 0 {
+		r, size := utf8.DecodeRune(in)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			if len(in) < utf8.UTFMax && cut {
+				in = nil // a character cut at the end
+				continue
+			}
+			fmt.Fprintf(&b, "\\x%02x", in[0])
+		case r < 0x20 || r == 0x7f || unicode.Is(unicode.Cf, r) || !unicode.IsPrint(r) && r != ' ':
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+		in = in[size:]
+	}
+	if cut {
+		fmt.Fprintf(&b, "… (%d bytes in all)", a.InputSize)
+	}
+	return b.String()
+}
+
 func approvalState(a *store.Approval) string {
 	if a.Approved() {
 		return "approved"
@@ -140,15 +182,15 @@ func printApprovals(w io.Writer, list []store.Approval) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSUB\tTOOL\tINPUT\tSTATE\tEXPIRES")
+	fmt.Fprintln(tw, "ID\tSUB\tTOOL\tINPUT\tSHA256\tSTATE\tEXPIRES")
 	for i := range list {
 		a := &list[i]
 		state := approvalState(a)
 		if a.Approved() {
 			state += " by " + a.ApprovedBy
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\n", a.ID, a.Sub, a.ToolID, shortHash(a.InputHash), state,
-			a.ExpiresAt.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s…\t%s\t%s\n", a.ID, a.Sub, a.ToolID, showInput(a, maxListedInput),
+			shortHash(a.InputHash), state, a.ExpiresAt.Format(time.RFC3339))
 	}
 	return tw.Flush()
 }
@@ -163,6 +205,11 @@ type approvalJSON struct {
 	ExpiresAt  time.Time  `json:"expires_at"`
 	ApprovedAt *time.Time `json:"approved_at,omitempty"`
 	ApprovedBy string     `json:"approved_by,omitempty"`
+	// Input is the canonical input the call runs with (its start when
+	// InputTruncated), for the operator to read.
+	Input          string `json:"input"`
+	InputSize      int    `json:"input_size"`
+	InputTruncated bool   `json:"input_truncated,omitempty"`
 }
 
 func printApprovalsJSON(w io.Writer, list []store.Approval) error {
@@ -172,6 +219,7 @@ func printApprovalsJSON(w io.Writer, list []store.Approval) error {
 		j := approvalJSON{
 			ID: a.ID, Sub: a.Sub, ToolID: a.ToolID, InputHash: a.InputHash, State: approvalState(a),
 			CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, ApprovedBy: a.ApprovedBy,
+			Input: string(a.Input), InputSize: a.InputSize, InputTruncated: a.InputTruncated(),
 		}
 		if a.Approved() {
 			t := a.ApprovedAt

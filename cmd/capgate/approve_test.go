@@ -46,7 +46,7 @@ func TestApprove(t *testing.T) {
 	ctx := context.Background()
 	cfg, st := approveSetup(t)
 	hash := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	a, err := st.RequestApproval(ctx, "alice", "mcp:fs:delete_tree", hash, 10*time.Minute)
+	a, err := st.RequestApproval(ctx, "alice", "mcp:fs:delete_tree", hash, nil, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestApprove(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	want := fmt.Sprintf("approved %s for alice: mcp:fs:delete_tree (input sha256 0123456789ab…), valid until %s\n",
+	want := fmt.Sprintf("approved %s for alice: mcp:fs:delete_tree (input sha256 0123456789ab…), valid until %s\ninput: (not recorded)\n",
 		a.ID, a.ExpiresAt.Format(time.RFC3339))
 	if stdout != want {
 		t.Errorf("stdout %q, want %q", stdout, want)
@@ -81,7 +81,7 @@ func TestApprove(t *testing.T) {
 func TestApproveRefusals(t *testing.T) {
 	ctx := context.Background()
 	cfg, st := approveSetup(t)
-	a, err := st.RequestApproval(ctx, "alice", "mcp:fs:delete_tree", "sha256:feedface00112233", 10*time.Minute)
+	a, err := st.RequestApproval(ctx, "alice", "mcp:fs:delete_tree", "sha256:feedface00112233", nil, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestApproveExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	a, err := st.RequestApproval(ctx, "alice", "mcp:fs:delete_tree", "h", 5*time.Minute)
+	a, err := st.RequestApproval(ctx, "alice", "mcp:fs:delete_tree", "h", nil, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,11 +152,11 @@ func TestApprovalsList(t *testing.T) {
 	if code, stdout, stderr := runCLI("approvals", "--config", cfg); code != 0 || stdout != "no live approvals\n" {
 		t.Errorf("empty list: exit %d %q %q", code, stdout, stderr)
 	}
-	pending, err := st.RequestApproval(ctx, "alice", "mcp:fs:delete_tree", "aaaaaaaaaaaaaaaa", 10*time.Minute)
+	pending, err := st.RequestApproval(ctx, "alice", "mcp:fs:delete_tree", "aaaaaaaaaaaaaaaa", nil, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	approved, err := st.RequestApproval(ctx, "bob", "mcp:db:drop", "bbbbbbbbbbbbbbbb", 10*time.Minute)
+	approved, err := st.RequestApproval(ctx, "bob", "mcp:db:drop", "bbbbbbbbbbbbbbbb", nil, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestClaimIdempotency: a claim is taken once; the others see it in
+// progress, then its result; a released or expired claim is taken again;
+// a claim lost to expiry cannot complete over its successor.
+func TestClaimIdempotency(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	s := mustOpen(t, t.TempDir(), c)
+
+	claim, rec, err := s.ClaimIdempotency(ctx, "alice", "tool", "k", "h1", time.Minute)
+	if err != nil || claim == "" || rec != nil {
+		t.Fatalf("first claim: %q %+v %v", claim, rec, err)
+	}
+	other, rec, err := s.ClaimIdempotency(ctx, "alice", "tool", "k", "h1", time.Minute)
+	if err != nil || other != "" || rec == nil || !rec.InProgress || rec.InputHash != "h1" || rec.Result != nil {
+		t.Fatalf("second claim while the first runs: %q %+v %v", other, rec, err)
+	}
+	if _, err := s.Idempotency(ctx, "alice", "tool", "k"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a claim read as a result: %v", err)
+	}
+	// Released: the next call runs.
+	if err := s.ReleaseIdempotency(ctx, "alice", "tool", "k", claim); err != nil {
+		t.Fatal(err)
+	}
+	claim, _, err = s.ClaimIdempotency(ctx, "alice", "tool", "k", "h1", time.Minute)
+	if err != nil || claim == "" {
+		t.Fatalf("claim after release: %q %v", claim, err)
+	}
+	// Completed: the others replay.
+	if err := s.CompleteIdempotency(ctx, "alice", "tool", "k", claim, []byte(`{"r":1}`), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	_, rec, err = s.ClaimIdempotency(ctx, "alice", "tool", "k", "h2", time.Minute)
+	if err != nil || rec == nil || rec.InProgress || rec.InputHash != "h1" || string(rec.Result) != `{"r":1}` {
+		t.Fatalf("claim after completion: %+v %v", rec, err)
+	}
+	// Releasing a completed record's old claim does nothing.
+	if err := s.ReleaseIdempotency(ctx, "alice", "tool", "k", claim); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Idempotency(ctx, "alice", "tool", "k"); err != nil || string(r.Result) != `{"r":1}` {
+		t.Fatalf("after a stale release: %+v %v", r, err)
+	}
+
+	// A claim whose holder died expires; its successor holds the key, and
+	// the dead one's completion is refused.
+	dead, _, _ := s.ClaimIdempotency(ctx, "alice", "tool", "k2", "h", time.Minute)
+	c.Advance(time.Minute + time.Millisecond)
+	next, _, err := s.ClaimIdempotency(ctx, "alice", "tool", "k2", "h", time.Minute)
+	if err != nil || next == "" || next == dead {
+		t.Fatalf("claim after expiry: %q %v", next, err)
+	}
+	if err := s.CompleteIdempotency(ctx, "alice", "tool", "k2", dead, []byte("x"), time.Hour); !errors.Is(err, ErrNotFound) {
+		t.Errorf("expired claim completed: %v", err)
+	}
+	if _, _, err := s.ClaimIdempotency(ctx, "alice", "tool", "k2", "h", 0); err == nil {
+		t.Error("a zero ttl was accepted")
+	}
+}
+
+// TestClaimIdempotencyRace: of concurrent claims (in two Stores on one
+// file, as two processes would), exactly one wins.
+func TestClaimIdempotencyRace(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c := newClock()
+	a, b := mustOpen(t, dir, c), mustOpen(t, dir, c)
+	var mu sync.Mutex
+	won := 0
+	var wg sync.WaitGroup
+	for i := range 16 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			claim, rec, err := s.ClaimIdempotency(ctx, "alice", "tool", "k", "h", time.Minute)
+			if err != nil || (claim == "") == (rec == nil) {
+				t.Errorf("claim: %q %+v %v", claim, rec, err)
+			}
+			if claim != "" {
+				mu.Lock()
+				won++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if won != 1 {
+		t.Errorf("%d claims won, want 1", won)
+	}
+}
