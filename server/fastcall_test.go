@@ -3,13 +3,12 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -54,9 +53,9 @@ func TestFastCallMatchesMCPGo(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := s.MCP.fastCalls.Load()
-			st1, ct1, b1 := postMCP(t, front, tc.tok, tc.mcpName, tc.body)
+			st1, ct1, b1 := testkit.PostMCP(t, front, tc.tok, tc.mcpName, tc.body)
 			took := s.MCP.fastCalls.Load() - before
-			st2, ct2, b2 := postMCP(t, hs.URL, tc.tok, tc.mcpName, tc.body)
+			st2, ct2, b2 := testkit.PostMCP(t, hs.URL, tc.tok, tc.mcpName, tc.body)
 			if took != map[bool]int64{true: 1, false: 0}[tc.fast] {
 				t.Errorf("fast call taken %d times, want fast=%v", took, tc.fast)
 			}
@@ -68,27 +67,6 @@ func TestFastCallMatchesMCPGo(t *testing.T) {
 			}
 		})
 	}
-}
-
-func postMCP(t *testing.T, base, tok, name, body string) (int, string, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", name)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
 }
 
 // decode reads a JSON body, or the data of the SSE events it holds.

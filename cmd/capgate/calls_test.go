@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
 )
 
 // The tests here attack "calls happen exactly as decided" through a real
@@ -256,7 +257,7 @@ func TestApprovedInputIsWhatRuns(t *testing.T) {
 		{"the fast call", body},
 		{"mcp-go's path", strings.Replace(body, `"_meta":{`, `"_meta":{"progressToken":"p1",`, 1)},
 	} {
-		status, _, b := postMCP(t, "http://"+s.addr, alice, "calls__danger", path.body)
+		status, _, b := testkit.PostMCP(t, "http://"+s.addr, alice, "calls__danger", path.body)
 		if status != http.StatusOK || !strings.Contains(string(b), `capability_invalid_input: input repeats the key \"cmd\" in $`) ||
 			!strings.Contains(string(b), `"isError":true`) {
 			t.Errorf("over /mcp, %s: %d %s", path.name, status, b)
@@ -358,26 +359,4 @@ func TestApprovalSurvivesRefusals(t *testing.T) {
 	if _, live := s.liveApprovals(t)[id]; live {
 		t.Errorf("approval %s is still live after the call it served", id)
 	}
-}
-
-// postMCP posts one stateless (2026-07-28) tools/call to /mcp.
-func postMCP(t *testing.T, base, tok, name, body string) (int, string, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", name)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
 }

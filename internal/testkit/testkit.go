@@ -4,7 +4,9 @@ package testkit
 
 import (
 	"bufio"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,3 +176,29 @@ func ServeLogged(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, s
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// PostMCP posts one stateless (2026-07-28) tools/call body to base+"/mcp"
+// with the token and returns the status, the content type and the body.
+func PostMCP(tb testing.TB, base, tok, name, body string) (int, string, []byte) {
+	tb.Helper()
+	req, err := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", name)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
