@@ -232,11 +232,12 @@ func (s *Store) UseApproval(ctx context.Context, sub, toolID, inputHash string) 
 }
 
 // Approvals lists the live approvals (not used, not expired), pending and
-// approved, newest first.
+// approved, newest first; requests made in the same millisecond in the
+// order they were made (the row id), not by their random ids.
 func (s *Store) Approvals(ctx context.Context) ([]Approval, error) {
 	rows, err := s.ops.QueryContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
 		WHERE used_at IS NULL AND expires_at > ?
-		ORDER BY created_at DESC, id DESC`), s.nowMS())
+		ORDER BY created_at DESC, rowid DESC`), s.nowMS())
 	if err != nil {
 		return nil, fmt.Errorf("store: approvals: %w", err)
 	}
