@@ -512,7 +512,7 @@ func TestReopenContinuesChain(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if rep2, err := VerifyFile(path); err != nil || rep2 != rep {
+	if rep2, err := VerifyFile(path); err != nil || !reflect.DeepEqual(rep2, rep) {
 		t.Errorf("after empty reopen: %+v %v, want %+v", rep2, err, rep)
 	}
 }

@@ -36,12 +36,27 @@ type Options struct {
 	MaxPending int
 	// Now stamps events whose Time is zero; default time.Now.
 	Now func() time.Time
+	// MaxSize: a file that would grow past this many bytes is moved aside
+	// and the chain continues in a new one (see rotate.go). 0: never. A
+	// single group of lines larger than MaxSize still goes to one file.
+	MaxSize int64
+	// MaxFiles is how many moved-aside files are kept; the oldest are
+	// deleted. Default 10.
+	MaxFiles int
+	// Reserve is how many bytes of disk space are kept allocated ahead of
+	// the file's end (see Healthy). Default 1 MiB; negative: none.
+	Reserve int64
+	// OnHealth is called, from the writer, when the log turns unhealthy
+	// (with why) and when it recovers (with nil): once per change, not per
+	// event. It must not call the Log.
+	OnHealth func(error)
 }
 
 const (
 	defaultFlushInterval = 100 * time.Millisecond
 	defaultMaxBatch      = 4096
 	defaultMaxPending    = 16384
+	defaultMaxFiles      = 10
 	// chunkSize is about how many bytes of lines go to one write(2).
 	chunkSize = 256 << 10
 	// maxOutbox is about how many bytes of lines, hashed and waiting to be
@@ -70,6 +85,10 @@ type Log struct {
 	maxBatch   int
 	maxPending int
 	now        func() time.Time
+	maxSize    int64
+	maxFiles   int
+	reserve    int64
+	onHealth   func(error)
 
 	// Queue: encoded events waiting for the writer.
 	mu     sync.Mutex
@@ -109,8 +128,11 @@ type Log struct {
 	synced    uint64 // last line fsynced and recorded in .head
 	fclosed   bool
 	rebuf     []byte // for rechain
+	noFalloc  bool   // the filesystem cannot reserve space
 
-	broken atomic.Bool // a failed write could not be cut back: nothing more is written
+	broken     atomic.Bool // a failed write could not be cut back: nothing more is written
+	sick       atomic.Pointer[error]
+	unrecorded atomic.Uint64
 
 	wsig  chan struct{} // cap 1: work for the writer
 	iosig chan struct{} // cap 1: work for the I/O goroutine
@@ -154,6 +176,12 @@ func Open(path string, opts Options) (*Log, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = defaultMaxFiles
+	}
+	if opts.Reserve == 0 {
+		opts.Reserve = defaultReserve
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
@@ -167,6 +195,10 @@ func Open(path string, opts Options) (*Log, error) {
 		maxBatch:   opts.MaxBatch,
 		maxPending: opts.MaxPending,
 		now:        opts.Now,
+		maxSize:    max(opts.MaxSize, 0),
+		maxFiles:   opts.MaxFiles,
+		reserve:    opts.Reserve,
+		onHealth:   opts.OnHealth,
 		f:          f,
 		w:          f,
 		wsig:       make(chan struct{}, 1),
@@ -192,6 +224,12 @@ func Open(path string, opts Options) (*Log, error) {
 		}
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	// A disk already full is no reason not to start: the log starts
+	// unhealthy, calls are refused, and the writer retries.
+	if err := l.reserveAhead(l.f, l.size); err != nil {
+		l.setHealth(err)
+		signal(l.iosig)
+	}
 	go l.writer()
 	go l.ioer()
 	return l, nil
@@ -211,6 +249,11 @@ func (l *Log) resume() error {
 	l.size = st.Size()
 	if l.seq, l.prev, err = readTail(l.f, l.size, l.path); err != nil {
 		return err
+	}
+	if l.size == 0 { // just rotated, perhaps
+		if l.seq, l.prev, err = lastRotated(l.path); err != nil {
+			return err
+		}
 	}
 	l.wroteSeq, l.wroteHash, l.synced = l.seq, l.prev, l.seq
 	l.tailSeq, l.tailHash = l.seq, l.prev
@@ -282,6 +325,10 @@ func lockFile(f *os.File, how int) (unlock func(), err error) {
 // Log queues e for the writer. It waits only when MaxPending events are
 // already queued. After Close, e is dropped and counted.
 func (l *Log) Log(e Event) {
+	if e.Gate == GateAudit && l.sick.Load() != nil {
+		l.unrecorded.Add(1)
+		return
+	}
 	if e.Time.IsZero() {
 		e.Time = l.now()
 	}
@@ -661,14 +708,19 @@ func (l *Log) post(c *chunk) {
 }
 
 // io writes the outbox's chunks in order, then fsyncs the file and records
-// the last line in the .head sidecar. It reports whether all went well.
+// the last line in the .head sidecar, then reserves disk space ahead of
+// the file's end. It reports whether all went well, and sets the log's
+// health (Healthy) to match: it is called again every FlushInterval while
+// not, even with nothing to write, so that health comes back with the
+// disk space.
 //
 // It holds an exclusive flock on the file meanwhile, so that several Logs,
 // in several processes, can share one file: if the file has grown since
 // this Log last wrote, its lines are chained anew to the last line there.
 //
 // A chunk that fails to be written is cut back off the file and stays
-// first in the outbox, to be tried again. If it cannot be cut back the log
+// first in the outbox, to be tried again with the same seqs and prevs, so
+// the chain on disk never skips a record. If it cannot be cut back the log
 // is broken, and what the outbox holds is dropped and counted.
 func (l *Log) io() bool {
 	l.iomu.Lock()
@@ -679,37 +731,58 @@ func (l *Log) io() bool {
 	l.omu.Lock()
 	idle := len(l.outbox) == 0
 	l.omu.Unlock()
-	if idle && l.wroteSeq <= l.synced {
+	if idle && l.wroteSeq <= l.synced && l.sick.Load() == nil {
 		return true
+	}
+	if l.broken.Load() {
+		l.setHealth(fmt.Errorf("audit: %s: a failed write could not be cut back off the file, so nothing more is written; move the log aside and restart", l.path))
+		return false
 	}
 	// The lock, the writes and the fsyncs block a thread in the kernel.
 	defer procs.Blocking()()
-	unlock, err := lockFile(l.f, syscall.LOCK_EX)
-	if err != nil {
-		l.setErr(fmt.Errorf("audit: %s: %w", l.path, err))
+	if _, err := lockFile(l.f, syscall.LOCK_EX); err != nil {
+		err = fmt.Errorf("audit: %s: %w", l.path, err)
+		l.setErr(err)
+		l.setHealth(err)
 		return false
 	}
-	defer unlock()
+	defer func() { syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN) }()
+	if err := l.ioLocked(idle); err != nil {
+		l.setErr(err)
+		l.setHealth(err)
+		return false
+	}
+	if err := l.reserveAhead(l.f, l.size); err != nil {
+		l.setHealth(err)
+		return false
+	}
+	l.setHealth(nil)
+	return true
+}
+
+// ioLocked is io's work under the flock.
+func (l *Log) ioLocked(idle bool) error {
 	if !idle {
+		if err := l.follow(); err != nil {
+			return err
+		}
 		st, err := l.f.Stat()
 		if err != nil {
-			l.setErr(fmt.Errorf("audit: %w", err))
-			return false
+			return fmt.Errorf("audit: %w", err)
 		}
 		if st.Size() < l.size {
-			l.setErr(fmt.Errorf("audit: %s: the file was cut back from %d to %d bytes behind this Log's back; not extending it", l.path, l.size, st.Size()))
-			return false
+			return fmt.Errorf("audit: %s: the file was cut back from %d to %d bytes behind this Log's back; not extending it", l.path, l.size, st.Size())
 		}
 		if st.Size() > l.size { // another Log wrote
 			seq, hash, err := readTail(l.f, st.Size(), l.path)
 			if err != nil {
-				l.setErr(err)
-				return false
+				return err
 			}
 			l.size, l.wroteSeq, l.wroteHash = st.Size(), seq, hash
 			l.synced = seq // the other Log synced its lines before it unlocked
 		}
 	}
+	var rotErr error
 	for {
 		l.omu.Lock()
 		if len(l.outbox) == 0 {
@@ -721,12 +794,16 @@ func (l *Log) io() bool {
 		if c.baseSeq != l.wroteSeq || c.base != l.wroteHash {
 			l.rebuf = rechain(c, l.wroteSeq, l.wroteHash, l.rebuf)
 		}
+		if l.maxSize > 0 && l.size > 0 && l.size+int64(len(c.buf)) > l.maxSize && rotErr == nil {
+			// Without room for a new file, the lines go on in this one:
+			// its reservation holds them.
+			rotErr = l.rotate()
+		}
 		n, err := l.w.Write(c.buf)
 		if err != nil {
 			if n > 0 {
 				if terr := l.w.Truncate(l.size); terr != nil {
 					l.broken.Store(true)
-					l.setErr(fmt.Errorf("audit: %s: write: %v; cutting back the partial write failed too, so nothing more is written: %v", l.path, err, terr))
 					l.omu.Lock()
 					for _, c := range l.outbox {
 						l.dropped.Add(uint64(len(c.lines)))
@@ -735,11 +812,10 @@ func (l *Log) io() bool {
 					l.outbox, l.obytes = l.outbox[:0], 0
 					l.ocond.Broadcast()
 					l.omu.Unlock()
-					return false
+					return fmt.Errorf("audit: %s: write: %v; cutting back the partial write failed too, so nothing more is written: %v", l.path, err, terr)
 				}
 			}
-			l.setErr(fmt.Errorf("audit: %s: write: %w", l.path, err))
-			return false
+			return fmt.Errorf("audit: %s: write: %w", l.path, err)
 		}
 		l.size += int64(n)
 		l.wroteSeq, l.wroteHash = c.seq, c.hash
@@ -752,20 +828,17 @@ func (l *Log) io() bool {
 		l.ocond.Broadcast()
 		l.omu.Unlock()
 	}
-	if l.wroteSeq <= l.synced {
-		return true
+	if l.wroteSeq > l.synced {
+		if err := l.f.Sync(); err != nil {
+			return fmt.Errorf("audit: %s: fsync: %w", l.path, err)
+		}
+		l.syncs.Add(1)
+		if err := l.writeHead(l.wroteSeq, &l.wroteHash); err != nil {
+			return err
+		}
+		l.synced = l.wroteSeq
 	}
-	if err := l.f.Sync(); err != nil {
-		l.setErr(fmt.Errorf("audit: %s: fsync: %w", l.path, err))
-		return false
-	}
-	l.syncs.Add(1)
-	if err := l.writeHead(l.wroteSeq, &l.wroteHash); err != nil {
-		l.setErr(err)
-		return false
-	}
-	l.synced = l.wroteSeq
-	return true
+	return rotErr
 }
 
 // writeHead replaces <path>.head with seq and hash, atomically.
