@@ -8,9 +8,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,7 +80,47 @@ type Subject struct {
 
 type Audit struct {
 	Path string `toml:"path"` // default <data_dir>/audit.jsonl
+	// MaxSize: past this size the log file is moved aside and the chain
+	// continues in a new one; default 64 MiB, "0" never (the disk may fill).
+	MaxSize ByteSize `toml:"max_size"`
+	// MaxFiles is how many moved-aside files are kept; default 10.
+	MaxFiles int `toml:"max_files"`
 }
+
+// ByteSize is a number of bytes: a TOML integer, or a string such as
+// "64MiB", "512KiB", "1GiB" or "1048576". Set reports whether it was given;
+// Bad holds a value that is not a size, for validation to name its key
+// (go-toml does not say which key a non-string value's error is for).
+type ByteSize struct {
+	N   int64
+	Set bool
+	Bad string
+}
+
+var sizeUnits = []struct {
+	suffix string
+	n      int64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}}
+
+func (b *ByteSize) UnmarshalText(t []byte) error {
+	s := strings.TrimSpace(strings.ReplaceAll(string(t), "_", ""))
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(rest), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		*b = ByteSize{Set: true, Bad: string(t)}
+		return nil
+	}
+	*b = ByteSize{N: n * mult, Set: true}
+	return nil
+}
+
+func (b ByteSize) MarshalText() ([]byte, error) { return []byte(strconv.FormatInt(b.N, 10)), nil }
 
 type Extensions struct {
 	Paths []string `toml:"paths"` // each holds one directory per pack
@@ -178,6 +220,11 @@ const (
 	DefaultMaxOutputBytes  = 1 << 20
 	DefaultMCPTimeout      = 60 * time.Second
 	DefaultProviderTimeout = 30
+	DefaultAuditMaxSize    = 64 << 20
+	DefaultAuditMaxFiles   = 10
+	// MinAuditMaxSize: a group commit writes up to about 256 KiB at once,
+	// so smaller files would each hold about one group.
+	MinAuditMaxSize = 1 << 20
 )
 
 // Options are the seams of loading.
@@ -263,6 +310,8 @@ func tomlType(goType string) string {
 	switch goType {
 	case "string", "config.Duration":
 		return "a string"
+	case "config.ByteSize":
+		return "an integer or a string such as \"64MiB\""
 	case "[]string":
 		return "a list of strings"
 	case "bool", "*bool":
@@ -296,6 +345,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Extensions.MaxOutputBytes == 0 {
 		c.Extensions.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if !c.Audit.MaxSize.Set {
+		c.Audit.MaxSize = ByteSize{N: DefaultAuditMaxSize}
+	}
+	if c.Audit.MaxFiles == 0 {
+		c.Audit.MaxFiles = DefaultAuditMaxFiles
 	}
 	for name, s := range c.MCP.Servers {
 		if s == nil {

@@ -156,3 +156,40 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Errorf("error %v, want not-exist", err)
 	}
 }
+
+func TestAuditRotationKeys(t *testing.T) {
+	dir := t.TempDir()
+	parse := func(src string) (*Config, error) {
+		return Parse("capgate.toml", []byte(src), dir, Options{LookupEnv: func(string) (string, bool) { return "", false }, Home: dir})
+	}
+	c, err := parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Audit.MaxSize.N != DefaultAuditMaxSize || c.Audit.MaxFiles != DefaultAuditMaxFiles {
+		t.Errorf("defaults: %+v", c.Audit)
+	}
+	for src, want := range map[string]int64{
+		"[audit]\nmax_size = 2097152":   2 << 20,
+		"[audit]\nmax_size = \"64MiB\"": 64 << 20,
+		"[audit]\nmax_size = \"2 GiB\"": 2 << 30,
+		"[audit]\nmax_size = 0":         0,
+	} {
+		c, err := parse(src)
+		if err != nil || c.Audit.MaxSize.N != want {
+			t.Errorf("%s: %+v %v, want %d", src, c, err, want)
+		}
+	}
+	for src, want := range map[string]string{
+		"[audit]\nmax_size = \"64 furlongs\"": `capgate.toml: audit.max_size: "64 furlongs" is not a size such as 1048576, "512KiB" or "64MiB"`,
+		"[audit]\nmax_size = 4096":            "capgate.toml: audit.max_size: 4096 bytes is too small: want at least 1MiB (1048576), or 0 for no rotation",
+		"[audit]\nmax_size = -1":              `capgate.toml: audit.max_size: "-1" is not a size such as 1048576, "512KiB" or "64MiB"`,
+		"[audit]\nmax_files = -2":             "capgate.toml: audit.max_files: -2: want 1 or more rotated files to keep",
+		"[audit]\nmax_size = true":            `capgate.toml: audit.max_size: "true" is not a size such as 1048576, "512KiB" or "64MiB"`,
+	} {
+		_, err := parse(src)
+		if err == nil || err.Error() != want {
+			t.Errorf("%s:\n got %v\nwant %s", src, err, want)
+		}
+	}
+}

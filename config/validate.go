@@ -73,6 +73,14 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		grants("auth.anonymous.grants", a.Grants)
 		tiers("auth.anonymous.acknowledge", a.Acknowledge)
 	}
+	if bad := c.Audit.MaxSize.Bad; bad != "" {
+		fail("audit.max_size", "%q is not a size such as 1048576, \"512KiB\" or \"64MiB\"", bad)
+	} else if n := c.Audit.MaxSize.N; n != 0 && n < MinAuditMaxSize {
+		fail("audit.max_size", "%d bytes is too small: want at least 1MiB (1048576), or 0 for no rotation", n)
+	}
+	if c.Audit.MaxFiles < 0 {
+		fail("audit.max_files", "%d: want 1 or more rotated files to keep", c.Audit.MaxFiles)
+	}
 	if c.Policy.RateLimit.PerMinute < 0 || c.Policy.RateLimit.Burst < 0 {
 		fail("policy.rate_limit", "per_minute and burst must not be negative")
 	}

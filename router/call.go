@@ -170,6 +170,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 			return nil, err
 		}
 	}
+	if err := r.auditGate(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
 	defer cancel()
 	res, err := r.opts.Registry.Call(ctx, d.ID, call)
