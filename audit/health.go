@@ -65,16 +65,24 @@ func (l *Log) setHealth(err error) {
 	}
 }
 
-// reserveAhead allocates disk space for the next reserve bytes after the
-// file's end without changing its size (FALLOC_FL_KEEP_SIZE), so that a
-// full disk is an error here rather than in the middle of a write. Space
-// already allocated costs nothing to reserve again. A filesystem without
-// fallocate is left to the write errors. Call with iomu held.
-func (l *Log) reserveAhead(f fdFile, size int64) error {
+// reserveAhead keeps disk space allocated for the next reserve bytes
+// after the file's end, without changing its size (FALLOC_FL_KEEP_SIZE),
+// so that a full disk is an error here rather than in the middle of a
+// write. *end is where the space reserved in f ends; only what lies
+// between it and size+reserve is asked for, because a failed fallocate
+// may undo the whole range it was given (tmpfs does), and the space
+// already reserved must stay for the records already promised. A
+// filesystem without fallocate is left to the write errors. Call with
+// iomu held.
+func (l *Log) reserveAhead(f fdFile, size int64, end *int64) error {
 	if l.reserve <= 0 || l.noFalloc {
 		return nil
 	}
-	err := fallocate(f, size, l.reserve)
+	from, to := max(*end, size), size+l.reserve
+	if from >= to {
+		return nil
+	}
+	err := fallocate(f, from, to-from)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
 		l.noFalloc = true
 		return nil
@@ -82,6 +90,7 @@ func (l *Log) reserveAhead(f fdFile, size int64) error {
 	if err != nil {
 		return fmt.Errorf("audit: %s: reserving %d bytes ahead of the log: %w", l.path, l.reserve, err)
 	}
+	*end = to
 	return nil
 }
 

@@ -129,6 +129,7 @@ type Log struct {
 	fclosed   bool
 	rebuf     []byte // for rechain
 	noFalloc  bool   // the filesystem cannot reserve space
+	reserved  int64  // where the space reserved in f ends
 
 	broken     atomic.Bool // a failed write could not be cut back: nothing more is written
 	sick       atomic.Pointer[error]
@@ -226,7 +227,7 @@ func Open(path string, opts Options) (*Log, error) {
 	}
 	// A disk already full is no reason not to start: the log starts
 	// unhealthy, calls are refused, and the writer retries.
-	if err := l.reserveAhead(l.f, l.size); err != nil {
+	if err := l.reserveAhead(l.f, l.size, &l.reserved); err != nil {
 		l.setHealth(err)
 		signal(l.iosig)
 	}
@@ -752,7 +753,7 @@ func (l *Log) io() bool {
 		l.setHealth(err)
 		return false
 	}
-	if err := l.reserveAhead(l.f, l.size); err != nil {
+	if err := l.reserveAhead(l.f, l.size, &l.reserved); err != nil {
 		l.setHealth(err)
 		return false
 	}
@@ -814,6 +815,9 @@ func (l *Log) ioLocked(idle bool) error {
 					l.omu.Unlock()
 					return fmt.Errorf("audit: %s: write: %v; cutting back the partial write failed too, so nothing more is written: %v", l.path, err, terr)
 				}
+			}
+			if n > 0 {
+				l.reserved = l.size // the cut freed the space past the end
 			}
 			return fmt.Errorf("audit: %s: write: %w", l.path, err)
 		}

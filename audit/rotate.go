@@ -103,7 +103,8 @@ func (l *Log) rotate() error {
 		os.Remove(tmp)
 		return fmt.Errorf("audit: %s: %w", tmp, err)
 	}
-	if err := l.reserveAhead(nf, 0); err != nil {
+	var reserved int64
+	if err := l.reserveAhead(nf, 0, &reserved); err != nil {
 		nf.Close()
 		os.Remove(tmp)
 		return err
@@ -123,14 +124,14 @@ func (l *Log) rotate() error {
 	if err := l.dir.Sync(); err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	release(l.f, l.size, l.reserve)
+	release(l.f, l.size, l.reserved-l.size)
 	old := l.f
 	l.f = nf
 	if l.w == old {
 		l.w = nf
 	}
 	old.Close() // and its flock
-	l.size = 0
+	l.size, l.reserved = 0, reserved
 	return nil
 }
 
@@ -166,7 +167,7 @@ func (l *Log) follow() error {
 		l.w = nf
 	}
 	old.Close()
-	l.size, l.wroteSeq, l.wroteHash, l.synced = 0, seq, hash, seq
+	l.size, l.wroteSeq, l.wroteHash, l.synced, l.reserved = 0, seq, hash, seq, 0
 	return nil
 }
 
