@@ -42,8 +42,9 @@ func (l *Log) Healthy() error {
 	return nil
 }
 
-// Unrecorded counts refusals at GateAudit not written because the log was
-// unhealthy.
+// Unrecorded counts events not written because the log was unhealthy:
+// refusals at GateAudit, and events no Ticket covered for which no
+// reserved space was left (see admit.go).
 func (l *Log) Unrecorded() uint64 { return l.unrecorded.Load() }
 
 // setHealth records the outcome of a round of I/O, calling OnHealth when
@@ -60,8 +61,11 @@ func (l *Log) setHealth(err error) {
 		return
 	}
 	l.sick.Store(&err)
-	if old == nil && l.onHealth != nil {
-		l.onHealth(err)
+	if old == nil {
+		l.wake() // those waiting for reserved space are refused now
+		if l.onHealth != nil {
+			l.onHealth(err)
+		}
 	}
 }
 
@@ -84,7 +88,10 @@ func (l *Log) reserveAhead(f fdFile, size int64, end *int64) error {
 	}
 	err := fallocate(f, from, to-from)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		// Nothing can be reserved: health alone admits calls.
 		l.noFalloc = true
+		l.budget.Store(unlimited)
+		l.wake()
 		return nil
 	}
 	if err != nil {

@@ -130,10 +130,13 @@ type Log struct {
 	rebuf     []byte // for rechain
 	noFalloc  bool   // the filesystem cannot reserve space
 	reserved  int64  // where the space reserved in f ends
+	ahead     int64  // reserved-size as last counted in budget
 
 	broken     atomic.Bool // a failed write could not be cut back: nothing more is written
 	sick       atomic.Pointer[error]
 	unrecorded atomic.Uint64
+	budget     atomic.Int64 // see admit.go
+	waiters    atomic.Int32 // waiting in waitBudget
 
 	wsig  chan struct{} // cap 1: work for the writer
 	iosig chan struct{} // cap 1: work for the I/O goroutine
@@ -225,12 +228,16 @@ func Open(path string, opts Options) (*Log, error) {
 		}
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	if l.reserve <= 0 {
+		l.budget.Store(unlimited)
+	}
 	// A disk already full is no reason not to start: the log starts
 	// unhealthy, calls are refused, and the writer retries.
 	if err := l.reserveAhead(l.f, l.size, &l.reserved); err != nil {
 		l.setHealth(err)
 		signal(l.iosig)
 	}
+	l.account(0)
 	go l.writer()
 	go l.ioer()
 	return l, nil
@@ -323,9 +330,14 @@ func lockFile(f *os.File, how int) (unlock func(), err error) {
 	return func() { syscall.Flock(fd, syscall.LOCK_UN) }, nil
 }
 
-// Log queues e for the writer. It waits only when MaxPending events are
-// already queued. After Close, e is dropped and counted.
-func (l *Log) Log(e Event) {
+// Log queues e for the writer. It waits when MaxPending events are
+// already queued, or while the log is healthy and its reserved space is
+// all promised (see admit.go). While the log is unhealthy, an event no
+// Ticket covers is queued only if reserved space is left for it; if not
+// it is counted (Unrecorded). After Close, e is dropped and counted.
+func (l *Log) Log(e Event) { l.log(e, nil) }
+
+func (l *Log) log(e Event, t *Ticket) {
 	if e.Gate == GateAudit && l.sick.Load() != nil {
 		l.unrecorded.Add(1)
 		return
@@ -334,9 +346,21 @@ func (l *Log) Log(e Event) {
 		e.Time = l.now()
 	}
 	bp := encBufs.Get().(*[]byte)
-	b := appendHead((*bp)[:0], &e)
-	head := len(b)
-	b = appendTail(b, &e)
+	b, head := encode(*bp, &e)
+	if cost := int64(len(b)) + lineOverhead; t != nil && t.left >= cost {
+		t.left -= cost
+	} else if !l.take(cost) {
+		l.mu.Lock()
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			l.dropped.Add(1)
+		} else {
+			l.unrecorded.Add(1)
+		}
+		l.putBuf(bp, b)
+		return
+	}
 
 	l.mu.Lock()
 	for l.queue.n >= l.maxPending && !l.closed {
@@ -352,6 +376,10 @@ func (l *Log) Log(e Event) {
 			signal(l.wsig)
 		}
 	}
+	l.putBuf(bp, b)
+}
+
+func (l *Log) putBuf(bp *[]byte, b []byte) {
 	if cap(b) <= 64<<10 {
 		*bp = b
 		encBufs.Put(bp)
@@ -481,7 +509,13 @@ func (l *Log) waitRoom() {
 	l.omu.Unlock()
 }
 
+// full reports whether the writer should start now: maxBatch events
+// wait, or callers wait for reserved space, which comes back only as
+// queued records are written.
 func (l *Log) full() bool {
+	if l.waiters.Load() > 0 {
+		return true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.queue.n >= l.maxBatch
@@ -564,6 +598,7 @@ func (l *Log) add(b []byte, head int) int {
 type chunk struct {
 	buf     []byte
 	lines   []lineIdx
+	cost    int64 // bytes of budget promised to its lines
 	baseSeq uint64
 	base    [sha256.Size]byte
 	seq     uint64            // the last line's seq
@@ -635,6 +670,7 @@ func (l *Log) write() {
 				prev = sha256.Sum256(c.buf[line:])
 				c.buf = append(c.buf, '\n')
 				c.lines = append(c.lines, lineIdx{ss, se, len(c.buf)})
+				c.cost += int64(e.tail-start) + lineOverhead
 				start = e.tail
 				if len(c.buf) >= chunkSize || (bi == len(q.blocks)-1 && i == len(blk.ends)-1) {
 					c.seq, c.hash = seq, prev
@@ -685,7 +721,7 @@ func (l *Log) newChunk() *chunk {
 // freeChunkLocked keeps c for reuse. Call with omu held.
 func (l *Log) freeChunkLocked(c *chunk) {
 	if len(l.ofree) < maxFree/4 && cap(c.buf) <= 2*chunkSize {
-		c.buf, c.lines = c.buf[:0], c.lines[:0]
+		c.buf, c.lines, c.cost = c.buf[:0], c.lines[:0], 0
 		l.ofree = append(l.ofree, c)
 	}
 }
@@ -748,12 +784,17 @@ func (l *Log) io() bool {
 		return false
 	}
 	defer func() { syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN) }()
-	if err := l.ioLocked(idle); err != nil {
+	err := l.ioLocked(idle)
+	l.account(0)
+	if err != nil {
 		l.setErr(err)
 		l.setHealth(err)
 		return false
 	}
-	if err := l.reserveAhead(l.f, l.size, &l.reserved); err != nil {
+	// Only now, with the space allocated, does the budget grow.
+	err = l.reserveAhead(l.f, l.size, &l.reserved)
+	l.account(0)
+	if err != nil {
 		l.setHealth(err)
 		return false
 	}
@@ -781,6 +822,7 @@ func (l *Log) ioLocked(idle bool) error {
 			}
 			l.size, l.wroteSeq, l.wroteHash = st.Size(), seq, hash
 			l.synced = seq // the other Log synced its lines before it unlocked
+			l.account(0)   // it wrote into the space reserved here
 		}
 	}
 	var rotErr error
@@ -818,10 +860,12 @@ func (l *Log) ioLocked(idle bool) error {
 			}
 			if n > 0 {
 				l.reserved = l.size // the cut freed the space past the end
+				l.account(0)
 			}
 			return fmt.Errorf("audit: %s: write: %w", l.path, err)
 		}
 		l.size += int64(n)
+		l.account(c.cost) // the lines took their promised space
 		l.wroteSeq, l.wroteHash = c.seq, c.hash
 		l.omu.Lock()
 		l.tailSeq, l.tailHash = c.seq, c.hash
@@ -837,8 +881,12 @@ func (l *Log) ioLocked(idle bool) error {
 			return fmt.Errorf("audit: %s: fsync: %w", l.path, err)
 		}
 		l.syncs.Add(1)
+		// The lines are durable now. The sidecar is a hint that lags
+		// behind anyway (VerifyFile accepts a log longer than it), so
+		// failing to replace it refuses no call: Flush and Close report
+		// it, and the next group tries again.
 		if err := l.writeHead(l.wroteSeq, &l.wroteHash); err != nil {
-			return err
+			l.setErr(err)
 		}
 		l.synced = l.wroteSeq
 	}

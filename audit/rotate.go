@@ -132,6 +132,7 @@ func (l *Log) rotate() error {
 	}
 	old.Close() // and its flock
 	l.size, l.reserved = 0, reserved
+	l.account(0)
 	return nil
 }
 
@@ -168,6 +169,7 @@ func (l *Log) follow() error {
 	}
 	old.Close()
 	l.size, l.wroteSeq, l.wroteHash, l.synced, l.reserved = 0, seq, hash, seq, 0
+	l.account(0)
 	return nil
 }
 
