@@ -61,7 +61,14 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
-	res, err := r.call(ctx, c, &req, &ev)
+	// First of all, the disk space for this call's records: a call the
+	// audit log could not record does not run, nor even pass the gates.
+	tk, err := r.admit()
+	defer tk.Done()
+	var res *tool.Result
+	if err == nil {
+		res, err = r.call(ctx, c, &req, &ev, &tk)
+	}
 	ev.Duration = time.Since(start)
 	switch {
 	case err == nil:
@@ -83,7 +90,7 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 			err = tool.Wrap(err, tool.CodeInternal, "internal error")
 		}
 	}
-	r.opts.Audit.Log(ev)
+	r.record(&tk, ev)
 	return res, err
 }
 
@@ -92,7 +99,7 @@ func isToolError(err error) bool {
 	return errors.As(err, &te)
 }
 
-func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event) (*tool.Result, error) {
+func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket) (*tool.Result, error) {
 	if c == nil {
 		return nil, &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: missing", Gate: GateToken}
 	}
@@ -113,7 +120,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	ev.InputSHA256 = inputHash
 
 	// (a) capability string.
-	if err := r.capabilityGate(c, d, req, ev); err != nil {
+	if err := r.capabilityGate(c, d, req, ev, tk); err != nil {
 		return nil, err
 	}
 	// (b) acknowledge, or for a blocked tier an operator's approval.
@@ -123,7 +130,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	}
 	if approval != nil {
 		ev.ApprovalID = approval.ID
-		r.opts.Audit.Log(audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
+		r.record(tk, audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
 			Tool: d.ID, ToolName: d.ExposedName, Decision: "allow", Gate: GateApproval, ApprovalID: approval.ID,
 			InputSHA256: inputHash, RequestID: req.RequestID, Detail: "approval used; approved by " + approval.ApprovedBy})
 	}
@@ -173,6 +180,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	if err := r.auditGate(); err != nil {
 		return nil, err
 	}
+	tk.Keep(1) // room for the tool_call record only, while the tool runs
 	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
 	defer cancel()
 	res, err := r.opts.Registry.Call(ctx, d.ID, call)
@@ -287,7 +295,7 @@ func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descri
 	return out
 }
 
-func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev *audit.Event) error {
+func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev *audit.Event, tk *audit.Ticket) error {
 	required := r.toolCaps.get(d.ID).execute
 	allowed, refused, reason := c.grants.Explain(required)
 	check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Runner: string(d.Kind),
@@ -296,7 +304,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 		Gate: GateCapability, RequestID: req.RequestID}
 	if allowed {
 		check.GuaranteeSource, check.Decision = c.guarantee, "allow"
-		r.opts.Audit.Log(check)
+		r.record(tk, check)
 		return nil
 	}
 	layer := "policy"
@@ -304,7 +312,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 		layer = c.layers[refused]
 	}
 	check.GuaranteeSource, check.Decision = layer, "deny"
-	r.opts.Audit.Log(check)
+	r.record(tk, check)
 	return &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 		Message: fmt.Sprintf("%s is not granted (refused by the %s grants)", required, layer),
 		Hint:    grantHint(c, layer, required)}

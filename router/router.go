@@ -108,6 +108,8 @@ type Router struct {
 	limits   limiter
 	caps     capsCache
 	toolCaps toolCaps
+	admitter audit.Admitter // opts.Audit, if it admits calls
+	health   audit.Health   // opts.Audit, if it can tell
 }
 
 // grantSet is a compiled policy: grants that survived the risk table, and
@@ -143,6 +145,8 @@ func New(opts Options) (*Router, error) {
 		opts.IdempotencyTTL = 24 * time.Hour
 	}
 	r := &Router{opts: opts, subjects: map[string]grantSet{}}
+	r.admitter, _ = opts.Audit.(audit.Admitter)
+	r.health, _ = opts.Audit.(audit.Health)
 	r.limits.init(opts.Policy.RateLimit, opts.Now)
 	var err error
 	if r.base, err = r.compile("policy", opts.Policy.Grants, opts.Policy.Acknowledge); err != nil {
