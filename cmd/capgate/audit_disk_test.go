@@ -95,7 +95,7 @@ risk = "LOW"
 	// reserved ahead of the log could record.
 	filler := filepath.Join(disk, "filler")
 	fillDisk(t, filler)
-	const n, workers = 3000, 8
+	const n, workers = 3000, 32
 	var (
 		mu      sync.Mutex
 		ran     []string
