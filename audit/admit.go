@@ -35,6 +35,8 @@ const (
 	// CallRecords is how many records one call's Ticket covers: its
 	// capability_check, an approval and its tool_call.
 	CallRecords = 3
+	// minReserve is the least Reserve: room for a few calls' worst case.
+	minReserve = 64 << 10
 	// unlimited is the budget of a Log that reserves no space (Reserve
 	// negative, or a filesystem without fallocate): health alone admits.
 	unlimited = math.MaxInt64 / 4

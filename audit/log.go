@@ -44,7 +44,10 @@ type Options struct {
 	// deleted. Default 10.
 	MaxFiles int
 	// Reserve is how many bytes of disk space are kept allocated ahead of
-	// the file's end (see Healthy). Default 1 MiB; negative: none.
+	// the file's end (see Healthy and admit.go): it bounds the records
+	// promised and not yet written, so about Reserve/2 KiB calls may be
+	// running at once before more wait. Default 1 MiB, at least 64 KiB;
+	// negative: none (calls are admitted on health alone).
 	Reserve int64
 	// OnHealth is called, from the writer, when the log turns unhealthy
 	// (with why) and when it recovers (with nil): once per change, not per
@@ -185,6 +188,10 @@ func Open(path string, opts Options) (*Log, error) {
 	}
 	if opts.Reserve == 0 {
 		opts.Reserve = defaultReserve
+	}
+	if opts.Reserve > 0 {
+		// Less would make Admit wait for space that never comes.
+		opts.Reserve = max(opts.Reserve, minReserve)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
