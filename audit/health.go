@@ -28,7 +28,7 @@ const GateAudit = "audit"
 // allocated: records of calls already let through land there even when
 // the disk fills meanwhile, and a full disk shows up at the next group
 // commit as a failed reservation, before calls are let through.
-const defaultReserve = 1 << 20
+const defaultReserve = 4 << 20
 
 // Healthy reports nil, or why records cannot be made durable now: the
 // disk space ahead of the log cannot be reserved, or a write, fsync or

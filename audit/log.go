@@ -46,7 +46,7 @@ type Options struct {
 	// Reserve is how many bytes of disk space are kept allocated ahead of
 	// the file's end (see Healthy and admit.go): it bounds the records
 	// promised and not yet written, so about Reserve/2 KiB calls may be
-	// running at once before more wait. Default 1 MiB, at least 64 KiB;
+	// running at once before more wait. Default 4 MiB, at least 64 KiB;
 	// negative: none (calls are admitted on health alone).
 	Reserve int64
 	// OnHealth is called, from the writer, when the log turns unhealthy

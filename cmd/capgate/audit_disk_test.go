@@ -29,7 +29,7 @@ func TestServeAuditDiskFull(t *testing.T) {
 		t.Skip("runs capgate serve")
 	}
 	disk := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", disk).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", disk).CombinedOutput(); err != nil {
 		t.Skipf("needs to mount a small tmpfs to fill it up (run as root): %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", disk).Run() })
@@ -95,7 +95,7 @@ risk = "LOW"
 	// reserved ahead of the log could record.
 	filler := filepath.Join(disk, "filler")
 	fillDisk(t, filler)
-	const n, workers = 3000, 32
+	const n, workers = 8000, 32
 	var (
 		mu      sync.Mutex
 		ran     []string
