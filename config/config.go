@@ -85,6 +85,10 @@ type Audit struct {
 	MaxSize ByteSize `toml:"max_size"`
 	// MaxFiles is how many moved-aside files are kept; default 10.
 	MaxFiles int `toml:"max_files"`
+	// Reserve is the disk space kept allocated ahead of the log's end:
+	// a call runs only once its records' space is in it. Default 4 MiB,
+	// at least 64 KiB.
+	Reserve ByteSize `toml:"reserve"`
 }
 
 // ByteSize is a number of bytes: a TOML integer, or a string such as
@@ -225,6 +229,8 @@ const (
 	// MinAuditMaxSize: a group commit writes up to about 256 KiB at once,
 	// so smaller files would each hold about one group.
 	MinAuditMaxSize = 1 << 20
+	// MinAuditReserve: room for a few calls' records at their largest.
+	MinAuditReserve = 64 << 10
 )
 
 // Options are the seams of loading.

@@ -180,11 +180,16 @@ func TestAuditRotationKeys(t *testing.T) {
 			t.Errorf("%s: %+v %v, want %d", src, c, err, want)
 		}
 	}
+	if c, err := parse("[audit]\nreserve = \"256KiB\""); err != nil || c.Audit.Reserve.N != 256<<10 {
+		t.Errorf("reserve: %+v %v", c, err)
+	}
 	for src, want := range map[string]string{
 		"[audit]\nmax_size = \"64 furlongs\"": `capgate.toml: audit.max_size: "64 furlongs" is not a size such as 1048576, "512KiB" or "64MiB"`,
 		"[audit]\nmax_size = 4096":            "capgate.toml: audit.max_size: 4096 bytes is too small: want at least 1MiB (1048576), or 0 for no rotation",
 		"[audit]\nmax_size = -1":              `capgate.toml: audit.max_size: "-1" is not a size such as 1048576, "512KiB" or "64MiB"`,
 		"[audit]\nmax_files = -2":             "capgate.toml: audit.max_files: -2: want 1 or more rotated files to keep",
+		"[audit]\nreserve = 4096":             "capgate.toml: audit.reserve: 4096 bytes is too small: want at least 64KiB (65536)",
+		"[audit]\nreserve = \"lots\"":         `capgate.toml: audit.reserve: "lots" is not a size such as 1048576, "512KiB" or "4MiB"`,
 		"[audit]\nmax_size = true":            `capgate.toml: audit.max_size: "true" is not a size such as 1048576, "512KiB" or "64MiB"`,
 	} {
 		_, err := parse(src)

@@ -78,6 +78,11 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	} else if n := c.Audit.MaxSize.N; n != 0 && n < MinAuditMaxSize {
 		fail("audit.max_size", "%d bytes is too small: want at least 1MiB (1048576), or 0 for no rotation", n)
 	}
+	if bad := c.Audit.Reserve.Bad; bad != "" {
+		fail("audit.reserve", "%q is not a size such as 1048576, \"512KiB\" or \"4MiB\"", bad)
+	} else if c.Audit.Reserve.Set && c.Audit.Reserve.N < MinAuditReserve {
+		fail("audit.reserve", "%d bytes is too small: want at least 64KiB (65536)", c.Audit.Reserve.N)
+	}
 	if c.Audit.MaxFiles < 0 {
 		fail("audit.max_files", "%d: want 1 or more rotated files to keep", c.Audit.MaxFiles)
 	}

@@ -129,6 +129,7 @@ func auditOptions(cfg *config.Config, logger *slog.Logger) audit.Options {
 	return audit.Options{
 		MaxSize:  cfg.Audit.MaxSize.N,
 		MaxFiles: cfg.Audit.MaxFiles,
+		Reserve:  cfg.Audit.Reserve.N, // 0: the audit package's default
 		OnHealth: func(err error) {
 			if err != nil {
 				logger.Error("audit log cannot record calls: refusing every call (capability_backend_unavailable) until it can; make room for it",

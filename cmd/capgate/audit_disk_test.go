@@ -29,7 +29,7 @@ func TestServeAuditDiskFull(t *testing.T) {
 		t.Skip("runs capgate serve")
 	}
 	disk := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", disk).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", disk).CombinedOutput(); err != nil {
 		t.Skipf("needs to mount a small tmpfs to fill it up (run as root): %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", disk).Run() })
@@ -48,6 +48,9 @@ grants = ["rye.fetch.*", "rye.execute.tool.mcp.fx.*"]
 
 [audit]
 path = %q
+# Small, so that the calls running when the disk fills outrun the space
+# reserved ahead of the log: only admission keeps their records.
+reserve = "256KiB"
 
 [mcp.servers.fx]
 command = %q
@@ -95,7 +98,7 @@ risk = "LOW"
 	// reserved ahead of the log could record.
 	filler := filepath.Join(disk, "filler")
 	fillDisk(t, filler)
-	const n, workers = 8000, 32
+	const n, workers = 3000, 32
 	var (
 		mu      sync.Mutex
 		ran     []string
