@@ -512,7 +512,7 @@ func TestReopenContinuesChain(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if rep2, err := VerifyFile(path); err != nil || rep2 != rep {
+	if rep2, err := VerifyFile(path); err != nil || !reflect.DeepEqual(rep2, rep) {
 		t.Errorf("after empty reopen: %+v %v, want %+v", rep2, err, rep)
 	}
 }
@@ -710,13 +710,19 @@ func TestWriteErrorRetries(t *testing.T) {
 	if rep, err := VerifyFile(path); err != nil || rep.Lines != 1 {
 		t.Fatalf("partial write not cut back: %+v %v", rep, err)
 	}
+	// The cut freed the space reserved past the end: an event no Ticket
+	// covers is not queued while the log is unhealthy, but counted.
+	l.Log(fullEvent(TypeToolCall, 99))
+	if l.Unrecorded() != 1 {
+		t.Fatalf("Unrecorded() = %d after logging on an unhealthy log with no space reserved", l.Unrecorded())
+	}
 	swapFile(l, rw)
-	l.Log(fullEvent(TypeToolCall, 6))
 	// The writer, woken by the first of the 5 events, may have failed on
 	// its own after that Flush: its error is reported once, now.
 	if err := l.Flush(); err != nil && !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("Flush once the disk works: %v", err)
 	}
+	l.Log(fullEvent(TypeToolCall, 6))
 	if err := l.Flush(); err != nil {
 		t.Fatalf("second Flush once the disk works: %v", err)
 	}

@@ -47,6 +47,16 @@
 // rather than drop records. Events logged after Close are dropped and
 // counted (Dropped).
 //
+// # Admission
+//
+// Disk space is kept allocated ahead of the file's end (Options.Reserve),
+// and every queued record is promised part of it. The router admits a
+// call (Admit) only when its records' worst case fits in what is not yet
+// promised, so a disk that fills cannot lose the record of a call that
+// ran; see admit.go. While the log is unhealthy, a record no Ticket
+// covers and no reserved space is left for is counted (Unrecorded)
+// rather than queued.
+//
 // Several Logs, in one process or several, may share a file: each group
 // commit holds an exclusive flock(2) on it, and lines are chained to
 // whatever the file ends with at that moment. VerifyFile and TailFile take

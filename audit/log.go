@@ -36,12 +36,30 @@ type Options struct {
 	MaxPending int
 	// Now stamps events whose Time is zero; default time.Now.
 	Now func() time.Time
+	// MaxSize: a file that would grow past this many bytes is moved aside
+	// and the chain continues in a new one (see rotate.go). 0: never. A
+	// single group of lines larger than MaxSize still goes to one file.
+	MaxSize int64
+	// MaxFiles is how many moved-aside files are kept; the oldest are
+	// deleted. Default 10.
+	MaxFiles int
+	// Reserve is how many bytes of disk space are kept allocated ahead of
+	// the file's end (see Healthy and admit.go): it bounds the records
+	// promised and not yet written, so about Reserve/2 KiB calls may be
+	// running at once before more wait. Default 4 MiB, at least 64 KiB;
+	// negative: none (calls are admitted on health alone).
+	Reserve int64
+	// OnHealth is called, from the writer, when the log turns unhealthy
+	// (with why) and when it recovers (with nil): once per change, not per
+	// event. It must not call the Log.
+	OnHealth func(error)
 }
 
 const (
 	defaultFlushInterval = 100 * time.Millisecond
 	defaultMaxBatch      = 4096
 	defaultMaxPending    = 16384
+	defaultMaxFiles      = 10
 	// chunkSize is about how many bytes of lines go to one write(2).
 	chunkSize = 256 << 10
 	// maxOutbox is about how many bytes of lines, hashed and waiting to be
@@ -70,6 +88,10 @@ type Log struct {
 	maxBatch   int
 	maxPending int
 	now        func() time.Time
+	maxSize    int64
+	maxFiles   int
+	reserve    int64
+	onHealth   func(error)
 
 	// Queue: encoded events waiting for the writer.
 	mu     sync.Mutex
@@ -109,8 +131,15 @@ type Log struct {
 	synced    uint64 // last line fsynced and recorded in .head
 	fclosed   bool
 	rebuf     []byte // for rechain
+	noFalloc  bool   // the filesystem cannot reserve space
+	reserved  int64  // where the space reserved in f ends
+	ahead     int64  // reserved-size as last counted in budget
 
-	broken atomic.Bool // a failed write could not be cut back: nothing more is written
+	broken     atomic.Bool // a failed write could not be cut back: nothing more is written
+	sick       atomic.Pointer[error]
+	unrecorded atomic.Uint64
+	budget     atomic.Int64 // see admit.go
+	waiters    atomic.Int32 // waiting in waitBudget
 
 	wsig  chan struct{} // cap 1: work for the writer
 	iosig chan struct{} // cap 1: work for the I/O goroutine
@@ -154,6 +183,16 @@ func Open(path string, opts Options) (*Log, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = defaultMaxFiles
+	}
+	if opts.Reserve == 0 {
+		opts.Reserve = defaultReserve
+	}
+	if opts.Reserve > 0 {
+		// Less would make Admit wait for space that never comes.
+		opts.Reserve = max(opts.Reserve, minReserve)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
@@ -167,6 +206,10 @@ func Open(path string, opts Options) (*Log, error) {
 		maxBatch:   opts.MaxBatch,
 		maxPending: opts.MaxPending,
 		now:        opts.Now,
+		maxSize:    max(opts.MaxSize, 0),
+		maxFiles:   opts.MaxFiles,
+		reserve:    opts.Reserve,
+		onHealth:   opts.OnHealth,
 		f:          f,
 		w:          f,
 		wsig:       make(chan struct{}, 1),
@@ -192,6 +235,16 @@ func Open(path string, opts Options) (*Log, error) {
 		}
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	if l.reserve <= 0 {
+		l.budget.Store(unlimited)
+	}
+	// A disk already full is no reason not to start: the log starts
+	// unhealthy, calls are refused, and the writer retries.
+	if err := l.reserveAhead(l.f, l.size, &l.reserved); err != nil {
+		l.setHealth(err)
+		signal(l.iosig)
+	}
+	l.account(0)
 	go l.writer()
 	go l.ioer()
 	return l, nil
@@ -211,6 +264,11 @@ func (l *Log) resume() error {
 	l.size = st.Size()
 	if l.seq, l.prev, err = readTail(l.f, l.size, l.path); err != nil {
 		return err
+	}
+	if l.size == 0 { // just rotated, perhaps
+		if l.seq, l.prev, err = lastRotated(l.path); err != nil {
+			return err
+		}
 	}
 	l.wroteSeq, l.wroteHash, l.synced = l.seq, l.prev, l.seq
 	l.tailSeq, l.tailHash = l.seq, l.prev
@@ -279,16 +337,37 @@ func lockFile(f *os.File, how int) (unlock func(), err error) {
 	return func() { syscall.Flock(fd, syscall.LOCK_UN) }, nil
 }
 
-// Log queues e for the writer. It waits only when MaxPending events are
-// already queued. After Close, e is dropped and counted.
-func (l *Log) Log(e Event) {
+// Log queues e for the writer. It waits when MaxPending events are
+// already queued, or while the log is healthy and its reserved space is
+// all promised (see admit.go). While the log is unhealthy, an event no
+// Ticket covers is queued only if reserved space is left for it; if not
+// it is counted (Unrecorded). After Close, e is dropped and counted.
+func (l *Log) Log(e Event) { l.log(e, nil) }
+
+func (l *Log) log(e Event, t *Ticket) {
+	if e.Gate == GateAudit && l.sick.Load() != nil {
+		l.unrecorded.Add(1)
+		return
+	}
 	if e.Time.IsZero() {
 		e.Time = l.now()
 	}
 	bp := encBufs.Get().(*[]byte)
-	b := appendHead((*bp)[:0], &e)
-	head := len(b)
-	b = appendTail(b, &e)
+	b, head := encode(*bp, &e)
+	if cost := int64(len(b)) + lineOverhead; t != nil && t.left >= cost {
+		t.left -= cost
+	} else if !l.take(cost) {
+		l.mu.Lock()
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			l.dropped.Add(1)
+		} else {
+			l.unrecorded.Add(1)
+		}
+		l.putBuf(bp, b)
+		return
+	}
 
 	l.mu.Lock()
 	for l.queue.n >= l.maxPending && !l.closed {
@@ -304,6 +383,10 @@ func (l *Log) Log(e Event) {
 			signal(l.wsig)
 		}
 	}
+	l.putBuf(bp, b)
+}
+
+func (l *Log) putBuf(bp *[]byte, b []byte) {
 	if cap(b) <= 64<<10 {
 		*bp = b
 		encBufs.Put(bp)
@@ -433,7 +516,13 @@ func (l *Log) waitRoom() {
 	l.omu.Unlock()
 }
 
+// full reports whether the writer should start now: maxBatch events
+// wait, or callers wait for reserved space, which comes back only as
+// queued records are written.
 func (l *Log) full() bool {
+	if l.waiters.Load() > 0 {
+		return true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.queue.n >= l.maxBatch
@@ -516,6 +605,7 @@ func (l *Log) add(b []byte, head int) int {
 type chunk struct {
 	buf     []byte
 	lines   []lineIdx
+	cost    int64 // bytes of budget promised to its lines
 	baseSeq uint64
 	base    [sha256.Size]byte
 	seq     uint64            // the last line's seq
@@ -587,6 +677,7 @@ func (l *Log) write() {
 				prev = sha256.Sum256(c.buf[line:])
 				c.buf = append(c.buf, '\n')
 				c.lines = append(c.lines, lineIdx{ss, se, len(c.buf)})
+				c.cost += int64(e.tail-start) + lineOverhead
 				start = e.tail
 				if len(c.buf) >= chunkSize || (bi == len(q.blocks)-1 && i == len(blk.ends)-1) {
 					c.seq, c.hash = seq, prev
@@ -637,7 +728,7 @@ func (l *Log) newChunk() *chunk {
 // freeChunkLocked keeps c for reuse. Call with omu held.
 func (l *Log) freeChunkLocked(c *chunk) {
 	if len(l.ofree) < maxFree/4 && cap(c.buf) <= 2*chunkSize {
-		c.buf, c.lines = c.buf[:0], c.lines[:0]
+		c.buf, c.lines, c.cost = c.buf[:0], c.lines[:0], 0
 		l.ofree = append(l.ofree, c)
 	}
 }
@@ -661,14 +752,19 @@ func (l *Log) post(c *chunk) {
 }
 
 // io writes the outbox's chunks in order, then fsyncs the file and records
-// the last line in the .head sidecar. It reports whether all went well.
+// the last line in the .head sidecar, then reserves disk space ahead of
+// the file's end. It reports whether all went well, and sets the log's
+// health (Healthy) to match: it is called again every FlushInterval while
+// not, even with nothing to write, so that health comes back with the
+// disk space.
 //
 // It holds an exclusive flock on the file meanwhile, so that several Logs,
 // in several processes, can share one file: if the file has grown since
 // this Log last wrote, its lines are chained anew to the last line there.
 //
 // A chunk that fails to be written is cut back off the file and stays
-// first in the outbox, to be tried again. If it cannot be cut back the log
+// first in the outbox, to be tried again with the same seqs and prevs, so
+// the chain on disk never skips a record. If it cannot be cut back the log
 // is broken, and what the outbox holds is dropped and counted.
 func (l *Log) io() bool {
 	l.iomu.Lock()
@@ -679,37 +775,64 @@ func (l *Log) io() bool {
 	l.omu.Lock()
 	idle := len(l.outbox) == 0
 	l.omu.Unlock()
-	if idle && l.wroteSeq <= l.synced {
+	if idle && l.wroteSeq <= l.synced && l.sick.Load() == nil {
 		return true
+	}
+	if l.broken.Load() {
+		l.setHealth(fmt.Errorf("audit: %s: a failed write could not be cut back off the file, so nothing more is written; move the log aside and restart", l.path))
+		return false
 	}
 	// The lock, the writes and the fsyncs block a thread in the kernel.
 	defer procs.Blocking()()
-	unlock, err := lockFile(l.f, syscall.LOCK_EX)
-	if err != nil {
-		l.setErr(fmt.Errorf("audit: %s: %w", l.path, err))
+	if _, err := lockFile(l.f, syscall.LOCK_EX); err != nil {
+		err = fmt.Errorf("audit: %s: %w", l.path, err)
+		l.setErr(err)
+		l.setHealth(err)
 		return false
 	}
-	defer unlock()
+	defer func() { syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN) }()
+	err := l.ioLocked(idle)
+	l.account(0)
+	if err != nil {
+		l.setErr(err)
+		l.setHealth(err)
+		return false
+	}
+	// Only now, with the space allocated, does the budget grow.
+	err = l.reserveAhead(l.f, l.size, &l.reserved)
+	l.account(0)
+	if err != nil {
+		l.setHealth(err)
+		return false
+	}
+	l.setHealth(nil)
+	return true
+}
+
+// ioLocked is io's work under the flock.
+func (l *Log) ioLocked(idle bool) error {
 	if !idle {
+		if err := l.follow(); err != nil {
+			return err
+		}
 		st, err := l.f.Stat()
 		if err != nil {
-			l.setErr(fmt.Errorf("audit: %w", err))
-			return false
+			return fmt.Errorf("audit: %w", err)
 		}
 		if st.Size() < l.size {
-			l.setErr(fmt.Errorf("audit: %s: the file was cut back from %d to %d bytes behind this Log's back; not extending it", l.path, l.size, st.Size()))
-			return false
+			return fmt.Errorf("audit: %s: the file was cut back from %d to %d bytes behind this Log's back; not extending it", l.path, l.size, st.Size())
 		}
 		if st.Size() > l.size { // another Log wrote
 			seq, hash, err := readTail(l.f, st.Size(), l.path)
 			if err != nil {
-				l.setErr(err)
-				return false
+				return err
 			}
 			l.size, l.wroteSeq, l.wroteHash = st.Size(), seq, hash
 			l.synced = seq // the other Log synced its lines before it unlocked
+			l.account(0)   // it wrote into the space reserved here
 		}
 	}
+	var rotErr error
 	for {
 		l.omu.Lock()
 		if len(l.outbox) == 0 {
@@ -721,12 +844,16 @@ func (l *Log) io() bool {
 		if c.baseSeq != l.wroteSeq || c.base != l.wroteHash {
 			l.rebuf = rechain(c, l.wroteSeq, l.wroteHash, l.rebuf)
 		}
+		if l.maxSize > 0 && l.size > 0 && l.size+int64(len(c.buf)) > l.maxSize && rotErr == nil {
+			// Without room for a new file, the lines go on in this one:
+			// its reservation holds them.
+			rotErr = l.rotate()
+		}
 		n, err := l.w.Write(c.buf)
 		if err != nil {
 			if n > 0 {
 				if terr := l.w.Truncate(l.size); terr != nil {
 					l.broken.Store(true)
-					l.setErr(fmt.Errorf("audit: %s: write: %v; cutting back the partial write failed too, so nothing more is written: %v", l.path, err, terr))
 					l.omu.Lock()
 					for _, c := range l.outbox {
 						l.dropped.Add(uint64(len(c.lines)))
@@ -735,13 +862,17 @@ func (l *Log) io() bool {
 					l.outbox, l.obytes = l.outbox[:0], 0
 					l.ocond.Broadcast()
 					l.omu.Unlock()
-					return false
+					return fmt.Errorf("audit: %s: write: %v; cutting back the partial write failed too, so nothing more is written: %v", l.path, err, terr)
 				}
 			}
-			l.setErr(fmt.Errorf("audit: %s: write: %w", l.path, err))
-			return false
+			if n > 0 {
+				l.reserved = l.size // the cut freed the space past the end
+				l.account(0)
+			}
+			return fmt.Errorf("audit: %s: write: %w", l.path, err)
 		}
 		l.size += int64(n)
+		l.account(c.cost) // the lines took their promised space
 		l.wroteSeq, l.wroteHash = c.seq, c.hash
 		l.omu.Lock()
 		l.tailSeq, l.tailHash = c.seq, c.hash
@@ -752,20 +883,21 @@ func (l *Log) io() bool {
 		l.ocond.Broadcast()
 		l.omu.Unlock()
 	}
-	if l.wroteSeq <= l.synced {
-		return true
+	if l.wroteSeq > l.synced {
+		if err := l.f.Sync(); err != nil {
+			return fmt.Errorf("audit: %s: fsync: %w", l.path, err)
+		}
+		l.syncs.Add(1)
+		// The lines are durable now. The sidecar is a hint that lags
+		// behind anyway (VerifyFile accepts a log longer than it), so
+		// failing to replace it refuses no call: Flush and Close report
+		// it, and the next group tries again.
+		if err := l.writeHead(l.wroteSeq, &l.wroteHash); err != nil {
+			l.setErr(err)
+		}
+		l.synced = l.wroteSeq
 	}
-	if err := l.f.Sync(); err != nil {
-		l.setErr(fmt.Errorf("audit: %s: fsync: %w", l.path, err))
-		return false
-	}
-	l.syncs.Add(1)
-	if err := l.writeHead(l.wroteSeq, &l.wroteHash); err != nil {
-		l.setErr(err)
-		return false
-	}
-	l.synced = l.wroteSeq
-	return true
+	return rotErr
 }
 
 // writeHead replaces <path>.head with seq and hash, atomically.

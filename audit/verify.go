@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,13 @@ type Report struct {
 	// Sidecar is set by VerifyFile when a .head sidecar existed and the
 	// file agreed with it. Without one, lines cut off the end go unseen.
 	Sidecar bool
+	// Files are the files VerifyFile checked, in chain order: the log's
+	// moved-aside files (see Options.MaxSize), then the log itself.
+	Files []string
+	// FirstSeq is the seq of the first line checked. Above 1, the files
+	// holding the lines before it were pruned (Options.MaxFiles) or
+	// removed: the chain is checked from there on.
+	FirstSeq uint64
 }
 
 // VerifyError is a failed check: the log is not as it was written.
@@ -43,20 +51,33 @@ func (e *VerifyError) Error() string {
 // before it. It cannot see lines cut off the end; VerifyFile can. A chain
 // problem is a *VerifyError; a read error is returned as is.
 func Verify(r io.Reader) (Report, error) {
-	rep, _, err := verify(r, 0)
-	return rep, err
+	var c chain
+	err := c.verify(r, 0)
+	return Report{Lines: int(c.seq), Head: hex.EncodeToString(c.prev[:]), FirstSeq: 1}, err
 }
 
-// verify checks the chain and also returns the hash of line at, if the
-// log has it.
-func verify(r io.Reader, at int) (rep Report, hashAt string, err error) {
+// chain is where a verification stands: the seq and hash of the last line
+// checked, and the hash of the line at seq at, once seen.
+type chain struct {
+	seq  uint64
+	prev [sha256.Size]byte
+	// open: the first line checked may continue a chain whose start is
+	// gone; its seq and prev are taken as they are.
+	open     bool
+	first    uint64
+	hashAt   string
+	previous string // the file before this one, for messages
+}
+
+// verify checks one file's lines, continuing c.
+func (c *chain) verify(r io.Reader, at uint64) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var (
-		prev    [sha256.Size]byte
 		prevHex [2 * sha256.Size]byte
 		long    []byte
 		n       int
 	)
+	prev := c.prev
 	hex.Encode(prevHex[:], prev[:])
 	fail := func(format string, args ...any) error {
 		return &VerifyError{Line: n, Reason: fmt.Sprintf(format, args...)}
@@ -68,7 +89,7 @@ func verify(r io.Reader, at int) (rep Report, hashAt string, err error) {
 			continue
 		}
 		if rerr != nil && rerr != io.EOF {
-			return rep, "", rerr
+			return rerr
 		}
 		line := chunk
 		if len(long) > 0 {
@@ -81,32 +102,44 @@ func verify(r io.Reader, at int) (rep Report, hashAt string, err error) {
 		}
 		n++
 		if line[len(line)-1] != '\n' {
-			return rep, "", fail("incomplete: the file ends without a newline (a write was cut short)")
+			return fail("incomplete: the file ends without a newline (a write was cut short)")
 		}
 		line = line[:len(line)-1]
 		seq, p, reason := parseLine(line)
+		if reason != "" {
+			return fail("%s", reason)
+		}
+		if c.open {
+			// The lines before this one are in files no longer kept.
+			c.open, c.first, c.seq = false, seq, seq-1
+			if seq != 1 {
+				copy(prevHex[:], p)
+			}
+		}
+		want := c.seq + 1
 		switch {
-		case reason != "":
-			return rep, "", fail("%s", reason)
-		case seq > uint64(n):
-			return rep, "", fail("seq is %d, want %d: %d line(s) before it were removed, or lines were reordered", seq, n, seq-uint64(n))
-		case seq < uint64(n):
-			return rep, "", fail("seq is %d, want %d: a line was inserted or duplicated before it, or lines were reordered", seq, n)
+		case seq > want:
+			return fail("seq is %d, want %d: %d line(s) before it were removed, or lines were reordered", seq, want, seq-want)
+		case seq < want:
+			return fail("seq is %d, want %d: a line was inserted or duplicated before it, or lines were reordered", seq, want)
+		case p != string(prevHex[:]) && seq == 1:
+			return fail("prev is not 64 zeros, as the first line's must be: the line was edited, or lines were removed from the start")
 		case p != string(prevHex[:]) && n == 1:
-			return rep, "", fail("prev is not 64 zeros, as the first line's must be: the line was edited, or lines were removed from the start")
+			return fail("prev does not match the hash of the last line of %s: this line was edited, or lines or a whole file were removed or replaced before it", c.previous)
 		case p != string(prevHex[:]):
-			return rep, "", fail("prev does not match line %d's hash: line %d was edited, or a line was removed, inserted or reordered", n-1, n-1)
+			return fail("prev does not match line %d's hash: line %d was edited, or a line was removed, inserted or reordered", n-1, n-1)
 		}
 		prev = sha256.Sum256(line)
 		hex.Encode(prevHex[:], prev[:])
-		if n == at {
-			hashAt = string(prevHex[:])
+		c.seq, c.prev = seq, prev
+		if seq == at {
+			c.hashAt = string(prevHex[:])
 		}
 		if rerr == io.EOF {
 			break
 		}
 	}
-	return Report{Lines: n, Head: string(prevHex[:])}, hashAt, nil
+	return nil
 }
 
 // snapshot opens the log at path and, while no Log is writing to it,
@@ -136,40 +169,99 @@ func snapshot(path string) (f *os.File, size int64, h head, haveHead bool, err e
 	return f, st.Size(), h, haveHead, nil
 }
 
-// VerifyFile verifies the log at path like Verify, then checks it against
-// its .head sidecar, if there is one: a file with fewer lines than the
-// sidecar records was cut back, and a line whose hash differs from the
-// sidecar's was edited. A file with more lines than the sidecar is fine:
-// the writer stopped before updating it.
+// VerifyFile verifies the log at path like Verify, following the chain
+// through its moved-aside files first (<path>.<seq>, oldest first; see
+// Options.MaxSize), then checks it against its .head sidecar, if there is
+// one: a log with fewer lines than the sidecar records was cut back, and
+// a line whose hash differs from the sidecar's was edited. A log with more
+// lines than the sidecar is fine: the writer stopped before updating it.
+// When the oldest file kept does not start the chain, the files before it
+// were pruned: Report.FirstSeq says where checking began.
 func VerifyFile(path string) (Report, error) {
 	f, size, h, haveHead, err := snapshot(path)
 	if err != nil {
 		return Report{}, err
 	}
 	defer f.Close()
-	at := 0
-	if haveHead {
-		at = int(min(h.seq, uint64(^uint(0)>>1)))
-	}
-	rep, hashAt, err := verify(io.NewSectionReader(f, 0, size), at)
+	// Listed after the snapshot, so that every file before f is listed;
+	// f itself, if it was moved aside since, and any file after it are
+	// left out: the log is read as of the snapshot.
+	all, err := rotatedFiles(path)
 	if err != nil {
-		if ve, ok := err.(*VerifyError); ok {
-			ve.Path = path
-			return rep, ve
-		}
-		return rep, fmt.Errorf("%s: %w", path, err)
+		return Report{}, fmt.Errorf("%s: %w", path, err)
 	}
+	fst, err := f.Stat()
+	if err != nil {
+		return Report{}, fmt.Errorf("%s: %w", path, err)
+	}
+	var files []rotatedFile
+	for _, rf := range all {
+		if st, err := os.Stat(rf.path); err == nil && os.SameFile(st, fst) {
+			break
+		}
+		files = append(files, rf)
+	}
+	at := uint64(0)
+	if haveHead {
+		at = h.seq
+	}
+	c := chain{open: len(files) > 0, first: 1}
+	rep := Report{}
+	check := func(name string, r io.Reader, last uint64) error {
+		rep.Files = append(rep.Files, name)
+		err := c.verify(r, at)
+		if ve, ok := err.(*VerifyError); ok {
+			ve.Path = name
+			return ve
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if last != 0 && c.seq != last {
+			return &VerifyError{Path: name, Reason: fmt.Sprintf("the name says its last line has seq %d, but it has %d: the file was renamed, or lines were added or removed at its end", last, c.seq)}
+		}
+		c.previous = name
+		return nil
+	}
+	for _, rf := range files {
+		rfd, err := os.Open(rf.path)
+		if errors.Is(err, os.ErrNotExist) && len(rep.Files) == 0 {
+			continue // pruned meanwhile
+		}
+		if err != nil {
+			return rep, err
+		}
+		err = check(rf.path, rfd, rf.last)
+		rfd.Close()
+		if err != nil {
+			return rep, err
+		}
+	}
+	if err := check(path, io.NewSectionReader(f, 0, size), 0); err != nil {
+		return rep, err
+	}
+	rep.Lines = int(c.seq - c.first + 1)
+	if c.open { // no line at all
+		rep.Lines = 0
+	}
+	rep.FirstSeq = c.first
+	rep.Head = hex.EncodeToString(c.prev[:])
 	if !haveHead {
 		return rep, nil
 	}
 	headName := filepath.Base(path) + ".head"
-	if h.seq > uint64(rep.Lines) {
+	if h.seq > c.seq {
 		return rep, &VerifyError{Path: path, Reason: fmt.Sprintf(
-			"truncated: %s records %d lines but the file has %d: line %d and after were removed", headName, h.seq, rep.Lines, rep.Lines+1)}
+			"truncated: %s records %d lines but the file has %d: line %d and after were removed", headName, h.seq, c.seq, c.seq+1)}
 	}
-	if h.seq > 0 && hashAt != h.hash {
-		return rep, &VerifyError{Path: path, Line: at, Reason: fmt.Sprintf(
-			"hash does not match %s: line %d was edited (it was the last line when the sidecar was written)", headName, at)}
+	if h.seq > 0 && h.seq >= c.first && c.hashAt != h.hash {
+		ve := &VerifyError{Path: path, Reason: fmt.Sprintf(
+			"hash does not match %s: the line with seq %d was edited (it was the last line when the sidecar was written)", headName, h.seq)}
+		if len(rep.Files) == 1 { // seq is the line number
+			ve.Line = int(min(h.seq, uint64(^uint(0)>>1)))
+			ve.Reason = fmt.Sprintf("hash does not match %s: line %d was edited (it was the last line when the sidecar was written)", headName, h.seq)
+		}
+		return rep, ve
 	}
 	rep.Sidecar = true
 	return rep, nil

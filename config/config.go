@@ -90,6 +90,15 @@ type Subject struct {
 
 type Audit struct {
 	Path string `toml:"path"` // default <data_dir>/audit.jsonl
+	// MaxSize: past this size the log file is moved aside and the chain
+	// continues in a new one; default 64 MiB, "0" never (the disk may fill).
+	MaxSize *ByteSize `toml:"max_size"`
+	// MaxFiles is how many moved-aside files are kept; default 10.
+	MaxFiles int `toml:"max_files"`
+	// Reserve is the disk space kept allocated ahead of the log's end:
+	// a call runs only once its records' space is in it. Default 4 MiB,
+	// at least 64 KiB.
+	Reserve ByteSize `toml:"reserve"`
 }
 
 type Extensions struct {
@@ -203,6 +212,13 @@ const (
 	DefaultBridgeOutput    = 4 << 20
 	DefaultMCPTimeout      = 60 * time.Second
 	DefaultProviderTimeout = 30
+	DefaultAuditMaxSize    = 64 << 20
+	DefaultAuditMaxFiles   = 10
+	// MinAuditMaxSize: a group commit writes up to about 256 KiB at once,
+	// so smaller files would each hold about one group.
+	MinAuditMaxSize = 1 << 20
+	// MinAuditReserve: room for a few calls' records at their largest.
+	MinAuditReserve = 64 << 10
 )
 
 // Options are the seams of loading.
@@ -294,7 +310,7 @@ func tomlType(goType string) string {
 		return "true or false"
 	case "int", "int64":
 		return "an integer"
-	case "config.ByteSize":
+	case "config.ByteSize", "*config.ByteSize":
 		return "a size such as \"8MiB\" or a number of bytes"
 	case "map[string]string":
 		return "a table of strings"
@@ -329,6 +345,13 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MCP.MaxResultBytes == 0 {
 		c.MCP.MaxResultBytes = DefaultMCPResultBytes
+	}
+	if c.Audit.MaxSize == nil {
+		d := ByteSize(DefaultAuditMaxSize)
+		c.Audit.MaxSize = &d
+	}
+	if c.Audit.MaxFiles == 0 {
+		c.Audit.MaxFiles = DefaultAuditMaxFiles
 	}
 	for name, s := range c.MCP.Servers {
 		if s == nil {

@@ -235,3 +235,39 @@ func TestSubprocessEnvNames(t *testing.T) {
 		}
 	}
 }
+
+func TestAuditRotationKeys(t *testing.T) {
+	c, err := parse(t, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *c.Audit.MaxSize != DefaultAuditMaxSize || c.Audit.MaxFiles != DefaultAuditMaxFiles || c.Audit.Reserve != 0 {
+		t.Errorf("defaults: %+v", c.Audit)
+	}
+	for src, want := range map[string]ByteSize{
+		"[audit]\nmax_size = 2097152":   2 << 20,
+		"[audit]\nmax_size = \"64MiB\"": 64 << 20,
+		"[audit]\nmax_size = \"2 GiB\"": 2 << 30,
+		"[audit]\nmax_size = 0":         0,
+	} {
+		c, err := parse(t, src, nil)
+		if err != nil || *c.Audit.MaxSize != want {
+			t.Errorf("%s: %+v %v, want %d", src, c, err, want)
+		}
+	}
+	if c, err := parse(t, "[audit]\nreserve = \"256KiB\"", nil); err != nil || c.Audit.Reserve != 256<<10 {
+		t.Errorf("reserve: %+v %v", c, err)
+	}
+	for src, want := range map[string]string{
+		"[audit]\nmax_size = \"64 furlongs\"": `capgate.toml:2: audit.max_size: "64 furlongs" is not a size`,
+		"[audit]\nmax_size = 4096":            "capgate.toml: audit.max_size: 4096 bytes is too small: want at least 1MiB (1048576), or 0 for no rotation",
+		"[audit]\nmax_size = -1":              "capgate.toml: audit.max_size: -1 bytes is too small",
+		"[audit]\nmax_files = -2":             "capgate.toml: audit.max_files: -2: want 1 or more rotated files to keep",
+		"[audit]\nreserve = 4096":             "capgate.toml: audit.reserve: 4096 bytes is too small: want at least 64KiB (65536)",
+		"[audit]\nreserve = \"lots\"":         `capgate.toml:2: audit.reserve: "lots" is not a size`,
+	} {
+		if _, err := parse(t, src, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s:\n got %v\nwant %s", src, err, want)
+		}
+	}
+}

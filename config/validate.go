@@ -76,6 +76,15 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		grants("auth.anonymous.grants", a.Grants)
 		tiers("auth.anonymous.acknowledge", a.Acknowledge)
 	}
+	if n := c.Audit.MaxSize; n != nil && *n != 0 && *n < MinAuditMaxSize {
+		fail("audit.max_size", "%d bytes is too small: want at least 1MiB (1048576), or 0 for no rotation", int64(*n))
+	}
+	if n := c.Audit.Reserve; n != 0 && n < MinAuditReserve {
+		fail("audit.reserve", "%d bytes is too small: want at least 64KiB (65536)", int64(n))
+	}
+	if c.Audit.MaxFiles < 0 {
+		fail("audit.max_files", "%d: want 1 or more rotated files to keep", c.Audit.MaxFiles)
+	}
 	if c.Policy.RateLimit.PerMinute < 0 || c.Policy.RateLimit.Burst < 0 {
 		fail("policy.rate_limit", "per_minute and burst must not be negative")
 	}

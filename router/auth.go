@@ -27,7 +27,13 @@ type AuthFlow struct {
 // capability allows.
 func (r *Router) AuthBegin(ctx context.Context, c *Caller, capabilityID, accountHint string) (flow *AuthFlow, err error) {
 	ev := audit.Event{Type: audit.TypeAuthBegin, Capability: capabilityID}
-	defer func() { err = r.auditAuth(c, &ev, err) }()
+	// The flow runs only if its records can be made.
+	tk, err := r.admit()
+	if err != nil {
+		return nil, err
+	}
+	defer tk.Done()
+	defer func() { err = r.auditAuth(c, &ev, &tk, err) }()
 	if c == nil {
 		return nil, &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: missing", Gate: GateToken}
 	}
@@ -58,7 +64,13 @@ func (r *Router) AuthBegin(ctx context.Context, c *Caller, capabilityID, account
 // unknown one and stays usable by its owner.
 func (r *Router) AuthComplete(ctx context.Context, c *Caller, flowID, callbackURL, code string) (account string, err error) {
 	ev := audit.Event{Type: audit.TypeAuthComplete, FlowID: flowID}
-	defer func() { err = r.auditAuth(c, &ev, err) }()
+	// The flow runs only if its records can be made.
+	tk, err := r.admit()
+	if err != nil {
+		return "", err
+	}
+	defer tk.Done()
+	defer func() { err = r.auditAuth(c, &ev, &tk, err) }()
 	if c == nil {
 		return "", &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: missing", Gate: GateToken}
 	}
@@ -183,7 +195,7 @@ func (r *Router) authCapability(c *Caller, capabilityID string) (*tool.Descripto
 
 // auditAuth logs an auth event and turns an unexpected error into an
 // internal one, whose details stay in the log.
-func (r *Router) auditAuth(c *Caller, ev *audit.Event, err error) error {
+func (r *Router) auditAuth(c *Caller, ev *audit.Event, tk *audit.Ticket, err error) error {
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -198,6 +210,6 @@ func (r *Router) auditAuth(c *Caller, ev *audit.Event, err error) error {
 			err = tool.Wrap(err, tool.CodeInternal, "internal error")
 		}
 	}
-	r.opts.Audit.Log(*ev)
+	r.record(tk, *ev)
 	return err
 }

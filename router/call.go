@@ -64,7 +64,14 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
-	res, err := r.recoverCall(ctx, c, &req, &ev)
+	// First of all, the disk space for this call's records: a call the
+	// audit log could not record does not run, nor even pass the gates.
+	tk, err := r.admit()
+	defer tk.Done()
+	var res *tool.Result
+	if err == nil {
+		res, err = r.recoverCall(ctx, c, &req, &ev, &tk)
+	}
 	ev.Duration = time.Since(start)
 	switch {
 	case err == nil:
@@ -87,13 +94,13 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 			err = tool.Wrap(err, tool.CodeInternal, "internal error")
 		}
 	}
-	r.opts.Audit.Log(ev)
+	r.record(&tk, ev)
 	return res, err
 }
 
 // recoverCall is call with a panic turned into an internal error. The
 // log has the panic and its stack, never the input.
-func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *audit.Event) (res *tool.Result, err error) {
+func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket) (res *tool.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.opts.Logger.Error("tool call panicked", "tool", ev.Tool, "sub", ev.Sub, "request_id", ev.RequestID,
@@ -102,7 +109,7 @@ func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *a
 			res, err = nil, &tool.Error{Code: tool.CodeInternal, Message: "internal error: the call failed inside capgate"}
 		}
 	}()
-	return r.call(ctx, c, req, ev)
+	return r.call(ctx, c, req, ev, tk)
 }
 
 func isToolError(err error) bool {
@@ -123,7 +130,7 @@ func isToolError(err error) bool {
 //  4. The approval is used, atomically: last, so that no refusal above
 //     wastes it and two calls cannot both run on it.
 //  5. The call runs; its result completes the idempotency claim.
-func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event) (*tool.Result, error) {
+func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket) (*tool.Result, error) {
 	if c == nil {
 		return nil, &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: missing", Gate: GateToken}
 	}
@@ -143,7 +150,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	ev.InputSHA256 = inputHash
 
 	// (a) capability string.
-	if err := r.capabilityGate(c, d, req, ev); err != nil {
+	if err := r.capabilityGate(c, d, req, ev, tk); err != nil {
 		return nil, err
 	}
 	// (b) acknowledge, or for a blocked tier an operator's approval.
@@ -163,6 +170,12 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	ev.AccountRef = account
 	// (e) the input against the tool's schema.
 	if err := r.schemas.validate(d, value); err != nil {
+		return nil, err
+	}
+	// The audit log, having admitted the call, may have failed since (an
+	// fsync): then its record might not be made durable, and it does not
+	// run. Checked before anything is taken or used.
+	if err := r.auditGate(); err != nil {
 		return nil, err
 	}
 	// (f) rate limit. From here on, a refusal gives the token back.
@@ -207,7 +220,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 			return nil, err
 		}
 		ev.ApprovalID = approval.ID
-		r.opts.Audit.Log(audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
+		r.record(tk, audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
 			Tool: d.ID, ToolName: d.ExposedName, Decision: "allow", Gate: GateApproval, ApprovalID: approval.ID,
 			InputSHA256: inputHash, RequestID: req.RequestID, Detail: "approval used; approved by " + approval.ApprovedBy})
 	}
@@ -221,6 +234,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		}
 	}
 	ran = true
+	tk.Keep(1) // room for the tool_call record only, while the tool runs
 	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
 	defer cancel()
 	res, err := r.opts.Registry.Call(ctx, d.ID, call)
@@ -392,7 +406,7 @@ func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descri
 	return out
 }
 
-func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev *audit.Event) error {
+func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev *audit.Event, tk *audit.Ticket) error {
 	required := r.toolCaps.get(d.ID).execute
 	allowed, refused, reason := c.grants.Explain(required)
 	check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Runner: string(d.Kind),
@@ -401,7 +415,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 		Gate: GateCapability, RequestID: req.RequestID}
 	if allowed {
 		check.GuaranteeSource, check.Decision = c.guarantee, "allow"
-		r.opts.Audit.Log(check)
+		r.record(tk, check)
 		return nil
 	}
 	layer := "policy"
@@ -409,7 +423,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 		layer = c.layers[refused]
 	}
 	check.GuaranteeSource, check.Decision = layer, "deny"
-	r.opts.Audit.Log(check)
+	r.record(tk, check)
 	return &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 		Message: fmt.Sprintf("%s is not granted (refused by the %s grants)", required, layer),
 		Hint:    grantHint(c, layer, required)}

@@ -23,6 +23,12 @@ func (r *Router) May(c *Caller, p permissions.Primary, t permissions.ItemType, i
 // the decision. A refusal reads exactly like a missing item, so that what
 // a caller may not see is not revealed; what names the item in it.
 func (r *Router) Fetch(c *Caller, t permissions.ItemType, id, what, protocol string) error {
+	// The read runs only if its record can be made.
+	tk, err := r.admit()
+	if err != nil {
+		return err
+	}
+	defer tk.Done()
 	required := permissions.Required(permissions.Fetch, t, id)
 	allowed := r.May(c, permissions.Fetch, t, id)
 	ev := audit.Event{Type: audit.TypeCapabilityCheck, Capability: required, Allowed: allowed,
@@ -32,10 +38,10 @@ func (r *Router) Fetch(c *Caller, t permissions.ItemType, id, what, protocol str
 	}
 	if allowed {
 		ev.Decision = "allow"
-		r.opts.Audit.Log(ev)
+		r.record(&tk, ev)
 		return nil
 	}
 	ev.Decision, ev.Code = "deny", string(tool.CodeNotFound)
-	r.opts.Audit.Log(ev)
+	r.record(&tk, ev)
 	return tool.Errorf(tool.CodeNotFound, "no such %s", what)
 }

@@ -117,6 +117,8 @@ type Router struct {
 	caps     capsCache
 	toolCaps toolCaps
 	bridge   bridgeKeys
+	admitter audit.Admitter // opts.Audit, if it admits calls
+	health   audit.Health   // opts.Audit, if it can tell
 }
 
 // grantSet is a compiled policy: grants that survived the risk table, and
@@ -152,6 +154,8 @@ func New(opts Options) (*Router, error) {
 		opts.IdempotencyTTL = 24 * time.Hour
 	}
 	r := &Router{opts: opts, subjects: map[string]grantSet{}}
+	r.admitter, _ = opts.Audit.(audit.Admitter)
+	r.health, _ = opts.Audit.(audit.Health)
 	r.limits.init(opts.Policy.RateLimit, opts.Now)
 	var err error
 	if r.base, err = r.compile("policy", opts.Policy.Grants, opts.Policy.Acknowledge); err != nil {

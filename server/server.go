@@ -110,7 +110,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 	if s.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{LookupEnv: opts.LookupEnv}); err != nil {
 		return nil, err
 	}
-	if s.Audit, err = audit.Open(cfg.Audit.Path, audit.Options{}); err != nil {
+	if s.Audit, err = audit.Open(cfg.Audit.Path, auditOptions(cfg, opts.Logger)); err != nil {
 		return nil, err
 	}
 	if s.Registry, err = registry.Build(ctx, cfg, registry.BuildOptions{BridgeKey: bridgeKey, Logger: opts.Logger, LookupEnv: opts.LookupEnv}); err != nil {
@@ -136,6 +136,29 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 		s.Registry.Run(runCtx)
 	}()
 	return s, nil
+}
+
+// auditOptions are the audit log's options from [audit]. Its health is
+// said once per change, loudly: while it is unhealthy the router refuses
+// every call, and a line per refusal would flood the log of a full disk.
+func auditOptions(cfg *config.Config, logger *slog.Logger) audit.Options {
+	maxSize := int64(config.DefaultAuditMaxSize)
+	if cfg.Audit.MaxSize != nil {
+		maxSize = int64(*cfg.Audit.MaxSize)
+	}
+	return audit.Options{
+		MaxSize:  maxSize,
+		MaxFiles: cfg.Audit.MaxFiles,
+		Reserve:  int64(cfg.Audit.Reserve), // 0: the audit package's default
+		OnHealth: func(err error) {
+			if err != nil {
+				logger.Error("audit log cannot record calls: refusing every call (capability_backend_unavailable) until it can; make room for it",
+					"path", cfg.Audit.Path, "err", err)
+				return
+			}
+			logger.Info("audit log recovered: calls are served again", "path", cfg.Audit.Path)
+		},
+	}
 }
 
 // prune drops expired flows, idempotency records and approvals now and then.

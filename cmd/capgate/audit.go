@@ -44,7 +44,9 @@ of the line before it; <log>.head records the last line synced.`,
 		Short: "Check the audit log's hash chain and its .head sidecar",
 		Long: `verify reads the whole audit log and checks that every line is a record whose
 seq is its line number and whose prev is the SHA-256 of the line before it,
-then that the file agrees with its .head sidecar. It names the first line
+then that the file agrees with its .head sidecar. A log rotated by
+[audit] max_size is followed across its moved-aside files, <log>.<seq>,
+oldest first; verify names them, and says so when the oldest were pruned. It names the first line
 where a line was edited, removed, inserted or reordered, or says that lines
 were cut off the end.
 
@@ -65,6 +67,15 @@ read.`,
 				return usageError("%v", err)
 			}
 			out := cmd.OutOrStdout()
+			if len(rep.Files) > 1 {
+				fmt.Fprintf(out, "checked %d files, in chain order:\n", len(rep.Files))
+				for _, f := range rep.Files {
+					fmt.Fprintf(out, "  %s\n", f)
+				}
+			}
+			if rep.FirstSeq > 1 {
+				fmt.Fprintf(out, "note: the chain is checked from seq %d: the files holding seq 1 to %d were pruned ([audit] max_files) or removed\n", rep.FirstSeq, rep.FirstSeq-1)
+			}
 			fmt.Fprintf(out, "%s: %d lines, chain intact (head %s)\n", path, rep.Lines, rep.Head)
 			if !rep.Sidecar {
 				fmt.Fprintf(out, "note: no %s.head sidecar, so lines cut off the end would go unseen\n", path)
