@@ -542,7 +542,13 @@ func TestServerShutdownDeadlineCancelsInFlight(t *testing.T) {
 	if !<-canceled {
 		t.Fatal("in-flight handler's context not cancelled")
 	}
-	rc.expectClosed()
+	// The cancelled handler may return before its connection is closed,
+	// and then its (empty) answer is written: what matters is that the
+	// connection ends.
+	rc.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.Copy(io.Discard, rc.br); err != nil {
+		t.Fatalf("connection not closed: %v", err)
+	}
 }
 
 // net/http half-closes before hanging up on an unread body, so the client gets its answer and
