@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -289,4 +291,93 @@ func TestHostileOutputWithheld(t *testing.T) {
 	if err != nil || files == 0 {
 		t.Errorf("data dir: %d files, %v", files, err)
 	}
+}
+
+// TestRelayedMessagesHardened: what an upstream sends the client while a
+// call runs (a progress message, a log message, an elicitation request)
+// passes the same check as the call's result. The hostile upstream, over
+// streamable HTTP, puts a bearer token in each; the client sees none of
+// them, the progress arrives without its text, the elicitation is refused
+// to the upstream, and capgate's log names what it found.
+func TestRelayedMessagesHardened(t *testing.T) {
+	addr := testkit.FreeAddr(t)
+	testkit.ServeMCPFixture(t, "-http", addr, "-hostile")
+	s := startServe(t, fmt.Sprintf(`
+[policy.subjects.alice]
+grants = ["rye.execute.tool.mcp.hx.*"]
+
+[mcp.servers.hx]
+url = "http://%s/mcp"
+risk = "LOW"
+`, addr))
+	var mu sync.Mutex
+	var seen []string
+	note := func(what string, v any) {
+		b, _ := json.Marshal(v)
+		mu.Lock()
+		seen = append(seen, what+" "+string(b))
+		mu.Unlock()
+	}
+	c := s.mcpAs(t, s.mint(t, "alice", "private"), client.WithElicitationHandler(elicitFunc(func(_ context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+		note("elicitation", r.Params)
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+			Content: map[string]any{"ok": true}}}, nil
+	})))
+	c.OnNotification(func(n mcp.JSONRPCNotification) { note(n.Method, n.Params.AdditionalFields) })
+	lv := mcp.SetLevelRequest{}
+	lv.Params.Level = mcp.LoggingLevelDebug
+	if err := c.SetLevel(context.Background(), lv); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "hx__chatty"
+	req.Params.Meta = &mcp.Meta{ProgressToken: "p1"}
+	res, err := c.CallTool(ctx, req)
+	if err != nil || res.IsError {
+		t.Fatalf("chatty: %v %+v", err, res)
+	}
+	text, isErr := callTool(ctx, t, c, "hx__ask", nil)
+	if !isErr && strings.Contains(text, "answered accept") {
+		t.Errorf("ask: the elicitation reached the client: %s", text)
+	}
+	time.Sleep(200 * time.Millisecond) // notifications still on their way
+
+	mu.Lock()
+	defer mu.Unlock()
+	var progress []string
+	for _, m := range seen {
+		if strings.Contains(m, mcpSecret) {
+			t.Errorf("the client saw %s", m)
+		}
+		if strings.HasPrefix(m, "notifications/progress") {
+			progress = append(progress, m)
+		}
+	}
+	// Both progress steps arrive (in either order: mcp-go sends them on
+	// the call's stream or the session's), the first without its text.
+	slices.Sort(progress)
+	if len(progress) != 2 || !strings.Contains(progress[0], `"done"`) || strings.Contains(progress[1], "message") {
+		t.Errorf("progress = %v, want both steps, the second saying done (seen %v)", progress, seen)
+	}
+	if strings.Contains(text, mcpSecret) {
+		t.Errorf("ask's result holds the secret: %s", text)
+	}
+	logs := s.logs()
+	for _, want := range []string{"withheld an upstream progress message", "refused an upstream request of the client"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("capgate's log lacks %q:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, mcpSecret) {
+		t.Error("capgate's log holds the secret")
+	}
+}
+
+type elicitFunc func(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error)
+
+func (f elicitFunc) Elicit(ctx context.Context, r mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	return f(ctx, r)
 }

@@ -29,6 +29,7 @@ const capgatePkg = "github.com/capgate/capgate/cmd/capgate"
 type served struct {
 	bin, config, dir, addr, socket, secret string
 	cmd                                    *exec.Cmd
+	logs                                   func() string // what serve has logged so far (startServe)
 }
 
 func startServe(t *testing.T, extra string) *served {
@@ -63,7 +64,7 @@ risk = "CRITICAL"
 		t.Fatal(err)
 	}
 	var banner string
-	s.cmd, banner = testkit.Serve(t, s.bin, s.config, "CAPGATE_TOKEN_SECRET="+s.secret)
+	s.cmd, banner, s.logs = testkit.ServeLogged(t, s.bin, s.config, "CAPGATE_TOKEN_SECRET="+s.secret)
 	if !strings.Contains(banner, "http://"+s.addr+"/rpc") || !strings.Contains(banner, "unix://"+s.socket) ||
 		!strings.Contains(banner, "$CAPGATE_TOKEN_SECRET") || strings.Contains(banner, s.secret) {
 		t.Errorf("banner:\n%s", banner)

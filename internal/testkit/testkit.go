@@ -87,11 +87,11 @@ func FreeAddr(tb testing.TB) string {
 }
 
 // ServeMCPFixture runs the MCP fixture on addr with transport flag "-http"
-// or "-sse", waits until it listens, and returns a function that kills it
-// (also called at cleanup).
-func ServeMCPFixture(tb testing.TB, flag, addr string) (kill func()) {
+// or "-sse" (after the flags in more, such as "-hostile"), waits until it
+// listens, and returns a function that kills it (also called at cleanup).
+func ServeMCPFixture(tb testing.TB, flag, addr string, more ...string) (kill func()) {
 	tb.Helper()
-	cmd := exec.Command(Build(tb, MCPFixture), flag, addr)
+	cmd := exec.Command(Build(tb, MCPFixture), append(more, flag, addr)...)
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -25,7 +26,10 @@ const Secret = "hx-SECRET-4f1c9e27"
 //   - fail: a JSON-RPC error whose message holds the secret;
 //   - resources hx://config (JSON with apiKey) and hx://key (a PEM key);
 //   - prompts leaky (a message holding a password) and broken (an error
-//     message holding a bearer token).
+//     message holding a bearer token);
+//   - chatty: while it runs, a progress message and a log message holding
+//     a bearer token, then "said it"; ask: an elicitation whose message
+//     holds one, then what the client answered.
 func addHostile(s *server.MCPServer) {
 	yes, no := true, false
 	write := mcp.NewTool("write", mcp.WithDescription("Write a record"))
@@ -83,5 +87,32 @@ func addHostile(s *server.MCPServer) {
 	})
 	s.AddPrompt(mcp.NewPrompt("broken"), func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		return nil, errors.New("upstream refused Authorization: Bearer " + Secret + "0123456789")
+	})
+
+	bearer := "Authorization: Bearer " + Secret + "-0123456789"
+	s.AddTool(mcp.NewTool("chatty"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		srv := server.ServerFromContext(ctx)
+		if tok := req.Params.Meta; tok != nil && tok.ProgressToken != nil {
+			_ = srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+				"progressToken": tok.ProgressToken, "progress": 1, "total": 2, "message": "retrying with " + bearer})
+			_ = srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+				"progressToken": tok.ProgressToken, "progress": 2, "total": 2, "message": "done"})
+		}
+		_ = srv.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelError, "hostile",
+			map[string]any{"request": map[string]any{"headers": bearer}}))
+		// mcp-go may write a notification sent just before the result
+		// after it, when the call is over: give them time to go first.
+		time.Sleep(150 * time.Millisecond)
+		return mcp.NewToolResultText("said it"), nil
+	})
+	s.AddTool(mcp.NewTool("ask"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+			Message:         "Is this yours? " + bearer,
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}},
+		}})
+		if err != nil {
+			return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+		}
+		return mcp.NewToolResultText("answered " + string(res.Action)), nil
 	})
 }

@@ -14,7 +14,7 @@
 // as JSON) when it starts, so tests see what an upstream is given.
 //
 // With -hostile it serves instead the hostile upstream of hostile.go,
-// over stdio.
+// over stdio, or streamable HTTP (any path) with -http.
 package main
 
 import (
@@ -49,8 +49,12 @@ func main() {
 
 	if *hostile {
 		s := server.NewMCPServer("mcpfixture-hostile", "1.0.0", server.WithToolCapabilities(true),
-			server.WithResourceCapabilities(false, false), server.WithPromptCapabilities(false))
+			server.WithResourceCapabilities(false, false), server.WithPromptCapabilities(false),
+			server.WithLogging(), server.WithElicitation())
 		addHostile(s)
+		if *addr != "" {
+			log.Fatal(http.ListenAndServe(*addr, server.NewStreamableHTTPServer(s)))
+		}
 		if err := server.ServeStdio(s); err != nil {
 			log.Fatal(err)
 		}
