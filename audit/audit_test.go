@@ -768,6 +768,37 @@ func TestWriteErrorBroken(t *testing.T) {
 	}
 }
 
+// Records that Close must drop, because the disk keeps failing them, were
+// chained already: verify must not call the log intact without them.
+func TestCloseDropsAreNotIntact(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path, Options{FlushInterval: time.Hour, MaxBatch: 1 << 20})
+	l.Log(fullEvent(TypeToolCall, 0))
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	swapFile(l, &failingFile{File: l.f}) // every write fails whole
+	for i := 1; i <= 3; i++ {
+		l.Log(fullEvent(TypeToolCall, i))
+	}
+	if err := l.Close(); err == nil {
+		t.Error("Close dropped records without an error")
+	}
+	if l.Dropped() != 3 {
+		t.Errorf("Dropped %d, want 3", l.Dropped())
+	}
+	rep, err := VerifyFile(path)
+	var ve *VerifyError
+	if !errors.As(err, &ve) || !strings.Contains(ve.Reason, "truncated") {
+		t.Fatalf("VerifyFile after dropped records = %+v, %v; want the log reported truncated", rep, err)
+	}
+	// Nor does a new Log carry on after the gap as if nothing was lost.
+	if l2, err := Open(path, Options{}); err == nil {
+		l2.Close()
+		t.Error("Open extended a log that lost records")
+	}
+}
+
 // At MaxPending, Log waits for the writer instead of dropping; Close
 // releases waiters, which count their events as dropped.
 func TestBackpressure(t *testing.T) {

@@ -437,11 +437,22 @@ func (l *Log) Close() error {
 	<-l.iodon
 	if !l.io() {
 		l.omu.Lock()
+		var last *chunk
 		for _, c := range l.outbox {
 			l.dropped.Add(uint64(len(c.lines)))
+			last = c
 		}
 		l.outbox = nil
 		l.omu.Unlock()
+		// The dropped lines were chained already: a head naming the last
+		// of them makes VerifyFile report the log as cut short, which it
+		// is, rather than intact. (If the head cannot be written either,
+		// Close's error is all that says so.)
+		if last != nil {
+			if err := l.writeHead(last.seq, &last.hash); err != nil {
+				l.setErr(err)
+			}
+		}
 	}
 
 	l.iomu.Lock()
