@@ -82,6 +82,8 @@ const (
 	TypeAuthBegin       = "auth_begin"
 	TypeAuthComplete    = "auth_complete"
 	TypeApproval        = "approval"
+	// TypePlan is a planning call's decision: the gates ran, nothing did.
+	TypePlan = "plan"
 )
 
 // Event is one audit record. Its fields are written in the order declared,

@@ -123,7 +123,7 @@ func isToolError(err error) bool {
 //     canonical bytes are what the tool gets and what approvals and
 //     idempotency keys bind to), capability, tier (acknowledge; for a
 //     blocked tier, that an approval exists, not yet using it), chat
-//     policy, auth, schema.
+//     policy, auth, schema (check). A planning call (Plan) ends here.
 //  2. The rate limit takes a token, given back when a later step refuses.
 //  3. The idempotency key is claimed (or its result replayed, or the call
 //     waits for the claimant's result).
@@ -131,53 +131,11 @@ func isToolError(err error) bool {
 //     wastes it and two calls cannot both run on it.
 //  5. The call runs; its result completes the idempotency claim.
 func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket) (*tool.Result, error) {
-	if c == nil {
-		return nil, &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: missing", Gate: GateToken}
-	}
-	// Whether the tool exists is the caller's question; a skill's scope
-	// only narrows what it may do, so its refusal can name the skill.
-	d, err := r.resolve(c, req.Tool)
+	ch, err := r.check(ctx, c, req, ev, tk, true)
 	if err != nil {
 		return nil, err
 	}
-	c = c.within(req.Scope)
-	ev.Tool, ev.Runner, ev.ResolvedSource, ev.ToolName = d.ID, string(d.Kind), d.Source, d.ExposedName
-
-	input, value, inputHash, err := parseInput(req.Input)
-	if err != nil {
-		return nil, err
-	}
-	ev.InputSHA256 = inputHash
-
-	// (a) capability string.
-	if err := r.capabilityGate(c, d, req, ev, tk); err != nil {
-		return nil, err
-	}
-	// (b) acknowledge, or for a blocked tier an operator's approval.
-	needApproval, err := r.tierGate(ctx, c, d, input, inputHash)
-	if err != nil {
-		return nil, err
-	}
-	// (c) chat policy.
-	if err := chatGate(c, d); err != nil {
-		return nil, err
-	}
-	// (d) auth: a stored credential for (caller, capability, account).
-	account, err := r.authGate(ctx, c, d, req.Account)
-	if err != nil {
-		return nil, err
-	}
-	ev.AccountRef = account
-	// (e) the input against the tool's schema.
-	if err := r.schemas.validate(d, value); err != nil {
-		return nil, err
-	}
-	// The audit log, having admitted the call, may have failed since (an
-	// fsync): then its record might not be made durable, and it does not
-	// run. Checked before anything is taken or used.
-	if err := r.auditGate(); err != nil {
-		return nil, err
-	}
+	c, d, input, inputHash, account, needApproval := ch.c, ch.d, ch.input, ch.inputHash, ch.account, ch.needApproval
 	// (f) rate limit. From here on, a refusal gives the token back.
 	tok, ok := r.limits.take(c.Sub, d.ID)
 	if !ok {
@@ -264,6 +222,76 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		claim = ""
 	}
 	return res, nil
+}
+
+// checked is what the gates that change nothing establish about a call:
+// the caller narrowed to the request's scope, the tool (set once resolved,
+// even when a later gate refuses), its canonical input and hash, the
+// account, and whether a blocked tier's approval must be used.
+type checked struct {
+	c            *Caller
+	d            *tool.Descriptor
+	input        []byte
+	inputHash    string
+	account      string
+	needApproval bool
+}
+
+// check runs the gates that change nothing, in order (step 1 of call).
+// Planning runs the same, so the two cannot drift; request is false for
+// it, so that a blocked tier without an approval requests none.
+func (r *Router) check(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, request bool) (ch checked, err error) {
+	if c == nil {
+		return ch, &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: missing", Gate: GateToken}
+	}
+	// Whether the tool exists is the caller's question; a skill's scope
+	// only narrows what it may do, so its refusal can name the skill.
+	d, err := r.resolve(c, req.Tool)
+	if err != nil {
+		return ch, err
+	}
+	c = c.within(req.Scope)
+	ch.c, ch.d = c, d
+	ev.Tool, ev.Runner, ev.ResolvedSource, ev.ToolName = d.ID, string(d.Kind), d.Source, d.ExposedName
+
+	input, value, inputHash, err := parseInput(req.Input)
+	if err != nil {
+		return ch, err
+	}
+	ev.InputSHA256 = inputHash
+	ch.input, ch.inputHash = input, inputHash
+
+	// (a) capability string.
+	if err := r.capabilityGate(c, d, req, ev, tk); err != nil {
+		return ch, err
+	}
+	// (b) acknowledge, or for a blocked tier an operator's approval.
+	ch.needApproval, err = r.tierGate(ctx, c, d, input, inputHash, request)
+	if err != nil {
+		return ch, err
+	}
+	// (c) chat policy.
+	if err := chatGate(c, d); err != nil {
+		return ch, err
+	}
+	// (d) auth: a stored credential for (caller, capability, account).
+	account, err := r.authGate(ctx, c, d, req.Account)
+	if err != nil {
+		return ch, err
+	}
+	ev.AccountRef = account
+	ch.account = account
+	// (e) the input against the tool's schema.
+	if err := r.schemas.validate(d, value); err != nil {
+		return ch, err
+	}
+	// The audit log, having admitted the call, may have failed since (an
+	// fsync): then its record might not be made durable, and it does not
+	// run. Checked before anything is taken or used.
+	if err := r.auditGate(); err != nil {
+		return ch, err
+	}
+	return ch, nil
 }
 
 // Waiting for a call in progress under the same idempotency key: polls
@@ -447,8 +475,9 @@ func grantHint(c *Caller, layer, required string) string {
 // acknowledged; block needs an operator's approval bound to caller, tool
 // and input. It only looks: true means the call must use its approval
 // (useApproval) once every other gate has passed. Without one it requests
-// an approval, showing the operator the canonical input, and refuses.
-func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) (bool, error) {
+// an approval, showing the operator the canonical input, and refuses;
+// when request is false (planning), it only refuses.
+func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string, request bool) (bool, error) {
 	tier, err := r.opts.Risk.ToolTier(d.Risk.Level)
 	if err != nil {
 		return false, &tool.Error{Code: tool.CodeAccessDenied, Gate: GateAcknowledge, Err: err,
@@ -472,6 +501,9 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 		}
 		if !errors.Is(err, store.ErrNotFound) {
 			return false, err
+		}
+		if !request {
+			return false, approvalPlanned(d, tier)
 		}
 		return false, r.approvalRequired(ctx, c, d, input, inputHash)
 	}

@@ -63,6 +63,28 @@ func (l *limiter) take(sub, toolID string) (taken, bool) {
 	return taken{b: b, burst: l.burst}, true
 }
 
+// wouldTake reports whether take would succeed now, taking nothing and
+// making no bucket: planning asks it.
+func (l *limiter) wouldTake(sub, toolID string) bool {
+	if !l.on {
+		return true
+	}
+	l.mu.Lock()
+	b, ok := l.buckets[[2]string{sub, toolID}]
+	l.mu.Unlock()
+	if !ok {
+		return l.burst >= 1
+	}
+	now := l.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tokens := b.tokens
+	if now.After(b.last) {
+		tokens = min(l.burst, tokens+now.Sub(b.last).Seconds()*l.perSec)
+	}
+	return tokens >= 1
+}
+
 // taken is a token taken from a bucket; the zero value is none.
 type taken struct {
 	b     *bucket

@@ -35,7 +35,7 @@ var (
 	messageNames = []string{"jsonrpc", "id", "method", "params"}
 	paramsNames  = []string{"name", "arguments", "requestState", "inputResponses", "task", "_meta"}
 	metaNames    = []string{"progressToken", "io.modelcontextprotocol/protocolVersion",
-		"io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/logLevel"}
+		"io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/logLevel", metaMode}
 	capsNames = []string{"sampling", "elicitation", "roots"}
 )
 
@@ -46,6 +46,7 @@ type fastCallMessage struct {
 	jsonrpc, id, method, params                                  []byte
 	name, arguments, requestState, inputResponses, task, meta    []byte
 	progressToken, protocolVersion, clientCapabilities, logLevel []byte
+	mode                                                         []byte // capgate/mode: planning is not for the fast call
 }
 
 // read picks the message out of body; false when it is not a JSON-RPC
@@ -53,7 +54,7 @@ type fastCallMessage struct {
 func (msg *fastCallMessage) read(body []byte) bool {
 	var top [4][]byte
 	var params [6][]byte
-	var meta [4][]byte
+	var meta [5][]byte
 	if !rawjson.Pick(body, messageNames, top[:]) || !rawjson.Pick(top[3], paramsNames, params[:]) {
 		return false
 	}
@@ -64,6 +65,7 @@ func (msg *fastCallMessage) read(body []byte) bool {
 	msg.name, msg.arguments, msg.requestState, msg.inputResponses, msg.task, msg.meta =
 		params[0], params[1], params[2], params[3], params[4], params[5]
 	msg.progressToken, msg.protocolVersion, msg.clientCapabilities, msg.logLevel = meta[0], meta[1], meta[2], meta[3]
+	msg.mode = meta[4]
 	return true
 }
 
@@ -82,7 +84,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	if string(msg.jsonrpc) != `"2.0"` || string(msg.method) != `"tools/call"` || !plainID(msg.id) ||
 		!ok || !plainName(name) || r.Get("Mcp-Name") != name ||
 		present(msg.requestState) || present(msg.inputResponses) || present(msg.task) ||
-		present(msg.progressToken) || present(msg.logLevel) ||
+		present(msg.progressToken) || present(msg.logLevel) || msg.mode != nil ||
 		string(msg.protocolVersion) != `"`+modernProtocol+`"` || !askNothing(msg.clientCapabilities) ||
 		(present(msg.arguments) && msg.arguments[0] != '{') {
 		return false

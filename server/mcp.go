@@ -222,6 +222,9 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 		return m.jobs.resumeCall(ctx, c.Sub, req)
 	}
 	r := router.Request{Tool: req.Params.Name, Input: rawArguments(req), Protocol: protocolOf(ctx)}
+	if res, ok := m.plan(ctx, c, req, r); ok {
+		return res, nil
+	}
 	j := newJob(c.Sub)
 	r.Progress = progressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
@@ -234,6 +237,30 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 		return toMCPResult(res)
 	})
 	return m.jobs.wait(ctx, j)
+}
+
+// plan answers a planning call (_meta["capgate/mode"]), which needs no
+// job: nothing runs, so no upstream asks anything. ok is false for a call
+// to run.
+func (m *MCP) plan(ctx context.Context, c *router.Caller, req mcp.CallToolRequest, r router.Request) (*mcp.CallToolResult, bool) {
+	var mode any
+	var present bool
+	if req.Params.Meta != nil {
+		mode, present = req.Params.Meta.AdditionalFields[metaMode]
+	}
+	on, err := planning(mode, present, `_meta["`+metaMode+`"]`)
+	if err != nil {
+		return denial(err), true
+	}
+	if !on {
+		return nil, false
+	}
+	p, err := m.router.Plan(ctx, c, r)
+	if err != nil {
+		return denial(err), true
+	}
+	d, found := m.registry.Snapshot().Lookup(p.Tool)
+	return mcpPlan(p, found && len(d.OutputSchema) > 0), true
 }
 
 // rawArguments are the call's arguments as the client sent them.

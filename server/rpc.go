@@ -251,12 +251,16 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 		Input          json.RawMessage `json:"input"`
 		Account        string          `json:"account"`
 		IdempotencyKey string          `json:"idempotency_key"`
+		Mode           *string         `json:"mode"` // "planning", or absent to run
 	}
 	if err := decodeParams(params, &p); err != nil {
 		return nil, err
 	}
 	if strings.TrimSpace(p.Capability) == "" {
 		return nil, paramsError{"invalid params: capability is required"}
+	}
+	if p.Mode != nil && *p.Mode != ModePlanning {
+		return nil, paramsError{`invalid params: mode must be "` + ModePlanning + `" or absent, not ` + shortJSON(*p.Mode)}
 	}
 	name := p.Capability
 	if p.Operation != "" && p.Operation != defaultOperation {
@@ -269,6 +273,16 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 		name = tool.ID(tool.KindBridge, ns, capName+"."+p.Operation)
 	}
 	requestID := newRequestID()
+	if p.Mode != nil {
+		// A planning call answers with the decision, allowed or not: the
+		// planning itself succeeded. Nothing runs.
+		plan, err := h.Router.Plan(r.Context(), c, router.Request{Tool: name, Input: p.Input, Account: p.Account,
+			IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"ok": plan.Allowed, "mode": ModePlanning, "plan": plan, "request_id": requestID}, nil
+	}
 	res, err := h.Router.Call(r.Context(), c, router.Request{Tool: name, Input: p.Input, Account: p.Account,
 		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
 	if err != nil {

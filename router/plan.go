@@ -1,0 +1,151 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/capgate/capgate/audit"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/tool"
+)
+
+// Plan is the answer to a planning call (AgentOS's planning mode): what
+// every gate decides about the call and what the call would need, with
+// nothing run, taken or used: no tool runs, no approval is used or
+// requested, no idempotency key is claimed, no rate-limit token is taken.
+type Plan struct {
+	Tool    string  `json:"tool"` // the tool id once resolved, else the name asked for
+	Allowed bool    `json:"allowed"`
+	Denial  *Denial `json:"denial,omitempty"` // the first gate that refuses
+	// Risk is the tool's level, side effects and tier; absent when the
+	// tool was not found.
+	Risk *PlanRisk `json:"risk,omitempty"`
+	// ApprovalNeeded: the tier blocks the call without an operator's
+	// approval. ApprovalReady: an approval of this caller, tool and input
+	// is there for the real call to use.
+	ApprovalNeeded bool `json:"approval_needed"`
+	ApprovalReady  bool `json:"approval_ready"`
+	// RateLimit is "ok" or "limited" (whether the real call would get a
+	// token now), or "not checked" when an earlier gate refused.
+	RateLimit  string     `json:"rate_limit"`
+	Guarantees Guarantees `json:"guarantees"`
+}
+
+// Denial is a refusal as a planning call reports it: the stable code,
+// the gate, what was required and what would allow it.
+type Denial struct {
+	Code     tool.Code `json:"code"`
+	Gate     string    `json:"gate,omitempty"`
+	Required string    `json:"required,omitempty"`
+	Message  string    `json:"message"`
+	Hint     string    `json:"hint,omitempty"`
+}
+
+// PlanRisk is what the tool's risk means for the call.
+type PlanRisk struct {
+	Level       string            `json:"level"`
+	SideEffects []risk.SideEffect `json:"side_effects"`
+	Tier        string            `json:"tier,omitempty"`
+	Policy      risk.Policy       `json:"policy,omitempty"`
+}
+
+// Guarantees are who grants what the caller may do: its grant layers,
+// child first, and the guarantee source the audit records for it.
+type Guarantees struct {
+	Source       string   `json:"source,omitempty"`
+	Layers       []string `json:"layers"`
+	Acknowledged []string `json:"acknowledged"`
+}
+
+// Plan runs a call's gates as Call does and stops before anything is
+// taken or used (see call's step 1). A refusal is in the Plan, not the
+// error; the error is for what stops the planning itself (the audit log
+// cannot admit it, an internal failure). It is audited as a plan record.
+func (r *Router) Plan(ctx context.Context, c *Caller, req Request) (*Plan, error) {
+	start := time.Now()
+	ev := audit.Event{Type: audit.TypePlan, ToolName: req.Tool, ProtocolVersion: req.Protocol, RequestID: req.RequestID,
+		Detail: "planning: nothing ran"}
+	if c != nil {
+		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
+	}
+	// As for a call: no record, no decision.
+	tk, err := r.admit()
+	defer tk.Done()
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Tool: req.Tool, RateLimit: "not checked", Guarantees: Guarantees{Layers: []string{}, Acknowledged: []string{}}}
+	err = r.recoverPlan(ctx, c, &req, &ev, &tk, p)
+	ev.Duration = time.Since(start)
+	var te *tool.Error
+	switch {
+	case err == nil:
+		ev.Decision = "allow"
+	case errors.As(err, &te) && te.Code != tool.CodeInternal:
+		ev.Decision, ev.Code, ev.Gate = "deny", string(te.Code), te.Gate
+		p.Denial = &Denial{Code: te.Code, Gate: te.Gate, Required: te.Required, Message: te.Message, Hint: te.Hint}
+		err = nil
+	default:
+		ev.Decision, ev.Code = "error", string(tool.CodeInternal)
+		if !isToolError(err) {
+			r.opts.Logger.Error("planning call failed", "tool", ev.Tool, "sub", ev.Sub, "err", err)
+			err = tool.Wrap(err, tool.CodeInternal, "internal error")
+		}
+		p = nil
+	}
+	r.record(&tk, ev)
+	return p, err
+}
+
+func (r *Router) recoverPlan(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, p *Plan) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.opts.Logger.Error("planning call panicked", "tool", ev.Tool, "sub", ev.Sub, "request_id", ev.RequestID,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			ev.Detail = "panic"
+			err = &tool.Error{Code: tool.CodeInternal, Message: "internal error: the planning call failed inside capgate"}
+		}
+	}()
+	ch, err := r.check(ctx, c, req, ev, tk, false)
+	if ch.c != nil {
+		p.Guarantees = Guarantees{Source: ch.c.guarantee, Layers: slices.Clone(ch.c.layers), Acknowledged: ch.c.Acknowledged()}
+	}
+	if d := ch.d; d != nil {
+		p.Tool = d.ID
+		pr := &PlanRisk{Level: d.Risk.Level.String(), SideEffects: d.Risk.Effects}
+		if tier, terr := r.opts.Risk.ToolTier(d.Risk.Level); terr == nil {
+			pr.Tier, pr.Policy = tier.Name, tier.Policy
+			p.ApprovalNeeded = tier.Policy == risk.Block
+		}
+		if pr.SideEffects == nil {
+			pr.SideEffects = []risk.SideEffect{}
+		}
+		p.Risk = pr
+	}
+	p.ApprovalReady = ch.needApproval
+	if err != nil {
+		return err
+	}
+	// The rate limit, looked at: the real call would take a token here.
+	if !r.limits.wouldTake(ch.c.Sub, ch.d.ID) {
+		p.RateLimit = "limited"
+		return &tool.Error{Code: tool.CodeRateLimited, Gate: GateRateLimit,
+			Message: fmt.Sprintf("rate limit reached for %s on %s", ch.c.Sub, ch.d.ID), Hint: "retry later"}
+	}
+	p.RateLimit = "ok"
+	p.Allowed = true
+	return nil
+}
+
+// approvalPlanned is a planning call's refusal at a blocked tier without
+// an approval: the real call's approval_required, with no request made.
+func approvalPlanned(d *tool.Descriptor, tier risk.Tier) error {
+	return &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
+		Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (planning requested no approval)",
+			d.ID, d.Risk.Level, tier.Name),
+		Hint: "make the call without planning mode to request an approval; an operator runs `capgate approve <id>` on the host; then retry the same call with the same input"}
+}
