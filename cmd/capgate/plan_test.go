@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,15 +50,15 @@ func (s *served) planRPC(t *testing.T, tok, tool, input, key string) planAnswer 
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var r struct {
-		Result *planAnswer      `json:"result"`
-		Error  *json.RawMessage `json:"error"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Result == nil || r.Result.Mode != "planning" {
-		t.Fatalf("planning %s: no planning result: %s", tool, *r.Error)
+	var r struct {
+		Result *planAnswer `json:"result"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.Result == nil || r.Result.Mode != "planning" {
+		t.Fatalf("planning %s: no planning result: %v %s", tool, err, b)
 	}
 	return *r.Result
 }
