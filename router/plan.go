@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"github.com/capgate/capgate/audit"
@@ -112,7 +111,9 @@ func (r *Router) recoverPlan(ctx context.Context, c *Caller, req *Request, ev *a
 	}()
 	ch, err := r.check(ctx, c, req, ev, tk, false)
 	if ch.c != nil {
-		p.Guarantees = Guarantees{Source: ch.c.guarantee, Layers: slices.Clone(ch.c.layers), Acknowledged: ch.c.Acknowledged()}
+		p.Guarantees.Source = ch.c.guarantee
+		p.Guarantees.Layers = append(p.Guarantees.Layers, ch.c.layers...)
+		p.Guarantees.Acknowledged = append(p.Guarantees.Acknowledged, ch.c.acks...)
 	}
 	if d := ch.d; d != nil {
 		p.Tool = d.ID
@@ -147,5 +148,5 @@ func approvalPlanned(d *tool.Descriptor, tier risk.Tier) error {
 	return &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
 		Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (planning requested no approval)",
 			d.ID, d.Risk.Level, tier.Name),
-		Hint: "make the call without planning mode to request an approval; an operator runs `capgate approve <id>` on the host; then retry the same call with the same input"}
+		Hint: "make the call without planning mode to request an approval, which an operator gives with `capgate approve` on the host; then retry the same call with the same input"}
 }
