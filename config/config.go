@@ -255,8 +255,11 @@ func Parse(name string, data []byte, dir string, opts Options) (*Config, error) 
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(c); err != nil {
-		return nil, decodeError(name, err)
+		if err := c.skillEnvKeys(name, data, err); err != nil {
+			return nil, err
+		}
 	}
+	c.mergeSkillProviders()
 	var errs []error
 	fail := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", name, key, fmt.Sprintf(format, args...)))
@@ -389,7 +392,8 @@ type NamedProvider struct {
 }
 
 // Providers lists every bridge provider, from [capabilities.providers.NS]
-// and [skills.NAME.capability_provider], with its namespace defaulted.
+// and [skills.NAME.capability_provider], with its namespace defaulted. A
+// disabled skill's provider is not listed: it is neither checked nor wired.
 func (c *Config) Providers() []NamedProvider {
 	var out []NamedProvider
 	for ns, p := range c.Capabilities.Providers {
@@ -402,7 +406,7 @@ func (c *Config) Providers() []NamedProvider {
 		out = append(out, NamedProvider{p, "capabilities.providers." + ns})
 	}
 	for name, s := range c.Skills {
-		if s.CapabilityProvider == nil {
+		if s.CapabilityProvider == nil || skillDisabled(s) {
 			continue
 		}
 		if s.CapabilityProvider.Namespace == "" {
