@@ -33,38 +33,53 @@ func (c *Config) skillEnvKeys(name string, data []byte, decodeErr error) error {
 	if err := toml.NewDecoder(bytes.NewReader(data)).Decode(&raw); err != nil {
 		return decodeError(name, err)
 	}
+	// Where each env key is: go-toml names a key of an inline skill table
+	// (skills.x = { KEY = "v" }) without the skill, so match on the key.
+	rows := map[string]int{}
 	var errs []error
-	seen := map[string]bool{}
 	for _, e := range strict.Errors {
 		key := e.Key()
 		row, _ := e.Position()
-		if len(key) < 3 || key[0] != "skills" || !skillEnvKey.MatchString(key[2]) {
+		switch {
+		case len(key) >= 3 && key[0] == "skills" && raw.Skills[key[1]][key[2]] != nil && skillEnvKey.MatchString(key[2]):
+			if _, ok := rows[key[1]+"."+key[2]]; !ok {
+				rows[key[1]+"."+key[2]] = row
+			}
+		case len(key) == 2 && key[0] == "skills" && skillEnvKey.MatchString(key[1]):
+			for _, skill := range slices.Sorted(maps.Keys(raw.Skills)) {
+				if _, ok := rows[skill+"."+key[1]]; !ok && raw.Skills[skill][key[1]] != nil {
+					rows[skill+"."+key[1]] = row
+				}
+			}
+		default:
 			errs = append(errs, fmt.Errorf("%s:%d: %s: unknown key", name, row, strings.Join(key, ".")))
-			continue
 		}
-		skill, env := key[1], key[2]
-		where := "skills." + skill + "." + env
-		if seen[where] {
-			continue // a table's sub-keys, already reported
+	}
+	for _, skill := range slices.Sorted(maps.Keys(raw.Skills)) {
+		for _, env := range slices.Sorted(maps.Keys(raw.Skills[skill])) {
+			row, ok := rows[skill+"."+env]
+			if !ok {
+				continue // a known key, or not UPPER_CASE
+			}
+			where := fmt.Sprintf("%s:%d: skills.%s.%s", name, row, skill, env)
+			// The value is never quoted back: it may be a credential.
+			v, ok := raw.Skills[skill][env].(string)
+			if !ok {
+				errs = append(errs, fmt.Errorf("%s: is a TOML %s; want a string (an UPPER_CASE key in [skills.%s] is an environment value)",
+					where, tomlKind(raw.Skills[skill][env]), skill))
+				continue
+			}
+			s := c.Skills[skill]
+			if _, dup := s.Env[env]; dup {
+				errs = append(errs, fmt.Errorf("%s: also set in skills.%s.env; give it in one place", where, skill))
+				continue
+			}
+			if s.Env == nil {
+				s.Env = map[string]string{}
+			}
+			s.Env[env] = v
+			c.Skills[skill] = s
 		}
-		seen[where] = true
-		// The value is never quoted back: it may be a credential.
-		v, ok := raw.Skills[skill][env].(string)
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s:%d: %s: is a TOML %s; want a string (an UPPER_CASE key in [skills.%s] is an environment value)",
-				name, row, where, tomlKind(raw.Skills[skill][env]), skill))
-			continue
-		}
-		s := c.Skills[skill]
-		if _, dup := s.Env[env]; dup {
-			errs = append(errs, fmt.Errorf("%s:%d: %s: also set in skills.%s.env; give it in one place", name, row, where, skill))
-			continue
-		}
-		if s.Env == nil {
-			s.Env = map[string]string{}
-		}
-		s.Env[env] = v
-		c.Skills[skill] = s
 	}
 	return errors.Join(errs...)
 }

@@ -17,6 +17,13 @@ func TestSkillUpperCaseKeysAreEnv(t *testing.T) {
 	if s.Model != "small" || len(s.Env) != 3 || s.Env["GOG_ACCOUNT"] != "me@example.com" || s.Env["TZ"] != "UTC" || s.Env["API_KEY"] != "k-1" {
 		t.Fatalf("skill %+v", s)
 	}
+	// The same as dotted keys and as an inline table.
+	for _, src := range []string{"skills.email.GOG = \"a\"\n", "[skills]\nemail = { GOG = \"a\", model = \"m\" }\n"} {
+		c, err := parse(t, src, nil)
+		if err != nil || c.Skills["email"].Env["GOG"] != "a" {
+			t.Errorf("%q: %v %+v", src, err, c)
+		}
+	}
 }
 
 func TestSkillEnvKeyErrors(t *testing.T) {
