@@ -1,5 +1,6 @@
 // Package config reads capgate's host configuration, capgate.toml: a strict
-// decode (unknown keys are errors), ${ENV} expansion in strings, paths
+// decode (unknown keys are errors, but for Ash's UPPER_CASE env keys in
+// [skills.NAME]; see skills.go), ${ENV} expansion in strings, paths
 // relative to the file, defaults, then validation. Every error names the
 // file, the key and the problem.
 package config
