@@ -1,5 +1,6 @@
 // Package config reads capgate's host configuration, capgate.toml: a strict
-// decode (unknown keys are errors), ${ENV} expansion in strings, paths
+// decode (unknown keys are errors, but for Ash's UPPER_CASE env keys in
+// [skills.NAME]; see skills.go), ${ENV} expansion in strings, paths
 // relative to the file, defaults, then validation. Every error names the
 // file, the key and the problem.
 package config
@@ -255,8 +256,11 @@ func Parse(name string, data []byte, dir string, opts Options) (*Config, error) 
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(c); err != nil {
-		return nil, decodeError(name, err)
+		if err := c.skillEnvKeys(name, data, err); err != nil {
+			return nil, err
+		}
 	}
+	c.mergeSkillProviders()
 	var errs []error
 	fail := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", name, key, fmt.Sprintf(format, args...)))
@@ -389,7 +393,8 @@ type NamedProvider struct {
 }
 
 // Providers lists every bridge provider, from [capabilities.providers.NS]
-// and [skills.NAME.capability_provider], with its namespace defaulted.
+// and [skills.NAME.capability_provider], with its namespace defaulted. A
+// disabled skill's provider is not listed: it is neither checked nor wired.
 func (c *Config) Providers() []NamedProvider {
 	var out []NamedProvider
 	for ns, p := range c.Capabilities.Providers {
@@ -402,7 +407,7 @@ func (c *Config) Providers() []NamedProvider {
 		out = append(out, NamedProvider{p, "capabilities.providers." + ns})
 	}
 	for name, s := range c.Skills {
-		if s.CapabilityProvider == nil {
+		if s.CapabilityProvider == nil || skillDisabled(s) {
 			continue
 		}
 		if s.CapabilityProvider.Namespace == "" {
