@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -43,7 +44,12 @@ func TestServeSkillsDir(t *testing.T) {
 	}
 	env := []string{"CAPGATE_TOKEN_SECRET=skills-dir-test-secret-4c3b2a", "HOME=" + dir}
 
-	out, err := exec.Command(bin, "serve", "--config", config, "--skills-dir", filepath.Join(dir, "nowhere")).CombinedOutput()
+	// Without the check it would serve; the timeout ends it.
+	badCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bad := exec.CommandContext(badCtx, bin, "serve", "--config", config, "--skills-dir", filepath.Join(dir, "nowhere"))
+	bad.Env = append(os.Environ(), env...)
+	out, err := bad.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--skills-dir "+filepath.Join(dir, "nowhere")+": not a directory") {
 		t.Errorf("serve with a missing --skills-dir: %v %s", err, out)
 	}
