@@ -1,10 +1,9 @@
 package router
 
 import (
+	"errors"
 	"fmt"
 	"time"
-
-	"errors"
 
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/tool"
