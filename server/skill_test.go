@@ -386,6 +386,57 @@ func TestUseSkillAudit(t *testing.T) {
 		client.WithSamplingHandler(m))
 	useSkill(t, narrow, map[string]any{"skill": "mailer", "message": "x"})
 
+	// A client whose model fails on the second request: the client gives
+	// up on the call, and the run ends in an error after two iterations.
+	failing := &failingModel{model: model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{
+		toolUse("fx__echo", `{"message":"once"}`)}}, after: 1}
+	fc := connect(t, url, tok, "2025-11-25", client.WithSamplingHandler(failing))
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = UseSkill, map[string]any{"skill": "echoer", "message": "x"}
+	if res, err := fc.CallTool(context.Background(), req); err == nil && !res.IsError {
+		t.Errorf("use_skill with a failing model = %q", resultText(res))
+	}
+
+	// The failed run's record comes once capgate sees the call abandoned.
+	var runs []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		runs = skillRuns(t, s)
+		if len(runs) >= 4 || time.Now().After(deadline) {
+			break
+		}
+	}
+	want := []string{
+		"alice|skill:echoer|echoer|allow|||iterations=2 tool_calls=1 outcome=done",
+		"alice|skill:looper|looper|allow|||iterations=2 tool_calls=1 outcome=partial",
+		"bob|skill:mailer|mailer|deny|permission_denied|rye.execute.tool.bridge.gog.email.*|iterations=0 tool_calls=0 outcome=refused",
+		"alice|skill:echoer|echoer|error|capability_backend_unavailable||iterations=2 tool_calls=1 outcome=error",
+	}
+	if !slices.Equal(runs, want) {
+		t.Errorf("skill_run records:\n%s\nwant:\n%s", strings.Join(runs, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// failingModel answers as model does for its first after requests, then
+// fails as a client's model can.
+type failingModel struct {
+	model
+	after int
+}
+
+func (f *failingModel) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	f.mu.Lock()
+	n := len(f.seen)
+	f.mu.Unlock()
+	if n >= f.after {
+		return nil, fmt.Errorf("the model is overloaded")
+	}
+	return f.model.CreateMessage(ctx, req)
+}
+
+// skillRuns are the skill_run records in s's audit file, each as
+// sub|tool|tool_name|decision|code|capability|detail.
+func skillRuns(t *testing.T, s *Server) []string {
+	t.Helper()
 	if err := s.Audit.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -406,12 +457,5 @@ func TestUseSkillAudit(t *testing.T) {
 			runs = append(runs, strings.Join([]string{ev.Sub, ev.Tool, ev.ToolName, ev.Decision, ev.Code, ev.Capability, ev.Detail}, "|"))
 		}
 	}
-	want := []string{
-		"alice|skill:echoer|echoer|allow|||iterations=2 tool_calls=1 outcome=done",
-		"alice|skill:looper|looper|allow|||iterations=2 tool_calls=1 outcome=partial",
-		"bob|skill:mailer|mailer|deny|permission_denied|rye.execute.tool.bridge.gog.email.*|iterations=0 tool_calls=0 outcome=refused",
-	}
-	if !slices.Equal(runs, want) {
-		t.Errorf("skill_run records:\n%s\nwant:\n%s", strings.Join(runs, "\n"), strings.Join(want, "\n"))
-	}
+	return runs
 }
