@@ -124,7 +124,7 @@ func (m *MCP) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	out := tools[:0:0]
 	for _, t := range tools {
 		if t.Name == UseSkill {
-			if st, ok := m.useSkillTool(c); ok {
+			if st, ok := m.useSkillTool(ctx, c); ok {
 				out = append(out, st)
 			}
 			continue

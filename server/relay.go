@@ -262,6 +262,7 @@ func upstreamError(err error) error {
 // filterPrompts shows a caller the prompts it may fetch.
 func (m *MCP) filterPrompts(ctx context.Context, prompts []mcp.Prompt) []mcp.Prompt {
 	c := CallerFrom(ctx)
+	sampling, _ := clientSampling(ctx)
 	m.relay.mu.Lock()
 	defer m.relay.mu.Unlock()
 	out := prompts[:0:0]
@@ -269,6 +270,8 @@ func (m *MCP) filterPrompts(ctx context.Context, prompts []mcp.Prompt) []mcp.Pro
 		id := p.Name // a skill's directive id is its name
 		if rp, ok := m.relay.prompts[p.Name]; ok {
 			id = rp.id
+		} else if !sampling {
+			p.Description = withoutUseSkill(p.Description)
 		}
 		if m.router.May(c, permissions.Fetch, permissions.Directive, id) {
 			out = append(out, p)

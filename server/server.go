@@ -39,6 +39,9 @@ import (
 type Options struct {
 	Logger    *slog.Logger
 	LookupEnv func(string) (string, bool)
+	// SkillsDirs are directories of installed skills (serve --skills-dir),
+	// a later one overriding an earlier one.
+	SkillsDirs []string
 }
 
 // Server is a running capgate: its parts, built from one config.
@@ -125,7 +128,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 	}
 	s.MCP = NewMCP(s.Router, s.Registry)
 	s.auth = &bearerAuth{router: s.Router, stream: s.MCP.stream, mcp: s.MCP}
-	if err := s.loadSkills(); err != nil {
+	if err := s.loadSkills(opts.SkillsDirs); err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -370,12 +373,12 @@ func newRequestID() string {
 	return "cap_" + hex.EncodeToString(b)
 }
 
-// loadSkills finds the skills (user ~/.capgate/skills, workspace
-// <config dir>/skills), applies [skills.NAME] and serves the enabled ones.
-// A skill that cannot be used is logged and explained to whoever asks
-// for it.
-func (s *Server) loadSkills() error {
-	set, err := skills.Discover(skills.Options{Workspace: s.Config.Dir})
+// loadSkills finds the skills (installed in dirs, user ~/.capgate/skills,
+// workspace <config dir>/skills, later overriding earlier), applies
+// [skills.NAME] and serves the enabled ones. A skill that cannot be used
+// is logged and explained to whoever asks for it.
+func (s *Server) loadSkills(dirs []string) error {
+	set, err := skills.Discover(skills.Options{Installed: dirs, Workspace: s.Config.Dir})
 	if err != nil {
 		return fmt.Errorf("skills: %w", err)
 	}

@@ -68,7 +68,10 @@ func (m *MCP) skillPrompt(s *skills.Skill) mcpserver.PromptHandlerFunc {
 
 // useSkillTool is use_skill as listed to c: its description names the
 // skills c may run.
-func (m *MCP) useSkillTool(c *router.Caller) (mcp.Tool, bool) {
+func (m *MCP) useSkillTool(ctx context.Context, c *router.Caller) (mcp.Tool, bool) {
+	if ok, _ := clientSampling(ctx); !ok {
+		return mcp.Tool{}, false // its skills run on the client's model, which this client does not lend
+	}
 	m.mu.Lock()
 	set := m.skills
 	m.mu.Unlock()
@@ -124,16 +127,35 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	if strings.TrimSpace(in.Message) == "" {
 		return denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input.message: is required")), nil
 	}
-	s, scope, err := m.skillAccess(c, in.Skill)
+	proto := protocolOf(ctx)
+	run, err := m.router.BeginSkill(c, in.Skill, proto)
 	if err != nil {
 		return denial(err), nil
 	}
-	tools := m.skillTools(c, s, scope)
-	proto := protocolOf(ctx)
+	sampling, samplingTools := clientSampling(ctx)
+	if !sampling {
+		err := &tool.Error{Code: tool.CodeInvalidInput, Message: UseSkill + " " + noSampling,
+			Hint: "connect with a client that declares the sampling capability"}
+		run.Deny(err)
+		return denial(err), nil
+	}
+	s, scope, err := m.skillAccess(c, in.Skill)
+	if err != nil {
+		run.Deny(err)
+		return denial(err), nil
+	}
+	var tools []mcp.Tool
+	if samplingTools {
+		// The spec forbids tools in a request to a client that did not
+		// declare sampling.tools: such a skill runs without them.
+		tools = m.skillTools(c, s, scope)
+	}
 	j := newJob(c.Sub).run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
+		iterations, toolCalls := 0, 0
 		res, err := skills.Run(ctx, skills.RunOptions{
 			Skill: s, Message: in.Message, Context: in.Context, Model: s.Model, Tools: tools,
 			Sample: func(ctx context.Context, p mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
+				iterations++
 				b, err := json.Marshal(p)
 				if err != nil {
 					return nil, err
@@ -149,6 +171,7 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 				return &out, nil
 			},
 			Call: func(ctx context.Context, name string, input json.RawMessage) (*mcp.CallToolResult, error) {
+				toolCalls++
 				res, err := m.router.Call(ctx, c, router.Request{Tool: name, Input: input, Scope: scope,
 					Protocol: proto + " skill:" + s.Name})
 				if err != nil {
@@ -161,8 +184,11 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 			},
 		})
 		if err != nil {
-			return denial(tool.Wrap(err, tool.CodeBackendUnavailable, "%v", err)), nil
+			err := tool.Wrap(err, tool.CodeBackendUnavailable, "%v", err)
+			run.End(iterations, toolCalls, false, err)
+			return denial(err), nil
 		}
+		run.End(res.Iterations, res.ToolCalls, res.Partial, nil)
 		out := mcp.NewToolResultText(skills.Wrap(s.Name, res))
 		out.IsError = res.Partial // Ash: a partial result carries the error flag
 		out.StructuredContent = map[string]any{"skill": s.Name, "iterations": res.Iterations,
@@ -210,6 +236,17 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 			Message: fmt.Sprintf("skill %s is only allowed in %s chats, not in %s", name, strings.Join(allowed, " or "), in),
 			Hint:    "use it from a " + strings.Join(allowed, " or ") + " chat"}
 	}
+	// Ash refuses a skill whose declared capabilities the caller lacks
+	// before its model runs: the skill's grants only narrow the caller's.
+	for _, cp := range s.Capabilities {
+		id := "bridge:" + strings.Replace(cp, ".", ":", 1) + ".*"
+		if !m.router.May(c, permissions.Execute, permissions.Tool, id) {
+			req := permissions.Required(permissions.Execute, permissions.Tool, id)
+			return nil, nil, &tool.Error{Code: tool.CodePermissionDenied, Gate: router.GateCapability, Required: req,
+				Message: fmt.Sprintf("skill %s needs the capability %s: %s is not granted", name, cp, req),
+				Hint:    "grant " + req + " to the caller (token caps or [policy] grants)"}
+		}
+	}
 	if len(s.AllowChatIDs) > 0 && !slices.Contains(s.AllowChatIDs, c.ChatID()) {
 		return nil, nil, &tool.Error{Code: tool.CodeAccessDenied, Gate: router.GateChat,
 			Message: fmt.Sprintf("skill %s is not allowed in this chat", name),
@@ -245,4 +282,34 @@ func (m *MCP) skillTools(c *router.Caller, s *skills.Skill, scope *router.Scope)
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
+}
+
+// noSampling says why use_skill is not offered to a client.
+const noSampling = "needs a client that supports sampling: its skills run on the client's model, and this client did not declare capabilities.sampling"
+
+// clientSampling reports whether the client declared sampling, and
+// sampling with tools: on 2026-07-28 in this request's _meta, before that
+// at initialize.
+func clientSampling(ctx context.Context) (sampling, tools bool) {
+	var caps *mcp.ClientCapabilities
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		caps = info.ClientCapabilities
+	} else if s, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithClientInfo); ok {
+		c := s.GetClientCapabilities()
+		caps = &c
+	}
+	if caps == nil || caps.Sampling == nil {
+		return false, false
+	}
+	return true, caps.Sampling.Tools != nil
+}
+
+// withoutUseSkill is a skill prompt's description for a client that
+// cannot sample: the prompt is there, use_skill is not, and this says why.
+func withoutUseSkill(desc string) string {
+	note := "(" + UseSkill + " " + noSampling + "; this prompt gives the skill's instructions to use directly.)"
+	if desc == "" {
+		return note
+	}
+	return desc + " " + note
 }

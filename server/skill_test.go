@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/config"
@@ -53,7 +54,7 @@ func answer(prefix string) func(mcp.CreateMessageRequest) *mcp.CreateMessageResu
 	}
 }
 
-func skillServer(t *testing.T) string {
+func skillServer(t *testing.T) (*Server, string) {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name, text string) {
@@ -65,13 +66,14 @@ func skillServer(t *testing.T) string {
 	write("looper", "---\ndescription: Never finishes\nallowed_tools: [fx__echo]\nmax_iterations: 2\n---\nKeep echoing.\n")
 	write("secret", "---\ndescription: Private only\nsensitive: true\n---\nDo private things.\n")
 	write("needs-key", "---\ndescription: Needs an API key\nenv: [API_KEY]\n---\nUse the key.\n")
+	write("mailer", "---\ndescription: Reads mail\ncapabilities: [gog.email]\n---\nRead the mail.\n")
 	src := fmt.Sprintf(`
 [server]
 data_dir = "data"
 socket = "-"
 
 [policy]
-grants = ["rye.execute.tool.mcp.fx.*", "rye.execute.directive.*"]
+grants = ["rye.execute.tool.mcp.fx.*", "rye.execute.directive.*", "rye.execute.tool.bridge.gog.email.*"]
 
 [mcp.servers.fx]
 command = %q
@@ -86,7 +88,7 @@ risk = "LOW"
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serve(t, cfg)
+	return serveServer(t, cfg)
 }
 
 func useSkill(t *testing.T, c *client.Client, args map[string]any) *mcp.CallToolResult {
@@ -108,7 +110,7 @@ func useSkill(t *testing.T, c *client.Client, args map[string]any) *mcp.CallTool
 // though the caller may call it, inner calls go through the router, and
 // the loop stops at max_iterations with a partial result flagged.
 func TestUseSkill(t *testing.T) {
-	url := skillServer(t)
+	_, url := skillServer(t)
 	tok := mint(t, token.Claims{Sub: "alice", ChatType: "group"})
 	for _, protocol := range []string{"2025-11-25", ""} {
 		t.Run("protocol="+protocol, func(t *testing.T) {
@@ -169,7 +171,7 @@ func TestUseSkill(t *testing.T) {
 // with the caller's grants, a sensitive skill outside a private chat, a
 // skill missing its env value, and a skill the caller may not see.
 func TestUseSkillAccess(t *testing.T) {
-	url := skillServer(t)
+	_, url := skillServer(t)
 	m := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{answer("ok")}}
 
 	// The caller's token may run echoer but not call fx.echo: the skill
@@ -216,4 +218,244 @@ func TestUseSkillAccess(t *testing.T) {
 	if err != nil || !strings.Contains(fmt.Sprint(p.Messages), "Echo what you are asked") {
 		t.Errorf("prompts/get echoer = %+v, %v", p, err)
 	}
+}
+
+// connectCaps is connect with the client capabilities caps declared (at
+// initialize on 2025-11-25, in every request's _meta on 2026-07-28).
+func connectCaps(t *testing.T, url, tok, protocol string, caps mcp.ClientCapabilities, handlers ...client.ClientOption) *client.Client {
+	t.Helper()
+	topts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok})}
+	if protocol == "2025-11-25" && len(handlers) > 0 {
+		topts = append(topts, transport.WithContinuousListening())
+	}
+	tr, err := transport.NewStreamableHTTP(url+"/mcp", topts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := append(handlers, client.WithClientCapabilities(caps))
+	if protocol != "" {
+		opts = append(opts, client.WithProtocolVersion(protocol))
+	}
+	c := client.NewClient(tr, opts...)
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = protocol
+	if protocol == "" {
+		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	}
+	init.Params.Capabilities = caps
+	if _, err := c.Initialize(context.Background(), init); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func toolNames(t *testing.T, c *client.Client) []string {
+	t.Helper()
+	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	return names
+}
+
+func promptDescription(t *testing.T, c *client.Client, name string) string {
+	t.Helper()
+	res, err := c.ListPrompts(context.Background(), mcp.ListPromptsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Prompts {
+		if p.Name == name {
+			return p.Description
+		}
+	}
+	t.Fatalf("prompt %s is not listed", name)
+	return ""
+}
+
+// TestUseSkillNeedsSampling: use_skill runs on the client's model, so a
+// client that did not declare sampling (at initialize on 2025-11-25, per
+// request on 2026-07-28) is not offered it, its skill prompts say why,
+// and a call of it anyway is refused before anything runs.
+func TestUseSkillNeedsSampling(t *testing.T) {
+	_, url := skillServer(t)
+	tok := mint(t, token.Claims{Sub: "alice", ChatType: "private"})
+	for _, protocol := range []string{"2025-11-25", ""} {
+		t.Run("protocol="+protocol, func(t *testing.T) {
+			plain := connect(t, url, tok, protocol)
+			if names := toolNames(t, plain); slices.Contains(names, UseSkill) || !slices.Contains(names, "fx__echo") {
+				t.Errorf("tools for a client without sampling = %v, want fx__echo and no use_skill", names)
+			}
+			if d := promptDescription(t, plain, "echoer"); !strings.HasPrefix(d, "Echo things back") ||
+				!strings.Contains(d, "use_skill needs a client that supports sampling") {
+				t.Errorf("echoer's prompt for a client without sampling: %q, want it to say why use_skill is absent", d)
+			}
+			// A call anyway is refused as for any tool the client was not offered.
+			req := mcp.CallToolRequest{}
+			req.Params.Name, req.Params.Arguments = UseSkill, map[string]any{"skill": "echoer", "message": "echo"}
+			if res, err := plain.CallTool(context.Background(), req); err == nil || !strings.Contains(err.Error(), "tool 'use_skill' not found") {
+				t.Errorf("use_skill from a client without sampling = %+v, %v", res, err)
+			}
+
+			m := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{answer("ok")}}
+			sampler := connect(t, url, tok, protocol, client.WithSamplingHandler(m))
+			if names := toolNames(t, sampler); !slices.Contains(names, UseSkill) {
+				t.Errorf("tools for a client with sampling = %v, want use_skill", names)
+			}
+			if d := promptDescription(t, sampler, "echoer"); d != "Echo things back" {
+				t.Errorf("echoer's prompt for a client with sampling: %q", d)
+			}
+		})
+	}
+}
+
+// TestUseSkillSamplingWithoutTools: a client that declared sampling but
+// not sampling.tools is never sent tools or toolChoice (the spec forbids
+// it); the skill runs on its model without them.
+func TestUseSkillSamplingWithoutTools(t *testing.T) {
+	_, url := skillServer(t)
+	tok := mint(t, token.Claims{Sub: "alice", ChatType: "private"})
+	for _, protocol := range []string{"2025-11-25", ""} {
+		t.Run("protocol="+protocol, func(t *testing.T) {
+			m := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{answer("plain: ")}}
+			c := connectCaps(t, url, tok, protocol, mcp.ClientCapabilities{Sampling: &mcp.SamplingCapability{}},
+				client.WithSamplingHandler(m))
+			res := useSkill(t, c, map[string]any{"skill": "echoer", "message": "echo hello"})
+			if res.IsError || !strings.Contains(resultText(res), "plain: ") {
+				t.Fatalf("use_skill echoer = %v %q", res.IsError, resultText(res))
+			}
+			if len(m.seen) != 1 {
+				t.Fatalf("the model was asked %d times, want 1", len(m.seen))
+			}
+			if p := m.seen[0].CreateMessageParams; len(p.Tools) != 0 || p.ToolChoice != nil {
+				t.Errorf("a client without sampling.tools was sent tools %v, toolChoice %+v", p.Tools, p.ToolChoice)
+			}
+		})
+	}
+}
+
+// TestUseSkillCapabilities: a skill that declares capabilities: [gog.email]
+// is refused up front, naming the capability string, to a caller who
+// lacks it; its model is never asked. A caller who has it runs it.
+func TestUseSkillCapabilities(t *testing.T) {
+	_, url := skillServer(t)
+	m := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{answer("read: ")}}
+	lacking := mint(t, token.Claims{Sub: "bob", ChatType: "private", Caps: []string{"rye.execute.directive.*", "rye.execute.tool.mcp.fx.*"}})
+	c := connect(t, url, lacking, "", client.WithSamplingHandler(m))
+	res := useSkill(t, c, map[string]any{"skill": "mailer", "message": "read my mail"})
+	text := resultText(res)
+	if !res.IsError || !strings.Contains(text, "permission_denied") || !strings.Contains(text, "gog.email") ||
+		!strings.Contains(text, "rye.execute.tool.bridge.gog.email.*") {
+		t.Errorf("mailer for a caller without gog.email = %v %q", res.IsError, text)
+	}
+	if len(m.seen) != 0 {
+		t.Errorf("the model was asked %d times for a refused run", len(m.seen))
+	}
+
+	full := connect(t, url, mint(t, token.Claims{Sub: "carol", ChatType: "private"}), "", client.WithSamplingHandler(m))
+	if res := useSkill(t, full, map[string]any{"skill": "mailer", "message": "read my mail"}); res.IsError || len(m.seen) != 1 {
+		t.Errorf("mailer for a caller with gog.email = %v %q, model asked %d times", res.IsError, resultText(res), len(m.seen))
+	}
+}
+
+// TestUseSkillAudit: each run is one skill_run record in the audit file
+// with its skill, iterations, tool calls and outcome, refusals included.
+func TestUseSkillAudit(t *testing.T) {
+	s, url := skillServer(t)
+	tok := mint(t, token.Claims{Sub: "alice", ChatType: "private"})
+	m := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{
+		toolUse("fx__echo", `{"message":"hello"}`),
+		answer("done: "),
+	}}
+	c := connect(t, url, tok, "", client.WithSamplingHandler(m))
+	if res := useSkill(t, c, map[string]any{"skill": "echoer", "message": "echo hello"}); res.IsError {
+		t.Fatalf("use_skill echoer = %q", resultText(res))
+	}
+	loop := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{toolUse("fx__echo", `{"message":"again"}`)}}
+	lc := connect(t, url, tok, "", client.WithSamplingHandler(loop))
+	useSkill(t, lc, map[string]any{"skill": "looper", "message": "go"})
+	narrow := connect(t, url, mint(t, token.Claims{Sub: "bob", ChatType: "private", Caps: []string{"rye.execute.directive.*"}}), "",
+		client.WithSamplingHandler(m))
+	useSkill(t, narrow, map[string]any{"skill": "mailer", "message": "x"})
+
+	// A client whose model fails on the second request: the client gives
+	// up on the call, and the run ends in an error after two iterations.
+	failing := &failingModel{model: model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{
+		toolUse("fx__echo", `{"message":"once"}`)}}, after: 1}
+	fc := connect(t, url, tok, "2025-11-25", client.WithSamplingHandler(failing))
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = UseSkill, map[string]any{"skill": "echoer", "message": "x"}
+	if res, err := fc.CallTool(context.Background(), req); err == nil && !res.IsError {
+		t.Errorf("use_skill with a failing model = %q", resultText(res))
+	}
+
+	// The failed run's record comes once capgate sees the call abandoned.
+	var runs []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		runs = skillRuns(t, s)
+		if len(runs) >= 4 || time.Now().After(deadline) {
+			break
+		}
+	}
+	want := []string{
+		"alice|skill:echoer|echoer|allow|||iterations=2 tool_calls=1 outcome=done",
+		"alice|skill:looper|looper|allow|||iterations=2 tool_calls=1 outcome=partial",
+		"bob|skill:mailer|mailer|deny|permission_denied|rye.execute.tool.bridge.gog.email.*|iterations=0 tool_calls=0 outcome=refused",
+		"alice|skill:echoer|echoer|error|capability_backend_unavailable||iterations=2 tool_calls=1 outcome=error",
+	}
+	if !slices.Equal(runs, want) {
+		t.Errorf("skill_run records:\n%s\nwant:\n%s", strings.Join(runs, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// failingModel answers as model does for its first after requests, then
+// fails as a client's model can.
+type failingModel struct {
+	model
+	after int
+}
+
+func (f *failingModel) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+	f.mu.Lock()
+	n := len(f.seen)
+	f.mu.Unlock()
+	if n >= f.after {
+		return nil, fmt.Errorf("the model is overloaded")
+	}
+	return f.model.CreateMessage(ctx, req)
+}
+
+// skillRuns are the skill_run records in s's audit file, each as
+// sub|tool|tool_name|decision|code|capability|detail.
+func skillRuns(t *testing.T, s *Server) []string {
+	t.Helper()
+	if err := s.Audit.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(s.Config.Audit.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var ev struct {
+			Type, Sub, Tool, Decision, Code, Capability, Detail string
+			ToolName                                            string `json:"tool_name"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if ev.Type == "skill_run" {
+			runs = append(runs, strings.Join([]string{ev.Sub, ev.Tool, ev.ToolName, ev.Decision, ev.Code, ev.Capability, ev.Detail}, "|"))
+		}
+	}
+	return runs
 }

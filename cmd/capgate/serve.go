@@ -21,6 +21,7 @@ func newServeCmd() *cobra.Command {
 	var configPath string
 	var stdio bool
 	var cpuProfile string
+	var skillsDirs []string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the catalog behind the router",
@@ -39,6 +40,12 @@ SIGINT or SIGTERM stops it gracefully.`,
 			if err != nil {
 				return usageError("%v", err)
 			}
+			for _, d := range skillsDirs {
+				// Named on purpose, so unlike a default directory it must be there.
+				if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+					return usageError("--skills-dir %s: not a directory", d)
+				}
+			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -54,7 +61,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			go procs.New(logger).Run(ctx)
-			srv, err := server.Open(ctx, cfg, server.Options{Logger: logger})
+			srv, err := server.Open(ctx, cfg, server.Options{Logger: logger, SkillsDirs: skillsDirs})
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
@@ -93,6 +100,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml to serve")
 	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve one MCP client over stdin and stdout")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file until capgate stops")
+	cmd.Flags().StringArrayVar(&skillsDirs, "skills-dir", nil, "a directory of installed skills (repeatable; a later one overrides an earlier one)")
 	return cmd
 }
 

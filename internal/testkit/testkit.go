@@ -125,7 +125,14 @@ func Serve(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, string)
 // process has logged (its stderr) so far.
 func ServeLogged(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, string, func() string) {
 	tb.Helper()
-	cmd := exec.Command(bin, "serve", "--config", config)
+	return ServeArgs(tb, bin, []string{"serve", "--config", config}, env...)
+}
+
+// ServeArgs is ServeLogged with the command line given whole, for serve's
+// other flags.
+func ServeArgs(tb testing.TB, bin string, args []string, env ...string) (*exec.Cmd, string, func() string) {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr strings.Builder
 	var mu sync.Mutex
