@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
@@ -268,13 +270,29 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 		}
 		name = tool.ID(tool.KindBridge, ns, capName+"."+p.Operation)
 	}
-	requestID := newRequestID()
-	res, err := h.Router.Call(r.Context(), c, router.Request{Tool: name, Input: p.Input, Account: p.Account,
-		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
+	// The RPC names tools by id only: an MCP exposed name is not an id.
+	res, inv, err := h.Router.Invoke(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
+		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc"})
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": requestID}, nil
+	// request_id is the invocation id, under the name Ash's spec gives it.
+	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
+		"invocation_id": inv.ID, "duration_ms": durationMS(inv.Duration), "side_effects": sideEffects(inv.SideEffects)}, nil
+}
+
+// durationMS is d in milliseconds, to the microsecond.
+func durationMS(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1000
+}
+
+// sideEffects are the declared side effects as strings, never null.
+func sideEffects(effects []risk.SideEffect) []string {
+	out := make([]string, len(effects))
+	for i, e := range effects {
+		out[i] = string(e)
+	}
+	return out
 }
 
 // output is the structured result when there is one, else the content.
