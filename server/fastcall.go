@@ -100,7 +100,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	// The call is over before the handler returns: the connection's context
 	// is enough, and spares one per request.
 	res, inv, err := m.router.Invoke(r.BaseContext(), c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + modernProtocol})
-	b := make([]byte, 0, 256+len(msg.id))
+	b := make([]byte, 0, 384+len(msg.id)) // room for _meta with the invocation
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.id...)
 	b = append(b, `,"result":`...)
