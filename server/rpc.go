@@ -44,11 +44,21 @@ type rpcError struct {
 }
 
 type rpcData struct {
-	Code     tool.Code `json:"code"`
-	Gate     string    `json:"gate,omitempty"`
-	Required string    `json:"required,omitempty"`
-	Hint     string    `json:"hint,omitempty"`
+	Code         tool.Code `json:"code"`
+	Gate         string    `json:"gate,omitempty"`
+	Required     string    `json:"required,omitempty"`
+	Hint         string    `json:"hint,omitempty"`
+	InvocationID string    `json:"invocation_id,omitempty"`
 }
+
+// invokeError is a refused or failed call, with the id of its audit
+// records.
+type invokeError struct {
+	error
+	id string
+}
+
+func (e invokeError) Unwrap() error { return e.error }
 
 type rpcResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
@@ -173,6 +183,10 @@ func rpcErrData(err error) *rpcData {
 		return nil
 	}
 	d := &rpcData{Code: tool.ErrorCode(err)}
+	var ie invokeError
+	if errors.As(err, &ie) {
+		d.InvocationID = ie.id
+	}
 	var te *tool.Error
 	if errors.As(err, &te) {
 		d.Gate, d.Required, d.Hint = te.Gate, te.Required, te.Hint
@@ -274,7 +288,7 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 	res, inv, err := h.Router.Invoke(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
 		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc"})
 	if err != nil {
-		return nil, err
+		return nil, invokeError{err, inv.ID}
 	}
 	// request_id is the invocation id, under the name Ash's spec gives it.
 	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,

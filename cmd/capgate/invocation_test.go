@@ -41,7 +41,10 @@ func (s *served) rpcCall(t *testing.T, method string, params map[string]any) (re
 type rpcErrorBody struct {
 	Code    int
 	Message string
-	Data    struct{ Code, Hint string }
+	Data    struct {
+		Code, Hint   string
+		InvocationID string `json:"invocation_id"`
+	}
 }
 
 // auditToolCall waits until serve's audit file has a tool_call record
@@ -98,6 +101,9 @@ func TestRPCTakesIDsOnly(t *testing.T) {
 		"--chat-type", "private", "--caps", "rye.execute.tool.mcp.fx.echo"))
 	_, hidden := s.rpcCall(t, "capability.invoke", map[string]any{"context_token": narrow, "capability": "fx__t_00", "input": map[string]any{}})
 	_, missing := s.rpcCall(t, "capability.invoke", map[string]any{"context_token": narrow, "capability": "fx__t_99", "input": map[string]any{}})
+	if hidden != nil && missing != nil { // each call has its own id
+		hidden.Data.InvocationID, missing.Data.InvocationID = "", ""
+	}
 	if hidden == nil || missing == nil || hidden.Data != missing.Data ||
 		strings.ReplaceAll(hidden.Message, "fx__t_00", "X") != strings.ReplaceAll(missing.Message, "fx__t_99", "X") {
 		t.Errorf("hidden tool %+v differs from a missing one %+v", hidden, missing)
@@ -190,6 +196,14 @@ side_effects = ["network.http"]
 		t.Fatalf("rpc result: %v %s", err, res)
 	}
 	check("rpc", r.InvocationID, r.DurationMS, r.SideEffects, "mcp:fx:echo")
+	// A refusal names its invocation too.
+	_, e = s.rpcCall(t, "capability.invoke", map[string]any{"context_token": alice, "capability": "mcp:fx:t_02", "input": map[string]any{}})
+	if e == nil || e.Data.Code != "approval_required" {
+		t.Fatalf("rpc invoke t_02: %+v", e)
+	}
+	if !invocationID.MatchString(e.Data.InvocationID) || s.auditToolCall(t, e.Data.InvocationID) != "mcp:fx:t_02" {
+		t.Errorf("rpc refusal: invocation id %q", e.Data.InvocationID)
+	}
 	// The CLI prints the same fields.
 	out, errb, code := s.as(t, alice, "invoke", "--capability", "mcp:fx:echo", "--input-json", `{"message":"hi"}`)
 	if code != 0 {
