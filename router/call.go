@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -24,7 +25,10 @@ import (
 // Request is one call as a front door hands it to the router. Identity is
 // never part of it: it comes from the Caller.
 type Request struct {
-	Tool           string // tool id (kind:source:name) or exposed name
+	Tool string // tool id (kind:source:name) or, unless ByID, exposed name
+	// ByID takes Tool as a tool id only: the capability RPC names tools by
+	// id, MCP by exposed name.
+	ByID           bool
 	Input          json.RawMessage
 	Account        string // which linked account to use, for tools that need auth
 	IdempotencyKey string
@@ -32,11 +36,40 @@ type Request struct {
 	Progress       func(progress, total float64, message string)
 	// Log and Ask relay an upstream's log messages and its requests of the
 	// calling client (sampling, elicitation) during the call; see tool.Call.
-	Log       func(params json.RawMessage)
-	Ask       func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
-	Protocol  string // for the audit: "mcp/2025-11-25", "rpc", ...
+	Log      func(params json.RawMessage)
+	Ask      func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	Protocol string // for the audit: "mcp/2025-11-25", "rpc", ...
+	// RequestID names the call in the audit log; empty, the router makes a
+	// new invocation id, which is the usual case.
 	RequestID string
 }
+
+// Invocation is what happened in one call, for its result: the id its
+// audit records carry (request_id), how long it took, and the side effects
+// the tool declares (none when the call never reached a tool).
+type Invocation struct {
+	ID          string
+	Duration    time.Duration
+	SideEffects []risk.SideEffect
+}
+
+// newInvocationID is unique per call: 96 random bits from the runtime's
+// ChaCha8 generator, cheaper than crypto/rand on the per-call path and
+// still unpredictable.
+func newInvocationID() string {
+	var b [4 + 24]byte
+	copy(b[:], "cap_")
+	x, y := rand.Uint64(), rand.Uint32()
+	for i := 0; i < 16; i++ {
+		b[4+i] = hexDigits[x>>(60-4*i)&0xf]
+	}
+	for i := 0; i < 8; i++ {
+		b[20+i] = hexDigits[y>>(28-4*i)&0xf]
+	}
+	return string(b[:])
+}
+
+const hexDigits = "0123456789abcdef"
 
 // Gate names, as they appear in denials and the audit log.
 const (
@@ -59,7 +92,18 @@ const (
 // output checks) ends as an internal_error that is audited like any other
 // outcome; the process lives on.
 func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result, error) {
+	res, _, err := r.Invoke(ctx, c, req)
+	return res, err
+}
+
+// Invoke is Call, and says what happened: the invocation id, the duration
+// and the tool's declared side effects, for the result's metadata.
+func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Result, Invocation, error) {
 	start := time.Now()
+	if req.RequestID == "" {
+		req.RequestID = newInvocationID()
+	}
+	inv := Invocation{ID: req.RequestID}
 	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, ProtocolVersion: req.Protocol, RequestID: req.RequestID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
@@ -70,9 +114,10 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 	defer tk.Done()
 	var res *tool.Result
 	if err == nil {
-		res, err = r.recoverCall(ctx, c, &req, &ev, &tk)
+		res, err = r.recoverCall(ctx, c, &req, &ev, &tk, &inv)
 	}
 	ev.Duration = time.Since(start)
+	inv.Duration = ev.Duration
 	switch {
 	case err == nil:
 		ev.Decision = "allow"
@@ -95,12 +140,12 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 		}
 	}
 	r.record(&tk, ev)
-	return res, err
+	return res, inv, err
 }
 
 // recoverCall is call with a panic turned into an internal error. The
 // log has the panic and its stack, never the input.
-func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket) (res *tool.Result, err error) {
+func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, inv *Invocation) (res *tool.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.opts.Logger.Error("tool call panicked", "tool", ev.Tool, "sub", ev.Sub, "request_id", ev.RequestID,
@@ -109,7 +154,7 @@ func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *a
 			res, err = nil, &tool.Error{Code: tool.CodeInternal, Message: "internal error: the call failed inside capgate"}
 		}
 	}()
-	return r.call(ctx, c, req, ev, tk)
+	return r.call(ctx, c, req, ev, tk, inv)
 }
 
 func isToolError(err error) bool {
@@ -130,8 +175,11 @@ func isToolError(err error) bool {
 //  4. The approval is used, atomically: last, so that no refusal above
 //     wastes it and two calls cannot both run on it.
 //  5. The call runs; its result completes the idempotency claim.
-func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket) (*tool.Result, error) {
+func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, inv *Invocation) (*tool.Result, error) {
 	ch, err := r.check(ctx, c, req, ev, tk, true)
+	if ch.d != nil {
+		inv.SideEffects = ch.d.Risk.Effects
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +294,7 @@ func (r *Router) check(ctx context.Context, c *Caller, req *Request, ev *audit.E
 	}
 	// Whether the tool exists is the caller's question; a skill's scope
 	// only narrows what it may do, so its refusal can name the skill.
-	d, err := r.resolve(c, req.Tool)
+	d, err := r.resolve(c, req.Tool, req.ByID)
 	if err != nil {
 		return ch, err
 	}
@@ -362,18 +410,40 @@ func mutating(d *tool.Descriptor) bool {
 	return d.Mutating || slices.ContainsFunc(d.Risk.Effects, risk.SideEffect.Writes)
 }
 
-// resolve finds a tool by id or exposed name. A tool the caller may not
-// fetch is answered exactly like one that does not exist.
-func (r *Router) resolve(c *Caller, name string) (*tool.Descriptor, error) {
+// resolve finds a tool by id or exposed name (byID: by id only). A tool
+// the caller may not fetch is answered exactly like one that does not
+// exist; only one it may see gets a hint naming its id.
+func (r *Router) resolve(c *Caller, name string, byID bool) (*tool.Descriptor, error) {
 	snap := r.opts.Registry.Snapshot()
-	d, ok := snap.ByExposedName(name)
+	var d *tool.Descriptor
+	ok := false
+	if !byID {
+		d, ok = snap.ByExposedName(name)
+	}
 	if !ok {
 		d, ok = snap.Lookup(name)
 	}
 	if !ok || d == nil || !r.visible(c, d) {
-		return nil, &tool.Error{Code: tool.CodeNotFound, Gate: GateResolve, Message: fmt.Sprintf("no tool named %q", name)}
+		notFound := &tool.Error{Code: tool.CodeNotFound, Gate: GateResolve, Message: fmt.Sprintf("no tool named %q", name)}
+		if byID {
+			if alias, ok := snap.ByExposedName(name); ok && alias != nil && r.visible(c, alias) {
+				notFound.Message = fmt.Sprintf("no capability with id %q: that is an MCP exposed name", name)
+				notFound.Hint = "use the capability id " + idHint(alias)
+			}
+		}
+		return nil, notFound
 	}
 	return d, nil
+}
+
+// idHint is how the capability RPC names a tool: a bridge operation by
+// its capability and operation, any other tool by its id.
+func idHint(d *tool.Descriptor) string {
+	if capID := CapabilityID(d); capID != d.ID {
+		_, op, _ := strings.Cut(d.Name, ".")
+		return capID + " with operation " + op
+	}
+	return d.ID
 }
 
 // visible: fetching a tool needs rye.fetch.tool.<id>; as in Rye, the right

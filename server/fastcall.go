@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -100,8 +101,8 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	}
 	// The call is over before the handler returns: the connection's context
 	// is enough, and spares one per request.
-	res, err := m.router.Call(r.BaseContext(), c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + modernProtocol})
-	b := make([]byte, 0, 256+len(msg.id))
+	res, inv, err := m.router.Invoke(r.BaseContext(), c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + modernProtocol})
+	b := make([]byte, 0, 384+len(msg.id)) // room for _meta with the invocation
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.id...)
 	b = append(b, `,"result":`...)
@@ -109,10 +110,10 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	// happens, so that nothing runs it twice.
 	var plain bool
 	if err == nil {
-		b, plain = appendPlainResult(b, res)
+		b, plain = appendPlainResult(b, res, &inv)
 	}
 	if !plain {
-		b = append(b, mcpResult(res, err)...)
+		b = append(b, mcpResult(res, err, inv)...)
 	}
 	b = append(b, "}\n"...)
 	w.Header().Set("Content-Type", "application/json")
@@ -132,7 +133,7 @@ func plainString(v []byte) (string, bool) {
 }
 
 // mcpResult is res (or the denial err) as mcp-go writes a modern result.
-func mcpResult(res *tool.Result, err error) []byte {
+func mcpResult(res *tool.Result, err error, inv router.Invocation) []byte {
 	var result *mcp.CallToolResult
 	if err == nil {
 		result, err = toMCPResult(res)
@@ -140,6 +141,7 @@ func mcpResult(res *tool.Result, err error) []byte {
 	if err != nil {
 		result = denial(err)
 	}
+	withInvocation(result, inv)
 	if result.ResultType == "" {
 		result.ResultType = mcp.ResultTypeComplete
 	}
@@ -163,7 +165,7 @@ var (
 // content is plain text blocks (which mcp-go would decode and encode back
 // unchanged) and its structured content an object; else it appends
 // nothing and says no.
-func appendPlainResult(b []byte, res *tool.Result) ([]byte, bool) {
+func appendPlainResult(b []byte, res *tool.Result, inv *router.Invocation) ([]byte, bool) {
 	for _, c := range res.Content {
 		if !plainText(c) {
 			return b, false
@@ -172,8 +174,14 @@ func appendPlainResult(b []byte, res *tool.Result) ([]byte, bool) {
 	if st := res.Structured; len(st) > 0 && st[0] != '{' {
 		return b, false
 	}
+	for _, e := range inv.SideEffects {
+		if !plainTag(string(e)) {
+			return b, false
+		}
+	}
 	b = append(b, `{"_meta":{"io.modelcontextprotocol/serverInfo":`...)
 	b = append(b, serverInfoJSON...)
+	b = appendInvocation(b, inv)
 	b = append(b, `},"content":[`...)
 	for i, c := range res.Content {
 		if i > 0 {
@@ -281,4 +289,34 @@ func plainName(s string) bool {
 func askNothing(caps []byte) bool {
 	var c [3][]byte
 	return rawjson.Pick(caps, capsNames, c[:]) && !present(c[0]) && !present(c[1]) && !present(c[2])
+}
+
+// appendInvocation appends withInvocation's _meta members, as JSON
+// members after a first one. The id is hex and the side effects are
+// plainTag (appendPlainResult checks), so neither needs escaping.
+func appendInvocation(b []byte, inv *router.Invocation) []byte {
+	b = append(b, `,"capgate/invocation_id":"`...)
+	b = append(b, inv.ID...)
+	b = append(b, `","capgate/duration_ms":`...)
+	b = strconv.AppendFloat(b, durationMS(inv.Duration), 'f', -1, 64)
+	b = append(b, `,"capgate/side_effects":[`...)
+	for i, e := range inv.SideEffects {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, e...)
+		b = append(b, '"')
+	}
+	return append(b, ']')
+}
+
+// plainTag is a side-effect tag that is its own JSON string body.
+func plainTag(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

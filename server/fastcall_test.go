@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -62,10 +64,33 @@ func TestFastCallMatchesMCPGo(t *testing.T) {
 			if st1 != st2 || ct1 != ct2 {
 				t.Errorf("front: %d %s; mcp-go: %d %s", st1, ct1, st2, ct2)
 			}
-			if !reflect.DeepEqual(decode(t, b1), decode(t, b2)) {
+			d1, d2 := decode(t, b1), decode(t, b2)
+			for _, d := range [][]any{d1, d2} {
+				sameInvocation(t, d)
+			}
+			if !reflect.DeepEqual(d1, d2) {
 				t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
 			}
 		})
+	}
+}
+
+// sameInvocation checks that each result of d has an invocation id and a
+// duration, then blanks them: they differ from call to call.
+func sameInvocation(t *testing.T, d []any) {
+	t.Helper()
+	for _, v := range d {
+		res, _ := v.(map[string]any)["result"].(map[string]any)
+		if res == nil {
+			continue
+		}
+		meta, _ := res["_meta"].(map[string]any)
+		id, _ := meta["capgate/invocation_id"].(string)
+		_, hasDur := meta["capgate/duration_ms"].(float64)
+		if !strings.HasPrefix(id, "cap_") || !hasDur {
+			t.Errorf("result without an invocation id or duration: %v", res)
+		}
+		meta["capgate/invocation_id"], meta["capgate/duration_ms"] = "", 0.0
 	}
 }
 
@@ -116,7 +141,8 @@ func TestAppendPlainResult(t *testing.T) {
 		{"structured array", &tool.Result{Content: []json.RawMessage{text(`{"type":"text","text":"ok"}`)}, Structured: json.RawMessage(`[1]`)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fast, plain := appendPlainResult(nil, tc.res)
+			inv := router.Invocation{ID: "cap_0123456789abcdef01234567", Duration: 1234567, SideEffects: []risk.SideEffect{risk.FSRead, "x.y"}}
+			fast, plain := appendPlainResult(nil, tc.res, &inv)
 			if plain != tc.plain {
 				t.Fatalf("plain = %v, want %v", plain, tc.plain)
 			}
@@ -128,6 +154,7 @@ func TestAppendPlainResult(t *testing.T) {
 				t.Fatal(err)
 			}
 			slow.ResultType = mcp.ResultTypeComplete
+			withInvocation(slow, inv)
 			slow.EnsureResultMeta().SetServerInfo(serverInfo)
 			want, _ := json.Marshal(slow)
 			if !reflect.DeepEqual(decode(t, fast), decode(t, want)) {

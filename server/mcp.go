@@ -230,11 +230,14 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
 	j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
 		r.Ask = ask
-		res, err := m.router.Call(ctx, c, r)
+		res, inv, err := m.router.Invoke(ctx, c, r)
+		var out *mcp.CallToolResult
 		if err != nil {
-			return denial(err), nil
+			out = denial(err)
+		} else if out, err = toMCPResult(res); err != nil {
+			return nil, err
 		}
-		return toMCPResult(res)
+		return withInvocation(out, inv), nil
 	})
 	return m.jobs.wait(ctx, j)
 }
@@ -308,5 +311,21 @@ func denial(err error) *mcp.CallToolResult {
 	}
 	res := mcp.NewToolResultError(b.String())
 	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"capgate/error": meta}}
+	return res
+}
+
+// withInvocation puts what happened in the result's _meta: the invocation
+// id (the audit records' request_id), the duration and the tool's declared
+// side effects. capgate's keys replace any an upstream wrote.
+func withInvocation(res *mcp.CallToolResult, inv router.Invocation) *mcp.CallToolResult {
+	if res.Meta == nil {
+		res.Meta = &mcp.Meta{}
+	}
+	if res.Meta.AdditionalFields == nil {
+		res.Meta.AdditionalFields = map[string]any{}
+	}
+	res.Meta.AdditionalFields["capgate/invocation_id"] = inv.ID
+	res.Meta.AdditionalFields["capgate/duration_ms"] = durationMS(inv.Duration)
+	res.Meta.AdditionalFields["capgate/side_effects"] = sideEffects(inv.SideEffects)
 	return res
 }

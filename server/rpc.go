@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
@@ -42,11 +44,21 @@ type rpcError struct {
 }
 
 type rpcData struct {
-	Code     tool.Code `json:"code"`
-	Gate     string    `json:"gate,omitempty"`
-	Required string    `json:"required,omitempty"`
-	Hint     string    `json:"hint,omitempty"`
+	Code         tool.Code `json:"code"`
+	Gate         string    `json:"gate,omitempty"`
+	Required     string    `json:"required,omitempty"`
+	Hint         string    `json:"hint,omitempty"`
+	InvocationID string    `json:"invocation_id,omitempty"`
 }
+
+// invokeError is a refused or failed call, with the id of its audit
+// records.
+type invokeError struct {
+	error
+	id string
+}
+
+func (e invokeError) Unwrap() error { return e.error }
 
 type rpcResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
@@ -171,6 +183,10 @@ func rpcErrData(err error) *rpcData {
 		return nil
 	}
 	d := &rpcData{Code: tool.ErrorCode(err)}
+	var ie invokeError
+	if errors.As(err, &ie) {
+		d.InvocationID = ie.id
+	}
 	var te *tool.Error
 	if errors.As(err, &te) {
 		d.Gate, d.Required, d.Hint = te.Gate, te.Required, te.Hint
@@ -272,23 +288,41 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 		}
 		name = tool.ID(tool.KindBridge, ns, capName+"."+p.Operation)
 	}
-	requestID := newRequestID()
 	if p.Mode != nil {
 		// A planning call answers with the decision, allowed or not: the
-		// planning itself succeeded. Nothing runs.
-		plan, err := h.Router.Plan(r.Context(), c, router.Request{Tool: name, Input: p.Input, Account: p.Account,
+		// planning itself succeeded. Nothing runs. The RPC names tools by
+		// id only: an MCP exposed name is not an id.
+		requestID := newRequestID()
+		plan, err := h.Router.Plan(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
 			IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
 		if err != nil {
 			return nil, err
 		}
 		return map[string]any{"ok": plan.Allowed, "mode": ModePlanning, "plan": plan, "request_id": requestID}, nil
 	}
-	res, err := h.Router.Call(r.Context(), c, router.Request{Tool: name, Input: p.Input, Account: p.Account,
-		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
+	// The RPC names tools by id only: an MCP exposed name is not an id.
+	res, inv, err := h.Router.Invoke(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
+		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc"})
 	if err != nil {
-		return nil, err
+		return nil, invokeError{err, inv.ID}
 	}
-	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": requestID}, nil
+	// request_id is the invocation id, under the name Ash's spec gives it.
+	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
+		"invocation_id": inv.ID, "duration_ms": durationMS(inv.Duration), "side_effects": sideEffects(inv.SideEffects)}, nil
+}
+
+// durationMS is d in milliseconds, to the microsecond.
+func durationMS(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1000
+}
+
+// sideEffects are the declared side effects as strings, never null.
+func sideEffects(effects []risk.SideEffect) []string {
+	out := make([]string, len(effects))
+	for i, e := range effects {
+		out[i] = string(e)
+	}
+	return out
 }
 
 // output is the structured result when there is one, else the content.
