@@ -43,7 +43,8 @@ item ID of TYPE (tool, directive, knowledge) requires, and decides it against
 the grants, as the router would:
 
   - each grant is classified into a tier by the risk file; a grant in a
-    "block" tier is refused unless that tier is acknowledged (--ack);
+    "block" or "acknowledge_required" tier is refused unless that tier is
+    acknowledged (--ack);
   - with --directive, the directive's <permissions> attenuate the --grant
     set: a capability must be allowed by both (with no --grant, the
     directive's grants alone decide).
