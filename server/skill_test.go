@@ -71,7 +71,8 @@ data_dir = "data"
 socket = "-"
 
 [policy]
-grants = ["rye.execute.tool.mcp.fx.*", "rye.execute.directive.*"]
+grants = ["rye.execute.tool.mcp.fx.*", "rye.execute.directive.echoer", "rye.execute.directive.looper",
+  "rye.execute.directive.secret", "rye.execute.directive.needs-key"]
 
 [mcp.servers.fx]
 command = %q

@@ -161,7 +161,7 @@ func TestBinary(t *testing.T) {
 	if out, code := runBin("version"); code != 0 || !strings.HasPrefix(out, "capgate ") {
 		t.Errorf("version: %d %q", code, out)
 	}
-	if out, code := runBin("check", "--grant", "rye.execute.tool.mcp.*", "execute", "tool", "mcp:fs:read"); code != 0 || !strings.Contains(out, "allowed") {
+	if out, code := runBin("check", "--grant", "rye.execute.tool.mcp.fs.*", "execute", "tool", "mcp:fs:read"); code != 0 || !strings.Contains(out, "allowed") {
 		t.Errorf("check allowed: %d %q", code, out)
 	}
 	if out, code := runBin("check", "--grant", "rye.fetch.*", "execute", "tool", "mcp:fs:read"); code != 1 || !strings.Contains(out, "denied") {
