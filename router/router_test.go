@@ -172,10 +172,14 @@ func TestCapabilityGate(t *testing.T) {
 	if !strings.Contains(te.Message, "token caps") || !strings.Contains(te.Hint, "caps") {
 		t.Errorf("a caps refusal says so: %+v", te)
 	}
-	// caps can never widen: a token claiming everything gets the policy.
+	// caps can never widen: a token claiming everything gets nothing, as
+	// "*" is tier unrestricted and bob acknowledges no tier.
 	wide := e.caller(t, "bob", "private", func(c *token.Claims) { c.Caps = []string{"*"} })
 	_, err = e.call(wide, "fx__t_00", `{}`)
-	denied(t, err, tool.CodePermissionDenied, GateCapability)
+	denied(t, err, tool.CodeNotFound, GateResolve)
+	if _, err := e.call(wide, "fx__echo", `{"message":"hi"}`); err == nil {
+		t.Error("caps * without acknowledging unrestricted still granted echo")
+	}
 	// a skill scope attenuates: echo is allowed to alice, but not in a
 	// skill that did not declare it.
 	scope := &Scope{Name: "notes", Grants: permissions.MustSet("rye.execute.tool.mcp.fx.t_00")}
