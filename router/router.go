@@ -126,8 +126,8 @@ type Router struct {
 // acknowledge fewer tiers; the grants that stood on a tier no longer
 // acknowledged fall with it (narrow).
 type grantSet struct {
-	set  *permissions.Set
-	acks []string
+	set   *permissions.Set
+	acks  []string
 	free  []string      // active grants whose tier needs no acknowledgement
 	gated []tieredGrant // grants whose tier must be acknowledged (acknowledged or not)
 
@@ -290,7 +290,7 @@ type Caller struct {
 	policy    *grantSet // the policy layer, narrowed again by a scope's acknowledge
 	scope     *Scope    // the skill the caller is narrowed to, if any
 	layers    []string  // who holds each layer of grants, child first, for hints
-	guarantee string   // the layers joined by "+", for the audit
+	guarantee string    // the layers joined by "+", for the audit
 	acks      []string
 }
 
