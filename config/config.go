@@ -138,6 +138,9 @@ type MCPServer struct {
 	// Defaults for the server's tools.
 	Risk        string   `toml:"risk"`
 	SideEffects []string `toml:"side_effects"`
+	// TrustAnnotations lets the server's tool annotations lower the risk
+	// inferred from words (readOnlyHint → LOW). Off, they may only raise it.
+	TrustAnnotations bool `toml:"trust_annotations"`
 
 	Tools map[string]ToolOverride `toml:"tools"`
 }

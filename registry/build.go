@@ -94,7 +94,7 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		sc := cfg.MCP.Servers[name]
 		src, err := mcp.New(mcp.Options{
 			Name: name, Command: sc.Command, Args: sc.Args, Env: sc.Env, Cwd: sc.Cwd,
-			URL: sc.URL, Transport: sc.Transport, Headers: sc.Headers,
+			URL: sc.URL, Transport: sc.Transport, Headers: sc.Headers, TrustAnnotations: sc.TrustAnnotations,
 			Timeout: sc.Timeout.Std(), MaxMessage: int64(sc.MaxResultBytes), Logger: bo.Logger, LookupEnv: bo.LookupEnv,
 		})
 		if err != nil {

@@ -56,7 +56,9 @@ func (e *Evaluation) Set() (*permissions.Set, error) {
 
 // Evaluate classifies each grant and applies its tier's policy:
 //   - block: refused unless the tier is acknowledged explicitly;
-//   - acknowledge_required: active, with a warning until acknowledged;
+//   - acknowledge_required: refused unless the tier is acknowledged (Rye:
+//     "without <acknowledge>, elevated capabilities are denied even if the
+//     capability string pattern matches");
 //   - allow: active.
 //
 // Broad grants (ending ".*" with two dots or fewer, or starting with a
@@ -96,8 +98,9 @@ func (t *Table) Evaluate(grants, acknowledged []string) (*Evaluation, error) {
 				r.Refused = fmt.Sprintf("tier %s (%s) is blocked: acknowledge %s to allow this grant",
 					c.Tier.Name, describe(c), c.Tier.Name)
 			case c.Tier.Policy == AcknowledgeRequired && !r.Acknowledged:
-				r.Warnings = append(r.Warnings, fmt.Sprintf("tier %s (%s) needs acknowledgement: acknowledge %s",
-					c.Tier.Name, describe(c), c.Tier.Name))
+				r.Active = false
+				r.Refused = fmt.Sprintf("tier %s (%s) needs acknowledgement: acknowledge %s to allow this grant",
+					c.Tier.Name, describe(c), c.Tier.Name)
 			}
 		}
 		if isBroad(g) {

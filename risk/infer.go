@@ -15,6 +15,11 @@ type Hints struct {
 	ReadOnly    *bool
 	Destructive *bool
 	OpenWorld   *bool
+	// TrustAnnotations: the operator vouches for the annotations. Without
+	// it they come from an upstream that could say anything, so they may
+	// raise the level but never lower it (MCP: annotations are hints, not
+	// to be relied on from untrusted servers).
+	TrustAnnotations bool
 	// Permissions of an extension pack (payments, cloud, network, ...).
 	Permissions []string
 }
@@ -103,19 +108,27 @@ var databaseWords = []string{"sql", "database", "db", "table", "row", "rows", "q
 
 // Infer guesses a level and side effects, recording each rule that fired.
 // The level comes from the first of these that gives one:
-//  1. MCP annotations: readOnlyHint → LOW (and no write effects),
-//     destructiveHint → HIGH; openWorldHint adds network.http;
+//  1. MCP annotations, when trusted: readOnlyHint → LOW (and no write
+//     effects), destructiveHint → HIGH; openWorldHint adds network.http
+//     trusted or not;
 //  2. extension permissions: payment(s), cloud → CRITICAL; network → HIGH;
 //  3. words of the name, or of the description when the name has none:
 //     split on _ - . / white space and camelCase, so "format" is not "rm"
 //     and "thread" is not "read"; the highest keyword wins;
 //  4. MED.
 //
+// Untrusted, readOnlyHint is ignored (it could only lower), and
+// destructiveHint raises the level to at least MED, not HIGH: it is the
+// MCP default (mcp-go stamps it on every tool), so it says only that the
+// tool is not known to be read-only; words still make a tool HIGH.
+//
 // Side effects gather from every rule that fired.
 func Infer(h Hints) Assessment {
 	a := Assessment{LevelFrom: FromInference, EffectsFrom: FromInference}
 	effects := map[SideEffect]bool{}
-	readOnly := h.ReadOnly != nil && *h.ReadOnly
+	trusted := h.TrustAnnotations
+	readOnly := trusted && h.ReadOnly != nil && *h.ReadOnly
+	destructive := h.Destructive != nil && *h.Destructive
 	fire := func(l Level, rule string, e ...SideEffect) {
 		if a.Level == Unset && l != Unset {
 			a.Level = l
@@ -130,9 +143,12 @@ func Infer(h Hints) Assessment {
 	}
 
 	switch {
+	case !trusted && h.ReadOnly != nil && *h.ReadOnly:
+		fire(Unset, "annotation readOnlyHint ignored: the server's annotations are not trusted")
+	case !trusted:
 	case readOnly:
 		fire(Low, "annotation readOnlyHint → LOW, no write effects")
-	case h.Destructive != nil && *h.Destructive:
+	case destructive:
 		fire(High, "annotation destructiveHint → HIGH")
 	}
 	if h.OpenWorld != nil && *h.OpenWorld {
@@ -201,6 +217,10 @@ func Infer(h Hints) Assessment {
 		}
 	}
 
+	if !trusted && destructive && a.Level < Med {
+		a.Level = Med // raises only: Unset and LOW are below MED
+		a.Rules = append(a.Rules, "annotation destructiveHint (not trusted) → at least MED")
+	}
 	if a.Level == Unset {
 		a.Level = Med
 		a.Rules = append(a.Rules, "no rule gave a level → MED")

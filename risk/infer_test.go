@@ -33,10 +33,16 @@ func TestInfer(t *testing.T) {
 		effects []SideEffect
 		rule    string // a rule that must have fired
 	}{
-		{"readOnly wins", Hints{Name: "delete_file", ReadOnly: ptr(true)}, Low, []SideEffect{}, "readOnlyHint"},
-		{"readOnly keeps read effects", Hints{Name: "read_file", ReadOnly: ptr(true), OpenWorld: ptr(true)}, Low, []SideEffect{FSRead, NetworkHTTP}, "openWorldHint"},
-		{"destructive", Hints{Name: "tidy", Destructive: ptr(true)}, High, []SideEffect{}, "destructiveHint → HIGH"},
-		{"mcp-go defaults", Hints{Name: "echo", Destructive: ptr(true), OpenWorld: ptr(true)}, High, []SideEffect{NetworkHTTP}, "destructiveHint"},
+		// Trusted annotations speak first; untrusted ones may only raise.
+		{"trusted readOnly wins", Hints{Name: "delete_file", ReadOnly: ptr(true), TrustAnnotations: true}, Low, []SideEffect{}, "readOnlyHint → LOW"},
+		{"untrusted readOnly lowers nothing", Hints{Name: "delete_file", Description: "Delete a file from disk", ReadOnly: ptr(true)}, High, []SideEffect{FSDelete}, "readOnlyHint ignored"},
+		{"untrusted readOnly keeps write effects", Hints{Name: "write_notes", ReadOnly: ptr(true), Destructive: ptr(false)}, High, []SideEffect{FSWrite}, `word "write"`},
+		{"readOnly keeps read effects", Hints{Name: "read_file", ReadOnly: ptr(true), OpenWorld: ptr(true), TrustAnnotations: true}, Low, []SideEffect{FSRead, NetworkHTTP}, "openWorldHint"},
+		{"trusted destructive", Hints{Name: "tidy", Destructive: ptr(true), TrustAnnotations: true}, High, []SideEffect{}, "destructiveHint → HIGH"},
+		{"untrusted destructive raises LOW to MED", Hints{Name: "search_docs", Destructive: ptr(true)}, Med, []SideEffect{}, "destructiveHint (not trusted) → at least MED"},
+		{"untrusted destructive lowers nothing", Hints{Name: "delete_file", Destructive: ptr(false), ReadOnly: ptr(true)}, High, []SideEffect{FSDelete}, `word "delete"`},
+		{"mcp-go defaults", Hints{Name: "echo", Destructive: ptr(true), OpenWorld: ptr(true)}, Med, []SideEffect{NetworkHTTP}, "destructiveHint"},
+		{"mcp-go defaults, trusted", Hints{Name: "echo", Destructive: ptr(true), OpenWorld: ptr(true), TrustAnnotations: true}, High, []SideEffect{NetworkHTTP}, "destructiveHint → HIGH"},
 		{"openWorld alone gives no level", Hints{Name: "get_weather", OpenWorld: ptr(true)}, Low, []SideEffect{NetworkHTTP}, `word "get" in name`},
 		{"payments permission", Hints{Name: "get", Permissions: []string{"payments"}}, Critical, []SideEffect{Payments}, `permission "payments"`},
 		{"cloud permission", Hints{Name: "x", Permissions: []string{"cloud"}}, Critical, []SideEffect{CloudResourceCreate}, "cloud"},

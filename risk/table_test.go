@@ -163,15 +163,16 @@ func TestEvaluate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.Active(); !reflect.DeepEqual(got, grants[1:]) {
-		t.Errorf("active = %v, want everything but rye.*", got)
+	if got := e.Active(); !reflect.DeepEqual(got, grants[2:]) {
+		t.Errorf("active = %v, want everything but rye.* and rye.execute.tool.*", got)
 	}
 	r := e.Grants[0]
 	if r.Active || !strings.Contains(r.Refused, "acknowledge unrestricted") {
 		t.Errorf("rye.* report %+v: want refused, naming the acknowledgement that allows it", r)
 	}
-	if w := strings.Join(e.Grants[1].Warnings, "; "); !strings.Contains(w, "needs acknowledgement: acknowledge elevated") {
-		t.Errorf("rye.execute.tool.* warnings %q", w)
+	// Rye: without <acknowledge>, an elevated grant is denied, not warned about.
+	if r := e.Grants[1]; r.Active || !strings.Contains(r.Refused, "needs acknowledgement: acknowledge elevated") {
+		t.Errorf("rye.execute.tool.* report %+v: want refused, naming the acknowledgement that allows it", r)
 	}
 	if len(e.Grants[2].Warnings) != 0 {
 		t.Errorf("scoped grant warnings %q, want none", e.Grants[2].Warnings)

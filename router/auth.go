@@ -180,7 +180,7 @@ func (r *Router) authCapability(c *Caller, capabilityID string) (*tool.Descripto
 		required := r.toolCaps.get(first.ID).execute
 		return nil, nil, &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 			Message: fmt.Sprintf("no operation of %s is granted (%s is not)", capabilityID, required),
-			Hint:    grantHint(c, layerPolicy, required)}
+			Hint:    r.grantHint(c, layerPolicy, required)}
 	}
 	if err := chatGate(c, allowed); err != nil {
 		return nil, nil, err

@@ -54,7 +54,8 @@ func benchRouter(b *testing.B) (*Router, string) {
 	v, _ := token.NewVerifier(token.Options{Secret: secret})
 	table, _ := risk.ParseTable(capgate.DefaultRiskFileName, capgate.DefaultRiskFile)
 	r, err := New(Options{Registry: reg, Verifier: v, Risk: table, State: st, Audit: log,
-		Policy: Policy{Grants: []string{"rye.fetch.*", "rye.execute.tool.mcp.bench.*"}}})
+		// The caps are tier elevated: the policy acknowledges it.
+		Policy: Policy{Grants: []string{"rye.fetch.*", "rye.execute.tool.mcp.bench.*"}, Acknowledge: []string{"elevated"}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestBridgeTokenCarriesTheNarrowing(t *testing.T) {
 		// The token's caps cut the policy's gog.* to email; its ack keeps write.
 		{"token", alice, []string{"rye.execute.tool.bridge.gog.email.list_messages", "rye.execute.tool.bridge.gog.email.send"}, []string{"write"}, "gog"},
 		// The skill cuts further, to what both allow; no ack is in both.
-		{"skill", alice.within(scope), []string{"rye.execute.tool.bridge.gog.email.list_messages"}, []string{}, "gog"},
+		{"skill", e.r.within(alice, scope), []string{"rye.execute.tool.bridge.gog.email.list_messages"}, []string{}, "gog"},
 	} {
 		raw, err := e.r.bridgeToken(tt.c, tt.provider)
 		if err != nil {

@@ -298,7 +298,7 @@ func (r *Router) check(ctx context.Context, c *Caller, req *Request, ev *audit.E
 	if err != nil {
 		return ch, err
 	}
-	c = c.within(req.Scope)
+	c = r.within(c, req.Scope)
 	ch.c, ch.d = c, d
 	ev.Tool, ev.Runner, ev.ResolvedSource, ev.ToolName = d.ID, string(d.Kind), d.Source, d.ExposedName
 
@@ -494,7 +494,7 @@ func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descri
 	if c == nil {
 		return nil
 	}
-	c = c.within(scope)
+	c = r.within(c, scope)
 	all := r.opts.Registry.Snapshot().List(f)
 	out := make([]*tool.Descriptor, 0, len(all))
 	for _, d := range all {
@@ -525,10 +525,14 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 	r.record(tk, check)
 	return &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 		Message: fmt.Sprintf("%s is not granted (refused by the %s grants)", required, layer),
-		Hint:    grantHint(c, layer, required)}
+		Hint:    r.grantHint(c, layer, required)}
 }
 
-func grantHint(c *Caller, layer, required string) string {
+func (r *Router) grantHint(c *Caller, layer, required string) string {
+	if t, ok := r.unacknowledged(c, layer, required); ok {
+		return fmt.Sprintf("grant %s would match, but its tier %s is not acknowledged: acknowledge %q to allow it (%s)",
+			t.grant, t.tier, t.tier, ackWhere(c, layer))
+	}
 	switch {
 	case layer == layerCaps:
 		return "use a token whose caps include a pattern matching " + required
@@ -676,4 +680,38 @@ func CapabilityID(d *tool.Descriptor) string {
 		}
 	}
 	return d.ID
+}
+
+// unacknowledged finds the grant of the refusing layer that would match
+// required but stands on a tier the caller has not acknowledged, so that
+// the hint names the acknowledgement rather than a new grant.
+func (r *Router) unacknowledged(c *Caller, layer, required string) (tieredGrant, bool) {
+	switch {
+	case layer == layerCaps && c.Claims != nil:
+		for _, cp := range c.Claims.Caps {
+			cl := r.opts.Risk.Classify(cp)
+			if cl.Classified && cl.Tier.Policy != risk.Allow && !slices.Contains(c.acks, cl.Tier.Name) && permissions.Match(cp, required) {
+				return tieredGrant{cp, cl.Tier.Name}, true
+			}
+		}
+	case strings.HasPrefix(layer, layerSkill) && c.scope != nil:
+		return c.scope.gated.unacknowledged(required, c.scope.Acknowledge)
+	case layer == layerPolicy || layer == layerAnonymous:
+		return c.policy.unacknowledged(required, c.acks)
+	}
+	return tieredGrant{}, false
+}
+
+// ackWhere says where the layer's acknowledgement is set.
+func ackWhere(c *Caller, layer string) string {
+	switch {
+	case strings.HasPrefix(layer, layerSkill):
+		return "the " + layer + " must declare it: acknowledge in its frontmatter"
+	case layer == layerAnonymous:
+		return "[auth.anonymous] acknowledge"
+	case c.Claims != nil && c.Claims.Ack != nil:
+		return "the token's ack claim, and [policy] acknowledge or [policy.subjects." + c.Sub + "] acknowledge"
+	default:
+		return "[policy] acknowledge or [policy.subjects." + c.Sub + "] acknowledge"
+	}
 }

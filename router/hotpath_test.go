@@ -218,11 +218,15 @@ func TestCapsCacheKeysAreUnambiguous(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	table, err := risk.ParseTable(capgate.DefaultRiskFileName, capgate.DefaultRiskFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var c capsCache
-	if s := c.intersect([]string{"rye.execute.tool.a", "rye.execute.tool.b"}, policy); !s.Allows("rye.execute.tool.a") {
+	if s := c.intersect(table, []string{"rye.execute.tool.mcp.fs.a", "rye.execute.tool.mcp.fs.b"}, nil, policy); !s.Allows("rye.execute.tool.mcp.fs.a") {
 		t.Fatal("two caps: rye.execute.tool.a refused")
 	}
-	if s := c.intersect([]string{"rye.execute.tool.a\x00rye.execute.tool.b"}, policy); s.Allows("rye.execute.tool.a") {
+	if s := c.intersect(table, []string{"rye.execute.tool.mcp.fs.a\x00rye.execute.tool.mcp.fs.b"}, nil, policy); s.Allows("rye.execute.tool.mcp.fs.a") {
 		t.Fatal("one cap with a NUL got the cached intersection of two caps")
 	}
 }

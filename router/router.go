@@ -109,8 +109,8 @@ type Options struct {
 // Router decides and runs calls. It is safe for concurrent use.
 type Router struct {
 	opts     Options
-	base     grantSet            // policy grants for every caller
-	subjects map[string]grantSet // base plus the subject's own
+	base     *grantSet            // policy grants for every caller
+	subjects map[string]*grantSet // base plus the subject's own
 	anon     *grantSet
 	schemas  schemaCache
 	limits   limiter
@@ -122,10 +122,77 @@ type Router struct {
 }
 
 // grantSet is a compiled policy: grants that survived the risk table, and
-// the tiers acknowledged.
+// the tiers acknowledged. A token's ack claim or a skill's acknowledge may
+// acknowledge fewer tiers; the grants that stood on a tier no longer
+// acknowledged fall with it (narrow).
 type grantSet struct {
-	set  *permissions.Set
-	acks []string
+	set   *permissions.Set
+	acks  []string
+	free  []string      // active grants whose tier needs no acknowledgement
+	gated []tieredGrant // grants whose tier must be acknowledged (acknowledged or not)
+
+	mu       sync.Mutex
+	narrowed map[uint64]*permissions.Set // by the mask of acks still held
+}
+
+type tieredGrant struct{ grant, tier string }
+
+// narrow returns the grants that stand when only acks (a subset of the
+// set's acks) are acknowledged. Without gated grants, or with all their
+// tiers held, it is the set itself: no allocation on the common path.
+func (g *grantSet) narrow(acks []string) *permissions.Set {
+	var mask uint64
+	for i, a := range g.acks {
+		if i < 64 && slices.Contains(acks, a) {
+			mask |= 1 << i
+		}
+	}
+	lost := false
+	for _, t := range g.gated {
+		if !slices.Contains(acks, t.tier) && slices.Contains(g.acks, t.tier) {
+			lost = true
+			break
+		}
+	}
+	if !lost {
+		return g.set
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s, ok := g.narrowed[mask]; ok && len(g.acks) <= 64 {
+		return s
+	}
+	grants := slices.Clone(g.free)
+	for _, t := range g.gated {
+		if slices.Contains(acks, t.tier) && slices.Contains(g.acks, t.tier) {
+			grants = append(grants, t.grant)
+		}
+	}
+	// The grants parsed once already; an error cannot happen, and would
+	// grant nothing (fail closed).
+	s, _ := permissions.NewSet(grants...)
+	if s == nil {
+		s = &permissions.Set{}
+	}
+	if g.narrowed == nil {
+		g.narrowed = map[uint64]*permissions.Set{}
+	}
+	g.narrowed[mask] = s
+	return s
+}
+
+// unacknowledged returns a grant of the set that matches required but
+// stands on a tier acks lacks, for the denial's hint.
+func (g *grantSet) unacknowledged(required string, acks []string) (tieredGrant, bool) {
+	if g == nil {
+		return tieredGrant{}, false
+	}
+	for _, t := range g.gated {
+		if !slices.Contains(acks, t.tier) && permissions.Match(t.grant, required) {
+			return t, true
+		}
+	}
+	return tieredGrant{}, false
 }
 
 // New compiles the policy. A grant the risk table refuses (a blocked tier
@@ -153,7 +220,7 @@ func New(opts Options) (*Router, error) {
 	if opts.IdempotencyTTL <= 0 {
 		opts.IdempotencyTTL = 24 * time.Hour
 	}
-	r := &Router{opts: opts, subjects: map[string]grantSet{}}
+	r := &Router{opts: opts, subjects: map[string]*grantSet{}}
 	r.admitter, _ = opts.Audit.(audit.Admitter)
 	r.health, _ = opts.Audit.(audit.Health)
 	r.limits.init(opts.Policy.RateLimit, opts.Now)
@@ -178,24 +245,33 @@ func New(opts Options) (*Router, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.anon = &g
+		r.anon = g
 	}
 	return r, nil
 }
 
-func (r *Router) compile(where string, grants, acks []string) (grantSet, error) {
+func (r *Router) compile(where string, grants, acks []string) (*grantSet, error) {
 	ev, err := r.opts.Risk.Evaluate(grants, acks)
 	if err != nil {
-		return grantSet{}, fmt.Errorf("%s: %w", where, err)
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	for _, g := range ev.Refused() {
 		r.opts.Logger.Warn("grant refused by the risk table", "where", where, "grant", g.Grant, "why", g.Refused)
 	}
 	set, err := ev.Set()
 	if err != nil {
-		return grantSet{}, fmt.Errorf("%s: %w", where, err)
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	return grantSet{set: set, acks: dedupe(acks)}, nil
+	gs := &grantSet{set: set, acks: dedupe(acks)}
+	for _, g := range ev.Grants {
+		switch {
+		case g.Tier != "" && g.Policy != risk.Allow:
+			gs.gated = append(gs.gated, tieredGrant{g.Grant, g.Tier})
+		case g.Active:
+			gs.free = append(gs.free, g.Grant)
+		}
+	}
+	return gs, nil
 }
 
 func dedupe(in []string) []string {
@@ -211,8 +287,10 @@ type Caller struct {
 	Claims    *token.Claims // nil for the anonymous caller
 	Anonymous bool
 	grants    *permissions.Set
-	layers    []string // who holds each layer of grants, child first, for hints
-	guarantee string   // the layers joined by "+", for the audit
+	policy    *grantSet // the policy layer, narrowed again by a scope's acknowledge
+	scope     *Scope    // the skill the caller is narrowed to, if any
+	layers    []string  // who holds each layer of grants, child first, for hints
+	guarantee string    // the layers joined by "+", for the audit
 	acks      []string
 }
 
@@ -263,23 +341,27 @@ func (r *Router) Anonymous() *Caller {
 	if r.anon == nil {
 		return nil
 	}
-	return &Caller{Sub: r.opts.Policy.Anonymous.Sub, Anonymous: true, grants: r.anon.set, acks: r.anon.acks,
+	return &Caller{Sub: r.opts.Policy.Anonymous.Sub, Anonymous: true, grants: r.anon.set, policy: r.anon, acks: r.anon.acks,
 		layers: anonymousLayers, guarantee: layerAnonymous}
 }
 
-// caller narrows the policy for claims.Sub by the token's caps and ack.
+// caller narrows the policy for claims.Sub by the token's ack and caps:
+// the ack claim acknowledges fewer tiers, and the policy grants that stood
+// on a tier it drops fall too (Rye: without an acknowledgement, elevated
+// grants are denied); caps in such a tier are dropped likewise.
 func (r *Router) caller(claims *token.Claims) *Caller {
 	g, ok := r.subjects[claims.Sub]
 	if !ok {
 		g = r.base
 	}
-	c := &Caller{Sub: claims.Sub, Claims: claims, grants: g.set, acks: g.acks, layers: policyLayers, guarantee: layerPolicy}
-	if claims.Caps != nil {
-		c.grants = r.caps.intersect(claims.Caps, g.set)
-		c.layers, c.guarantee = capsLayers, layerCaps+"+"+layerPolicy
-	}
+	c := &Caller{Sub: claims.Sub, Claims: claims, grants: g.set, policy: g, acks: g.acks, layers: policyLayers, guarantee: layerPolicy}
 	if claims.Ack != nil {
 		c.acks = slices.DeleteFunc(slices.Clone(g.acks), func(t string) bool { return !slices.Contains(claims.Ack, t) })
+		c.grants = g.narrow(c.acks)
+	}
+	if claims.Caps != nil {
+		c.grants = r.caps.intersect(r.opts.Risk, claims.Caps, c.acks, c.grants)
+		c.layers, c.guarantee = capsLayers, layerCaps+"+"+layerPolicy
 	}
 	return c
 }
@@ -293,15 +375,19 @@ type capsCache struct {
 	m  map[*permissions.Set]map[string]*permissions.Set // policy → caps key → intersection
 }
 
-func (c *capsCache) intersect(caps []string, policy *permissions.Set) *permissions.Set {
+func (c *capsCache) intersect(table *risk.Table, caps, acks []string, policy *permissions.Set) *permissions.Set {
 	// The key is built on the stack and looked up as bytes: a token seen
-	// before costs no allocation here. Each cap is length-prefixed, so
-	// that no two lists of caps share a key.
+	// before costs no allocation here. Each cap and ack is length-prefixed,
+	// so that no two lists share a key.
 	var buf [256]byte
-	key := buf[:0]
+	key := binary.AppendUvarint(buf[:0], uint64(len(caps)))
 	for _, cp := range caps {
 		key = binary.AppendUvarint(key, uint64(len(cp)))
 		key = append(key, cp...)
+	}
+	for _, a := range acks {
+		key = binary.AppendUvarint(key, uint64(len(a)))
+		key = append(key, a...)
 	}
 	c.mu.Lock()
 	s, ok := c.m[policy][string(key)]
@@ -310,8 +396,12 @@ func (c *capsCache) intersect(caps []string, policy *permissions.Set) *permissio
 		return s
 	}
 	// A caps claim that does not parse grants nothing (Intersect of nil):
-	// fail closed.
-	child, _ := permissions.NewSet(caps...)
+	// fail closed. Caps in a tier the token does not acknowledge are
+	// dropped, as policy grants are.
+	var child *permissions.Set
+	if ev, err := table.Evaluate(caps, acks); err == nil {
+		child, _ = ev.Set()
+	}
 	s = permissions.Intersect(child, policy)
 	c.mu.Lock()
 	if c.m == nil || c.n > 4096 {
@@ -331,23 +421,45 @@ func (c *capsCache) intersect(caps []string, policy *permissions.Set) *permissio
 }
 
 // Scope narrows a call further: a skill's declared grants and
-// acknowledgements, intersected with the caller's.
+// acknowledgements, intersected with the caller's. Make one with NewScope,
+// which drops the declared grants the skill's acknowledge does not cover.
 type Scope struct {
 	Name        string
 	Grants      *permissions.Set
 	Acknowledge []string
+	gated       *grantSet // the declared grants, for hints
 }
 
-// within returns the caller narrowed to the scope.
-func (c *Caller) within(s *Scope) *Caller {
+// NewScope evaluates a skill's declared grants against its acknowledge
+// with the risk table, as the policy's are: a grant in a tier that needs
+// acknowledgement and lacks it is dropped.
+func (r *Router) NewScope(name string, grants, acknowledge []string) (*Scope, error) {
+	g, err := r.compile(layerSkill+name, grants, acknowledge)
+	if err != nil {
+		return nil, err
+	}
+	return &Scope{Name: name, Grants: g.set, Acknowledge: acknowledge, gated: g}, nil
+}
+
+// within returns the caller narrowed to the scope: the scope's grants, and
+// the caller's own grants again under the tiers both acknowledge.
+func (r *Router) within(c *Caller, s *Scope) *Caller {
 	if s == nil {
 		return c
 	}
 	n := *c
-	n.grants = permissions.Intersect(s.Grants, c.grants)
+	n.scope = s
+	n.acks = slices.DeleteFunc(slices.Clone(c.acks), func(t string) bool { return !slices.Contains(s.Acknowledge, t) })
+	grants := c.grants
+	if len(n.acks) < len(c.acks) && c.policy != nil {
+		grants = c.policy.narrow(n.acks)
+		if c.Claims != nil && c.Claims.Caps != nil {
+			grants = r.caps.intersect(r.opts.Risk, c.Claims.Caps, n.acks, grants)
+		}
+	}
+	n.grants = permissions.Intersect(s.Grants, grants)
 	n.layers = append([]string{layerSkill + s.Name}, c.layers...)
 	n.guarantee = layerSkill + s.Name + "+" + c.guarantee
-	n.acks = slices.DeleteFunc(slices.Clone(c.acks), func(t string) bool { return !slices.Contains(s.Acknowledge, t) })
 	return &n
 }
 

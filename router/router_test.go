@@ -172,10 +172,14 @@ func TestCapabilityGate(t *testing.T) {
 	if !strings.Contains(te.Message, "token caps") || !strings.Contains(te.Hint, "caps") {
 		t.Errorf("a caps refusal says so: %+v", te)
 	}
-	// caps can never widen: a token claiming everything gets the policy.
+	// caps can never widen: a token claiming everything gets nothing, as
+	// "*" is tier unrestricted and bob acknowledges no tier.
 	wide := e.caller(t, "bob", "private", func(c *token.Claims) { c.Caps = []string{"*"} })
 	_, err = e.call(wide, "fx__t_00", `{}`)
-	denied(t, err, tool.CodePermissionDenied, GateCapability)
+	denied(t, err, tool.CodeNotFound, GateResolve)
+	if _, err := e.call(wide, "fx__echo", `{"message":"hi"}`); err == nil {
+		t.Error("caps * without acknowledging unrestricted still granted echo")
+	}
 	// a skill scope attenuates: echo is allowed to alice, but not in a
 	// skill that did not declare it.
 	scope := &Scope{Name: "notes", Grants: permissions.MustSet("rye.execute.tool.mcp.fx.t_00")}
@@ -632,5 +636,48 @@ func TestAuditHoldsNoSecrets(t *testing.T) {
 	}
 	if _, err := audit.VerifyFile(e.auditPath); err != nil {
 		t.Errorf("chain: %v", err)
+	}
+}
+
+// Rye: without its acknowledgement an elevated grant is denied. The ack a
+// token claims and the acknowledge a skill declares decide which grants
+// stand, each time the same way (the narrowed sets are cached).
+func TestUnacknowledgedGrantsFall(t *testing.T) {
+	e := newEnv(t, Policy{Grants: []string{"rye.fetch.*"},
+		Subjects: map[string]Subject{"alice": {Grants: []string{"rye.execute.tool.mcp.*"}, Acknowledge: []string{"elevated", "write"}}}})
+	for range 2 {
+		full := e.caller(t, "alice", "private")
+		if _, err := e.call(full, "fx__t_00", `{}`); err != nil {
+			t.Fatalf("alice, elevated acknowledged: %v", err)
+		}
+		narrowed := e.caller(t, "alice", "private", func(c *token.Claims) { c.Ack = []string{"write"} })
+		_, err := e.call(narrowed, "fx__t_00", `{}`)
+		te := denied(t, err, tool.CodePermissionDenied, GateCapability)
+		if !strings.Contains(te.Hint, `acknowledge "elevated"`) || !strings.Contains(te.Hint, "ack claim") {
+			t.Errorf("hint %q: want the tier and the ack claim named", te.Hint)
+		}
+	}
+	// A skill's declared grants stand only on its own acknowledge.
+	wide, err := e.r.NewScope("wide", []string{"rye.execute.tool.mcp.*"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wide.Grants.Allows("rye.execute.tool.mcp.fx.t_00") {
+		t.Error("a skill's unacknowledged elevated grant stands")
+	}
+	acked, err := e.r.NewScope("acked", []string{"rye.execute.tool.mcp.*"}, []string{"elevated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := e.caller(t, "alice", "private")
+	if _, err := e.r.Call(context.Background(), alice, Request{Tool: "fx__t_00", Input: json.RawMessage(`{}`), Scope: acked}); err != nil {
+		t.Errorf("skill acknowledging elevated: %v", err)
+	}
+	// A skill acknowledging nothing: neither its grant nor alice's (both
+	// elevated) stands, and the hint names what the skill must acknowledge.
+	_, err = e.r.Call(context.Background(), alice, Request{Tool: "fx__t_00", Input: json.RawMessage(`{}`), Scope: wide})
+	te := denied(t, err, tool.CodePermissionDenied, GateCapability)
+	if !strings.Contains(te.Hint, `acknowledge "elevated"`) || !strings.Contains(te.Hint, "skill wide") {
+		t.Errorf("skill hint %q: want the tier and the skill named", te.Hint)
 	}
 }

@@ -73,7 +73,9 @@ data_dir = "data"
 socket = "-"
 
 [policy]
-grants = ["rye.execute.tool.mcp.fx.*", "rye.execute.directive.*", "rye.execute.tool.bridge.gog.email.*"]
+grants = ["rye.execute.tool.mcp.fx.*", "rye.execute.directive.echoer", "rye.execute.directive.looper",
+  "rye.execute.directive.secret", "rye.execute.directive.needs-key", "rye.execute.directive.mailer",
+  "rye.execute.tool.bridge.gog.email.*"]
 
 [mcp.servers.fx]
 command = %q
@@ -348,7 +350,7 @@ func TestUseSkillSamplingWithoutTools(t *testing.T) {
 func TestUseSkillCapabilities(t *testing.T) {
 	_, url := skillServer(t)
 	m := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{answer("read: ")}}
-	lacking := mint(t, token.Claims{Sub: "bob", ChatType: "private", Caps: []string{"rye.execute.directive.*", "rye.execute.tool.mcp.fx.*"}})
+	lacking := mint(t, token.Claims{Sub: "bob", ChatType: "private", Caps: []string{"rye.execute.directive.mailer", "rye.execute.tool.mcp.fx.*"}})
 	c := connect(t, url, lacking, "", client.WithSamplingHandler(m))
 	res := useSkill(t, c, map[string]any{"skill": "mailer", "message": "read my mail"})
 	text := resultText(res)
@@ -382,7 +384,7 @@ func TestUseSkillAudit(t *testing.T) {
 	loop := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{toolUse("fx__echo", `{"message":"again"}`)}}
 	lc := connect(t, url, tok, "", client.WithSamplingHandler(loop))
 	useSkill(t, lc, map[string]any{"skill": "looper", "message": "go"})
-	narrow := connect(t, url, mint(t, token.Claims{Sub: "bob", ChatType: "private", Caps: []string{"rye.execute.directive.*"}}), "",
+	narrow := connect(t, url, mint(t, token.Claims{Sub: "bob", ChatType: "private", Caps: []string{"rye.execute.directive.mailer"}}), "",
 		client.WithSamplingHandler(m))
 	useSkill(t, narrow, map[string]any{"skill": "mailer", "message": "x"})
 

@@ -119,7 +119,7 @@ paths = [%q]
 max_output_bytes = "1MiB"
 
 [policy.subjects.alice]
-grants = ["rye.execute.tool.mcp.fxh.*", "rye.execute.tool.ext.*"]
+grants = ["rye.execute.tool.mcp.fxh.*", "rye.execute.tool.ext.tools.*"]
 `, fxh, packs))
 	c := s.mcpAs(t, s.mint(t, "alice", "private"))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

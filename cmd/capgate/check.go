@@ -43,7 +43,8 @@ item ID of TYPE (tool, directive, knowledge) requires, and decides it against
 the grants, as the router would:
 
   - each grant is classified into a tier by the risk file; a grant in a
-    "block" tier is refused unless that tier is acknowledged (--ack);
+    "block" or "acknowledge_required" tier is refused unless that tier is
+    acknowledged (--ack);
   - with --directive, the directive's <permissions> attenuate the --grant
     set: a capability must be allowed by both (with no --grant, the
     directive's grants alone decide).
@@ -159,7 +160,7 @@ func runCheck(out io.Writer, o checkOptions, args []string) error {
 				res.Blocked = append(res.Blocked, r)
 			}
 		}
-		res.Suggest = suggest(res.Required, id)
+		res.Suggest = suggest(table, o.acks, res.Required, id)
 	}
 
 	if o.json {
@@ -179,11 +180,17 @@ func runCheck(out io.Writer, o checkOptions, args []string) error {
 
 // suggest offers the exact capability and, for an item id, its siblings'
 // wildcard, as grants that would allow it.
-func suggest(required, id string) []string {
+// suggest lists the grants that would allow required, leaving out a
+// wildcard the risk table would itself refuse under acks (an elevated
+// "rye.execute.directive.*" without --ack elevated).
+func suggest(table *risk.Table, acks []string, required, id string) []string {
 	out := []string{required}
 	if id != "" {
 		if i := strings.LastIndexByte(required, '.'); i > 0 {
-			out = append(out, required[:i+1]+"*")
+			wide := required[:i+1] + "*"
+			if ev, err := table.Evaluate([]string{wide}, acks); err == nil && len(ev.Active()) == 1 {
+				out = append(out, wide)
+			}
 		}
 	}
 	return out

@@ -35,13 +35,17 @@ func TestCLI(t *testing.T) {
 			[]string{"denied: rye.fetch.directive", "grant rye.* would match, but it is refused", "acknowledge unrestricted", "REFUSED"}, nil},
 		{"check_acknowledged", []string{"check", "--grant", "rye.*", "--ack", "unrestricted", "fetch", "directive"}, 0,
 			[]string{"allowed: rye.fetch.directive", "active, acknowledged"}, nil},
-		{"check_elevated_warning", []string{"check", "--grant", "rye.execute.*", "execute", "directive", "deploy"}, 0,
-			[]string{"allowed", "elevated  acknowledge_required", "needs acknowledgement: acknowledge elevated", "broad grant"}, nil},
+		// Rye: without <acknowledge>, an elevated grant is denied even if it matches.
+		{"check_elevated_refused", []string{"check", "--grant", "rye.execute.*", "execute", "directive", "deploy"}, 1,
+			[]string{"denied: rye.execute.directive.deploy", "grant rye.execute.* would match, but it is refused",
+				"needs acknowledgement: acknowledge elevated", "elevated  acknowledge_required  REFUSED", "broad grant"}, nil},
+		{"check_elevated_acknowledged", []string{"check", "--grant", "rye.execute.*", "--ack", "elevated", "execute", "directive", "deploy"}, 0,
+			[]string{"allowed: rye.execute.directive.deploy", "elevated  acknowledge_required  active, acknowledged"}, nil},
 		{"check_no_grants", []string{"check", "execute", "tool", "x"}, 1,
 			[]string{"denied: rye.execute.tool.x", "no grants given (no grant means deny everything)"}, nil},
-		{"check_directive_attenuates", []string{"check", "--directive", "testdata/deploy.md", "--grant", "rye.execute.tool.*", "execute", "tool", "mcp:github:create_issue"}, 1,
+		{"check_directive_attenuates", []string{"check", "--directive", "testdata/deploy.md", "--grant", "rye.execute.tool.*", "--ack", "elevated", "execute", "tool", "mcp:github:create_issue"}, 1,
 			[]string{"no grant of the directive testdata/deploy.md matches it"}, nil},
-		{"check_directive_allows", []string{"check", "--directive", "testdata/deploy.md", "--grant", "rye.execute.tool.*", "execute", "tool", "bridge:gog:email.send"}, 0,
+		{"check_directive_allows", []string{"check", "--directive", "testdata/deploy.md", "--grant", "rye.execute.tool.*", "--ack", "elevated", "execute", "tool", "bridge:gog:email.send"}, 0,
 			[]string{"by directive grant rye.execute.tool.bridge.gog.* and grant rye.execute.tool.*"}, nil},
 		{"check_directive_alone", []string{"check", "--directive", "testdata/deploy.md", "fetch", "knowledge", "mcp:docs:readme"}, 0,
 			[]string{"allowed: rye.fetch.knowledge.mcp.docs.readme"}, nil},
@@ -157,7 +161,7 @@ func TestBinary(t *testing.T) {
 	if out, code := runBin("version"); code != 0 || !strings.HasPrefix(out, "capgate ") {
 		t.Errorf("version: %d %q", code, out)
 	}
-	if out, code := runBin("check", "--grant", "rye.execute.tool.mcp.*", "execute", "tool", "mcp:fs:read"); code != 0 || !strings.Contains(out, "allowed") {
+	if out, code := runBin("check", "--grant", "rye.execute.tool.mcp.fs.*", "execute", "tool", "mcp:fs:read"); code != 0 || !strings.Contains(out, "allowed") {
 		t.Errorf("check allowed: %d %q", code, out)
 	}
 	if out, code := runBin("check", "--grant", "rye.fetch.*", "execute", "tool", "mcp:fs:read"); code != 1 || !strings.Contains(out, "denied") {

@@ -18,7 +18,7 @@ func toolsConfig(t *testing.T) string {
 	packs, _ := filepath.Abs("../../sources/ext/testdata/packs")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "capgate.toml")
-	src := fmt.Sprintf("[extensions]\npaths = [%q]\n\n[mcp.servers.fx]\ncommand = %q\n\n[mcp.servers.fx.tools.echo]\nname = \"say\"\n",
+	src := fmt.Sprintf("[extensions]\npaths = [%q]\n\n[mcp.servers.fx]\ncommand = %q\n# our own fixture: its readOnlyHint on echo may make it LOW\ntrust_annotations = true\n\n[mcp.servers.fx.tools.echo]\nname = \"say\"\n",
 		packs, testkit.Build(t, testkit.MCPFixture))
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)

@@ -67,6 +67,10 @@ type Options struct {
 	Transport string // "streamable-http" (default for URL) or "sse"
 	Headers   map[string]string
 
+	// TrustAnnotations: the operator vouches for the server's tool
+	// annotations, so they may lower the inferred risk (risk.Hints).
+	TrustAnnotations bool
+
 	Timeout time.Duration // per request; default 60s
 	// MaxMessage bounds one message from the upstream (a result above all);
 	// default DefaultMaxMessage. A longer one is refused with
@@ -600,6 +604,7 @@ func (s *Source) descriptor(t rawTool) *tool.Descriptor {
 		Risk: risk.Assess(risk.Declaration{}, risk.Declaration{}, risk.Hints{
 			Name: t.Name, Description: t.Description,
 			ReadOnly: a.ReadOnlyHint, Destructive: a.DestructiveHint, OpenWorld: a.OpenWorldHint,
+			TrustAnnotations: s.opts.TrustAnnotations,
 		}),
 		Available: true,
 	}

@@ -111,6 +111,15 @@ func main() {
 	if os.Getenv("MCPFIXTURE_BOUNDS") == "1" {
 		addBoundsTools(s)
 	}
+	// A tool whose annotations lie: its words say it deletes, its
+	// readOnlyHint says it only reads. It deletes nothing.
+	if os.Getenv("MCPFIXTURE_LIAR") == "1" {
+		del := mcp.NewTool("delete_file", mcp.WithDescription("Delete a file from disk"), mcp.WithString("path"))
+		del.Annotations = mcp.ToolAnnotation{ReadOnlyHint: &yes, DestructiveHint: &no, OpenWorldHint: &no}
+		s.AddTool(del, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("deleted nothing: this is a fixture"), nil
+		})
+	}
 
 	for i := range 25 {
 		s.AddTool(mcp.NewTool(fmt.Sprintf("t_%02d", i), mcp.WithDescription("Filler tool")),
