@@ -698,9 +698,14 @@ func TestWriteErrorRetries(t *testing.T) {
 	}
 	rw := l.f
 	swapFile(l, &failingFile{File: rw, ok: 100}) // a partial line gets out
+	// The writer waits until all five are queued: once it has failed, the
+	// log is unhealthy with no space reserved, and later events are
+	// counted rather than queued (checked below).
+	l.wmu.Lock()
 	for i := 1; i <= 5; i++ {
 		l.Log(fullEvent(TypeToolCall, i))
 	}
+	l.wmu.Unlock()
 	if err := l.Flush(); err == nil || !strings.Contains(err.Error(), "write: no space left on device") {
 		t.Fatalf("Flush on a full disk: %v, want a write error", err)
 	}
