@@ -756,9 +756,11 @@ func TestWriteErrorBroken(t *testing.T) {
 	}
 	rw := l.f
 	swapFile(l, &failingFile{File: rw, ok: 100, truncErr: errors.New("i/o error")})
+	l.wmu.Lock() // one group: the writer waits until all five are queued
 	for i := 1; i <= 5; i++ {
 		l.Log(fullEvent(TypeToolCall, i))
 	}
+	l.wmu.Unlock()
 	if err := l.Flush(); err == nil || !strings.Contains(err.Error(), "cutting back the partial write failed too") {
 		t.Fatalf("Flush: %v", err)
 	}
