@@ -33,6 +33,9 @@ type Config struct {
 	MCP          MCP              `toml:"mcp"`
 	Capabilities Capabilities     `toml:"capabilities"`
 	Skills       map[string]Skill `toml:"skills"`
+	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
+	// read apart from the skill tables (see takeSkillDirs).
+	SkillDirs []string `toml:"-"`
 }
 
 type Server struct {
@@ -256,6 +259,11 @@ func Parse(name string, data []byte, dir string, opts Options) (*Config, error) 
 		opts.Home, _ = os.UserHomeDir()
 	}
 	c := &Config{Path: name, Dir: dir}
+	dirs, data, err := takeSkillDirs(name, data)
+	if err != nil {
+		return nil, err
+	}
+	c.SkillDirs = dirs
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(c); err != nil {
@@ -436,6 +444,9 @@ func (c *Config) resolvePaths(home string) {
 			return p
 		}
 		return filepath.Join(c.Dir, p)
+	}
+	for i, d := range c.SkillDirs {
+		c.SkillDirs[i] = abs(d)
 	}
 	// A command is a path only when it names one; a bare name is looked up
 	// in PATH.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -117,5 +118,32 @@ func TestProviderOverridesSkillTable(t *testing.T) {
 		"[capabilities.providers.gog]\ntimeout_seconds = 5\n", nil)
 	if err == nil || !strings.Contains(err.Error(), "capabilities.providers.gog.command: required") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestSkillDirs: Ash's [skills] dirs lists directories of installed skills
+// beside the skill tables; relative ones are relative to the config.
+func TestSkillDirs(t *testing.T) {
+	c, err := parse(t, "[skills]\ndirs = [\n  \"installed\",\n  \"/opt/skills\",\n]\n[skills.tidy]\nTIDY_MODE = \"gentle\"\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.SkillDirs) != 2 || c.SkillDirs[0] != filepath.Join(c.Dir, "installed") || c.SkillDirs[1] != "/opt/skills" {
+		t.Errorf("SkillDirs = %q", c.SkillDirs)
+	}
+	if c.Skills["tidy"].Env["TIDY_MODE"] != "gentle" || len(c.Skills) != 1 {
+		t.Errorf("skills = %+v; dirs must not be read as a skill", c.Skills)
+	}
+	if c, err := parse(t, "skills.dirs = [\"a\"]\n", nil); err != nil || len(c.SkillDirs) != 1 {
+		t.Errorf("dotted skills.dirs: %v %v", c, err)
+	}
+	for src, want := range map[string]string{
+		"[server]\nlisten = \"127.0.0.1:1\"\n[skills]\ndirs = \"one\"\n": "capgate.toml:4: skills.dirs: want a list of directories (strings)",
+		// Lines after a multi-line dirs keep their numbers.
+		"[skills]\ndirs = [\n  \"a\",\n]\nbogus = 1\n": "capgate.toml:5: skills.bogus",
+	} {
+		if _, err := parse(t, src, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", src, err, want)
+		}
 	}
 }

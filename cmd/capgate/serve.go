@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -40,12 +41,19 @@ SIGINT or SIGTERM stops it gracefully.`,
 			if err != nil {
 				return usageError("%v", err)
 			}
-			for _, d := range skillsDirs {
+			for _, d := range cfg.SkillDirs {
 				// Named on purpose, so unlike a default directory it must be there.
+				if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+					return usageError("%s: skills.dirs: %s is not a directory", configPath, d)
+				}
+			}
+			for _, d := range skillsDirs {
 				if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
 					return usageError("--skills-dir %s: not a directory", d)
 				}
 			}
+			// [skills] dirs first: a --skills-dir, later, overrides them.
+			skillsDirs = append(slices.Clone(cfg.SkillDirs), skillsDirs...)
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {

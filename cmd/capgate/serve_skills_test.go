@@ -54,39 +54,70 @@ func TestServeSkillsDir(t *testing.T) {
 		t.Errorf("serve with a missing --skills-dir: %v %s", err, out)
 	}
 
-	testkit.ServeArgs(t, bin, []string{"serve", "--config", config, "--skills-dir", filepath.Join(dir, "installed")}, env...)
-	mint := exec.Command(bin, "token", "mint", "--config", config, "--sub", "alice")
-	mint.Env = append(os.Environ(), env...)
-	tok, err := mint.Output()
-	if err != nil {
+	// The installed skills come from --skills-dir, or from Ash's
+	// [skills] dirs in the config (relative to it, beside a skill table).
+	configured := filepath.Join(dir, "configured.toml")
+	addr2 := testkit.FreeAddr(t)
+	src2 := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = \"data2\"\nsocket = \"-\"\n[policy]\ngrants = [\"rye.fetch.*\"]\n"+
+		"[skills]\ndirs = [\n  \"installed\",\n]\n[skills.tidy]\nTIDY_MODE = \"gentle\"\n", addr2)
+	if err := os.WriteFile(configured, []byte(src2), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := transport.NewStreamableHTTP("http://"+addr+"/mcp",
-		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + strings.TrimSpace(string(tok))}))
-	if err != nil {
-		t.Fatal(err)
+	for _, run := range []struct {
+		name, addr, config string
+		args               []string
+	}{
+		{"flag", addr, config, []string{"--skills-dir", filepath.Join(dir, "installed")}},
+		{"config", addr2, configured, nil},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			addr, config := run.addr, run.config
+			testkit.ServeArgs(t, bin, append([]string{"serve", "--config", config}, run.args...), env...)
+			mint := exec.Command(bin, "token", "mint", "--config", config, "--sub", "alice")
+			mint.Env = append(os.Environ(), env...)
+			tok, err := mint.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, err := transport.NewStreamableHTTP("http://"+addr+"/mcp",
+				transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + strings.TrimSpace(string(tok))}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := client.NewClient(tr)
+			ctx := context.Background()
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			init := mcp.InitializeRequest{}
+			init.Params.ProtocolVersion = "2025-11-25"
+			init.Params.Capabilities.Sampling = &mcp.SamplingCapability{}
+			if _, err := c.Initialize(ctx, init); err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.ListPrompts(ctx, mcp.ListPromptsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, p := range res.Prompts {
+				got[p.Name] = p.Description
+			}
+			if got["tidy"] != "Tidy up (installed)" || got["shared"] != "Shared (workspace)" || len(got) != 2 {
+				t.Errorf("prompts = %v, want the installed tidy and the workspace's shared", got)
+			}
+		})
 	}
-	c := client.NewClient(tr)
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = "2025-11-25"
-	init.Params.Capabilities.Sampling = &mcp.SamplingCapability{}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.ListPrompts(ctx, mcp.ListPromptsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, p := range res.Prompts {
-		got[p.Name] = p.Description
-	}
-	if got["tidy"] != "Tidy up (installed)" || got["shared"] != "Shared (workspace)" || len(got) != 2 {
-		t.Errorf("prompts = %v, want the installed tidy and the workspace's shared", got)
+
+	// A [skills] dirs entry that is not there is refused too, naming it.
+	missing := filepath.Join(dir, "missing.toml")
+	os.WriteFile(missing, []byte(fmt.Sprintf("[server]\nlisten = %q\ndata_dir = \"data3\"\nsocket = \"-\"\n[skills]\ndirs = [\"gone\"]\n", testkit.FreeAddr(t))), 0o600)
+	badCtx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	bad2 := exec.CommandContext(badCtx2, bin, "serve", "--config", missing)
+	bad2.Env = append(os.Environ(), env...)
+	if out, err := bad2.CombinedOutput(); err == nil || !strings.Contains(string(out), "skills.dirs: "+filepath.Join(dir, "gone")+" is not a directory") {
+		t.Errorf("serve with a missing [skills] dirs entry: %v %s", err, out)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -104,6 +105,10 @@ func runSkillList(cmd *cobra.Command, o skillListOptions) error {
 		if cfg != nil {
 			workspace = cfg.Dir
 		}
+	}
+	if cfg != nil {
+		// [skills] dirs first: a --skills-dir, later, overrides them.
+		o.dirs = append(slices.Clone(cfg.SkillDirs), o.dirs...)
 	}
 	set, err := skills.Discover(skills.Options{Installed: o.dirs, Workspace: workspace})
 	if err != nil {
