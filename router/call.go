@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,23 +55,15 @@ type Invocation struct {
 	SideEffects []risk.SideEffect
 }
 
-// newInvocationID is unique per call: 96 random bits from the runtime's
-// ChaCha8 generator, cheaper than crypto/rand on the per-call path and
-// still unpredictable.
-func newInvocationID() string {
-	var b [4 + 24]byte
-	copy(b[:], "cap_")
-	x, y := rand.Uint64(), rand.Uint32()
-	for i := 0; i < 16; i++ {
-		b[4+i] = hexDigits[x>>(60-4*i)&0xf]
-	}
-	for i := 0; i < 8; i++ {
-		b[20+i] = hexDigits[y>>(28-4*i)&0xf]
-	}
-	return string(b[:])
+// NewInvocationID names one call (or plan) in the audit log and its
+// answer: "cap_" and 96 random bits from the runtime's ChaCha8 generator,
+// cheaper than crypto/rand on the per-call path and still unpredictable.
+func NewInvocationID() string {
+	var b [12]byte
+	binary.BigEndian.PutUint64(b[:8], rand.Uint64())
+	binary.BigEndian.PutUint32(b[8:], rand.Uint32())
+	return string(hex.AppendEncode([]byte("cap_"), b[:]))
 }
-
-const hexDigits = "0123456789abcdef"
 
 // Gate names, as they appear in denials and the audit log.
 const (
@@ -101,7 +95,7 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Result, Invocation, error) {
 	start := time.Now()
 	if req.RequestID == "" {
-		req.RequestID = newInvocationID()
+		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
 	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, ProtocolVersion: req.Protocol, RequestID: req.RequestID}
@@ -143,18 +137,21 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	return res, inv, err
 }
 
-// recoverCall is call with a panic turned into an internal error. The
-// log has the panic and its stack, never the input.
+// recoverCall is call with a panic turned into an internal error.
 func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, inv *Invocation) (res *tool.Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			r.opts.Logger.Error("tool call panicked", "tool", ev.Tool, "sub", ev.Sub, "request_id", ev.RequestID,
-				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			ev.Detail = "panic"
-			res, err = nil, &tool.Error{Code: tool.CodeInternal, Message: "internal error: the call failed inside capgate"}
-		}
-	}()
+	defer r.recovered(ev, "tool call", &err)
 	return r.call(ctx, c, req, ev, tk, inv)
+}
+
+// recovered, deferred, turns a panic into an internal error in *err. The
+// log has the panic and its stack, never the input.
+func (r *Router) recovered(ev *audit.Event, what string, err *error) {
+	if p := recover(); p != nil {
+		r.opts.Logger.Error(what+" panicked", "tool", ev.Tool, "sub", ev.Sub, "request_id", ev.RequestID,
+			"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		ev.Detail = "panic"
+		*err = &tool.Error{Code: tool.CodeInternal, Message: "internal error: the " + strings.TrimPrefix(what, "tool ") + " failed inside capgate"}
+	}
 }
 
 func isToolError(err error) bool {
@@ -187,8 +184,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	// (f) rate limit. From here on, a refusal gives the token back.
 	tok, ok := r.limits.take(c.Sub, d.ID)
 	if !ok {
-		return nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateRateLimit,
-			Message: fmt.Sprintf("rate limit reached for %s on %s", c.Sub, d.ID), Hint: "retry later"}
+		return nil, rateLimited(c, d)
 	}
 	ran := false
 	defer func() {
@@ -270,6 +266,12 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		claim = ""
 	}
 	return res, nil
+}
+
+// rateLimited is the refusal of a caller whose bucket for d is empty.
+func rateLimited(c *Caller, d *tool.Descriptor) *tool.Error {
+	return &tool.Error{Code: tool.CodeRateLimited, Gate: GateRateLimit,
+		Message: fmt.Sprintf("rate limit reached for %s on %s", c.Sub, d.ID), Hint: "retry later"}
 }
 
 // checked is what the gates that change nothing establish about a call:

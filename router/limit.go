@@ -49,13 +49,9 @@ func (l *limiter) take(sub, toolID string) (taken, bool) {
 		l.buckets[key] = b
 	}
 	l.mu.Unlock()
-	now := l.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if now.After(b.last) {
-		b.tokens = min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.perSec)
-		b.last = now
-	}
+	l.refill(b)
 	if b.tokens < 1 {
 		return taken{}, false
 	}
@@ -75,14 +71,19 @@ func (l *limiter) wouldTake(sub, toolID string) bool {
 	if !ok {
 		return l.burst >= 1
 	}
-	now := l.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tokens := b.tokens
-	if now.After(b.last) {
-		tokens = min(l.burst, tokens+now.Sub(b.last).Seconds()*l.perSec)
+	l.refill(b) // as take would: the same tokens, whenever counted
+	return b.tokens >= 1
+}
+
+// refill adds the tokens earned since the bucket was last counted; b.mu
+// is held.
+func (l *limiter) refill(b *bucket) {
+	if now := l.now(); now.After(b.last) {
+		b.tokens = min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.perSec)
+		b.last = now
 	}
-	return tokens >= 1
 }
 
 // taken is a token taken from a bucket; the zero value is none.

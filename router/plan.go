@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/capgate/capgate/audit"
@@ -101,14 +100,7 @@ func (r *Router) Plan(ctx context.Context, c *Caller, req Request) (*Plan, error
 }
 
 func (r *Router) recoverPlan(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, p *Plan) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			r.opts.Logger.Error("planning call panicked", "tool", ev.Tool, "sub", ev.Sub, "request_id", ev.RequestID,
-				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			ev.Detail = "panic"
-			err = &tool.Error{Code: tool.CodeInternal, Message: "internal error: the planning call failed inside capgate"}
-		}
-	}()
+	defer r.recovered(ev, "planning call", &err)
 	ch, err := r.check(ctx, c, req, ev, tk, false)
 	if ch.c != nil {
 		p.Guarantees.Source = ch.c.guarantee
@@ -134,8 +126,7 @@ func (r *Router) recoverPlan(ctx context.Context, c *Caller, req *Request, ev *a
 	// The rate limit, looked at: the real call would take a token here.
 	if !r.limits.wouldTake(ch.c.Sub, ch.d.ID) {
 		p.RateLimit = "limited"
-		return &tool.Error{Code: tool.CodeRateLimited, Gate: GateRateLimit,
-			Message: fmt.Sprintf("rate limit reached for %s on %s", ch.c.Sub, ch.d.ID), Hint: "retry later"}
+		return rateLimited(ch.c, ch.d)
 	}
 	p.RateLimit = "ok"
 	p.Allowed = true

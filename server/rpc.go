@@ -292,7 +292,7 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 		// A planning call answers with the decision, allowed or not: the
 		// planning itself succeeded. Nothing runs. The RPC names tools by
 		// id only: an MCP exposed name is not an id.
-		requestID := newRequestID()
+		requestID := router.NewInvocationID()
 		plan, err := h.Router.Plan(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
 			IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
 		if err != nil {

@@ -366,13 +366,6 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
-// newRequestID names one RPC call in the audit log and its answer.
-func newRequestID() string {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return "cap_" + hex.EncodeToString(b)
-}
-
 // loadSkills finds the skills (installed in dirs, user ~/.capgate/skills,
 // workspace <config dir>/skills, later overriding earlier), applies
 // [skills.NAME] and serves the enabled ones. A skill that cannot be used
