@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/capgate/capgate/internal/procs"
 )
 
 // Options tune a Log. The zero value is ready to use.
@@ -793,8 +792,6 @@ func (l *Log) io() bool {
 		l.setHealth(fmt.Errorf("audit: %s: a failed write could not be cut back off the file, so nothing more is written; move the log aside and restart", l.path))
 		return false
 	}
-	// The lock, the writes and the fsyncs block a thread in the kernel.
-	defer procs.Blocking()()
 	if _, err := lockFile(l.f, syscall.LOCK_EX); err != nil {
 		err = fmt.Errorf("audit: %s: %w", l.path, err)
 		l.setErr(err)

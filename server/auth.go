@@ -1,17 +1,14 @@
 package server
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/capgate/capgate/internal/h1"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
@@ -26,8 +23,8 @@ const metadataPath = "/.well-known/oauth-protected-resource/mcp"
 // session belongs to the subject that opened it (see sessionIDs).
 type bearerAuth struct {
 	router *router.Router
-	stream *mcpserver.StreamableHTTPServer
 	mcp    *MCP
+	next   http.Handler
 }
 
 func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -35,30 +32,12 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	a.stream.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
-}
-
-// serveH1 serves an MCP request that capgate's own HTTP/1.1 loop read:
-// the same checks as ServeHTTP, mcp-go's DNS-rebinding check included,
-// then mcp-go's transport-neutral entry point.
-func (a *bearerAuth) serveH1(w *h1.ResponseWriter, r *h1.Request) {
-	if localLoopback(r.LocalAddr) && !isLoopback(r.Host) {
-		http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
-		return
-	}
-	c, ok := a.admit(w, r.Method, r.Host, r)
-	if !ok || a.mcp.fastCall(w, c, r) {
-		return
-	}
-	a.stream.Handle(w, &mcpserver.HTTPRequest{
-		Method: r.Method, URL: &url.URL{Path: r.Path, RawQuery: r.RawQuery}, Header: r.Header(), Body: r.Body,
-		Context: WithCaller(r.Context(), c),
-	})
+	a.next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
 }
 
 // admit verifies the request's bearer token and its claim on a session;
 // when it fails it has written the answer.
-func (a *bearerAuth) admit(w http.ResponseWriter, method, host string, h interface{ Get(string) string }) (*router.Caller, bool) {
+func (a *bearerAuth) admit(w http.ResponseWriter, method, host string, h http.Header) (*router.Caller, bool) {
 	raw := bearerToken(h.Get("Authorization"))
 	c, err := a.router.Authenticate(raw)
 	if err != nil {

@@ -3,38 +3,46 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	capgate "github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/h1"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
 
-// The fast call: a plain tools/call of the stateless 2026-07-28 protocol
-// is served on the connection's goroutine, straight through the router,
-// without mcp-go's per-request session, its notification forwarder and a
-// job, each of which costs a goroutine hand-off. It takes only calls whose
-// whole answer is one JSON result: no progress token, no log level, a
-// client that declared neither sampling, elicitation nor roots (so nothing
-// can be asked of it mid-call), no requestState, no task, no Mcp-Param
-// headers. Anything else, and anything malformed, it leaves untouched to
-// mcp-go, which answers it as before, errors included. The result is built
-// as mcp-go builds it (TestFastCallMatchesMCPGo holds them together).
+// The fast call: a plain tools/call is served on the request's goroutine,
+// straight through the router, without mcp-go's per-request session, its
+// notification forwarder and a job, each of which costs a goroutine
+// hand-off. It serves both protocols: a stateless 2026-07-28 call, and a
+// call in a 2025-11-25 (or 2025-06-18) session that mcp-go opened and
+// still holds. It takes only calls whose whole answer is one JSON result:
+// no progress token, no log level (per request on 2026-07-28, set with
+// logging/setLevel on a session), a client that declared neither
+// sampling, elicitation nor roots (so nothing can be asked of it
+// mid-call), no requestState, no task, no Mcp-Param headers. Anything
+// else, and anything malformed, it leaves untouched to mcp-go, which
+// answers it as before, errors included. The result is built as mcp-go
+// builds it (TestFastCallMatchesMCPGo holds them together).
 
-// modernProtocol is the revision the fast call serves.
+// modernProtocol is the stateless revision the fast call serves.
 const modernProtocol = mcp.ProtocolVersion20260728
+
+// sessionProtocols are the session revisions whose tools/call results the
+// fast call writes as mcp-go does.
+var sessionProtocols = map[string]bool{"2025-11-25": true, "2025-06-18": true}
 
 // The members the fast call reads of a request body, in the order of
 // their values in fastCallMessage.
 var (
 	messageNames = []string{"jsonrpc", "id", "method", "params"}
-	paramsNames  = []string{"name", "arguments", "requestState", "inputResponses", "task", "_meta"}
+	paramsNames  = []string{"name", "arguments", "requestState", "inputResponses", "task", "_meta", "requestId"}
 	metaNames    = []string{"progressToken", "io.modelcontextprotocol/protocolVersion",
 		"io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/logLevel", metaMode}
 	capsNames = []string{"sampling", "elicitation", "roots"}
@@ -46,15 +54,16 @@ var (
 type fastCallMessage struct {
 	jsonrpc, id, method, params                                  []byte
 	name, arguments, requestState, inputResponses, task, meta    []byte
+	requestID                                                    []byte // of notifications/cancelled
 	progressToken, protocolVersion, clientCapabilities, logLevel []byte
 	mode                                                         []byte // capgate/mode: planning is not for the fast call
 }
 
 // read picks the message out of body; false when it is not a JSON-RPC
-// request the fast call can read with confidence.
+// message the fast call can read with confidence.
 func (msg *fastCallMessage) read(body []byte) bool {
 	var top [4][]byte
-	var params [6][]byte
+	var params [7][]byte
 	var meta [5][]byte
 	if !rawjson.Pick(body, messageNames, top[:]) || !rawjson.Pick(top[3], paramsNames, params[:]) {
 		return false
@@ -65,43 +74,90 @@ func (msg *fastCallMessage) read(body []byte) bool {
 	msg.jsonrpc, msg.id, msg.method, msg.params = top[0], top[1], top[2], top[3]
 	msg.name, msg.arguments, msg.requestState, msg.inputResponses, msg.task, msg.meta =
 		params[0], params[1], params[2], params[3], params[4], params[5]
+	msg.requestID = params[6]
 	msg.progressToken, msg.protocolVersion, msg.clientCapabilities, msg.logLevel = meta[0], meta[1], meta[2], meta[3]
 	msg.mode = meta[4]
 	return true
 }
 
-// fastCall serves r when it is a fast call, and says whether it did.
-func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) bool {
-	if r.Method != http.MethodPost || r.Get("Mcp-Method") != "tools/call" ||
-		r.Get(mcp.HeaderProtocolVersion) != modernProtocol || r.Get(mcp.HeaderLastEventID) != "" ||
-		!isJSONType(r.Get("Content-Type")) || hasParamHeader(r.Fields()) {
+// ServeHTTP serves /mcp for a caller bearerAuth admitted: a POST's body is
+// read (bounded) first, then served by the fast call when it is one, else
+// by mcp-go's streamable transport.
+func (m *MCP) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.serve(w, r, true) }
+
+// serve is ServeHTTP, with the fast call or (fast false) without.
+func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool) {
+	if r.Method == http.MethodPost {
+		body, ok := readBody(w, r, MaxRequestBytes)
+		if !ok {
+			return
+		}
+		if fast && m.fastCall(w, r, body) {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	m.stream.ServeHTTP(w, r)
+}
+
+// fastCall serves r when it is a fast call, and says whether it did. A
+// session's notifications/cancelled reaches the fast call it names here,
+// and mcp-go after.
+func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	h := r.Header
+	version := h.Get(mcp.HeaderProtocolVersion)
+	modern := version == modernProtocol
+	if (!modern && !sessionProtocols[version]) || h.Get(mcp.HeaderLastEventID) != "" ||
+		!isJSONType(h.Get("Content-Type")) || hasParamHeader(h) ||
+		(modern && h.Get("Mcp-Method") != "tools/call") {
 		return false
 	}
 	var msg fastCallMessage
-	if !msg.read(r.Body) {
+	if !msg.read(body) {
 		return false
+	}
+	var sess *liveSession
+	if !modern {
+		if sess = m.live.get(h.Get(mcpserver.HeaderKeySessionID)); sess == nil || sess.ProtocolVersion() != version {
+			return false
+		}
+		if string(msg.method) == `"notifications/cancelled"` {
+			sess.cancel(msg.requestID)
+			return false
+		}
 	}
 	name, ok := plainString(msg.name)
 	if string(msg.jsonrpc) != `"2.0"` || string(msg.method) != `"tools/call"` || !plainID(msg.id) ||
-		!ok || !plainName(name) || r.Get("Mcp-Name") != name ||
-		present(msg.requestState) || present(msg.inputResponses) || present(msg.task) ||
-		present(msg.progressToken) || present(msg.logLevel) || msg.mode != nil ||
-		string(msg.protocolVersion) != `"`+modernProtocol+`"` || !askNothing(msg.clientCapabilities) ||
+		!ok || !plainName(name) || present(msg.requestState) || present(msg.inputResponses) ||
+		present(msg.task) || present(msg.progressToken) || present(msg.logLevel) || msg.mode != nil ||
 		(present(msg.arguments) && msg.arguments[0] != '{') {
 		return false
 	}
+	if modern {
+		if h.Get("Mcp-Name") != name || string(msg.protocolVersion) != `"`+modernProtocol+`"` ||
+			!askNothing(msg.clientCapabilities) {
+			return false
+		}
+	} else if msg.protocolVersion != nil || !sess.asksNothing() {
+		return false
+	}
 	// A tool the caller may not see is not found, as mcp-go's filter has it.
+	c := CallerFrom(r.Context())
 	d, ok := m.registry.Snapshot().ByExposedName(name)
-	if !ok || !m.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
+	if c == nil || !ok || !m.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
 		return false
 	}
 	var args json.RawMessage
 	if present(msg.arguments) {
 		args = msg.arguments
 	}
-	// The call is over before the handler returns: the connection's context
-	// is enough, and spares one per request.
-	res, inv, err := m.router.Invoke(r.BaseContext(), c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + modernProtocol})
+	ctx := r.Context()
+	if sess != nil {
+		var done func()
+		ctx, done = sess.track(ctx, msg.id)
+		defer done()
+	}
+	res, inv, err := m.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + version})
 	b := make([]byte, 0, 384+len(msg.id)) // room for _meta with the invocation
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.id...)
@@ -110,10 +166,10 @@ func (m *MCP) fastCall(w http.ResponseWriter, c *router.Caller, r *h1.Request) b
 	// happens, so that nothing runs it twice.
 	var plain bool
 	if err == nil {
-		b, plain = appendPlainResult(b, res, &inv)
+		b, plain = appendPlainResult(b, res, &inv, modern)
 	}
 	if !plain {
-		b = append(b, mcpResult(res, err, inv)...)
+		b = append(b, mcpResult(res, err, inv, modern)...)
 	}
 	b = append(b, "}\n"...)
 	w.Header().Set("Content-Type", "application/json")
@@ -132,8 +188,9 @@ func plainString(v []byte) (string, bool) {
 	return string(v[1 : len(v)-1]), true
 }
 
-// mcpResult is res (or the denial err) as mcp-go writes a modern result.
-func mcpResult(res *tool.Result, err error, inv router.Invocation) []byte {
+// mcpResult is res (or the denial err) as mcp-go writes a result, of the
+// modern protocol or a session's.
+func mcpResult(res *tool.Result, err error, inv router.Invocation, modern bool) []byte {
 	var result *mcp.CallToolResult
 	if err == nil {
 		result, err = toMCPResult(res)
@@ -142,11 +199,13 @@ func mcpResult(res *tool.Result, err error, inv router.Invocation) []byte {
 		result = denial(err)
 	}
 	withInvocation(result, inv)
-	if result.ResultType == "" {
-		result.ResultType = mcp.ResultTypeComplete
-	}
-	if meta := result.EnsureResultMeta(); meta.ServerInfo() == nil {
-		meta.SetServerInfo(serverInfo)
+	if modern {
+		if result.ResultType == "" {
+			result.ResultType = mcp.ResultTypeComplete
+		}
+		if meta := result.EnsureResultMeta(); meta.ServerInfo() == nil {
+			meta.SetServerInfo(serverInfo)
+		}
 	}
 	out, err := json.Marshal(result)
 	if err != nil {
@@ -161,11 +220,11 @@ var (
 	serverInfoJSON = func() []byte { b, _ := json.Marshal(serverInfo); return b }()
 )
 
-// appendPlainResult appends res as mcp-go writes a modern result, when its
+// appendPlainResult appends res as mcp-go writes a result, when its
 // content is plain text blocks (which mcp-go would decode and encode back
 // unchanged) and its structured content an object; else it appends
 // nothing and says no.
-func appendPlainResult(b []byte, res *tool.Result, inv *router.Invocation) ([]byte, bool) {
+func appendPlainResult(b []byte, res *tool.Result, inv *router.Invocation, modern bool) ([]byte, bool) {
 	for _, c := range res.Content {
 		if !plainText(c) {
 			return b, false
@@ -179,8 +238,12 @@ func appendPlainResult(b []byte, res *tool.Result, inv *router.Invocation) ([]by
 			return b, false
 		}
 	}
-	b = append(b, `{"_meta":{"io.modelcontextprotocol/serverInfo":`...)
-	b = append(b, serverInfoJSON...)
+	b = append(b, `{"_meta":{`...)
+	if modern {
+		b = append(b, `"io.modelcontextprotocol/serverInfo":`...)
+		b = append(b, serverInfoJSON...)
+		b = append(b, ',')
+	}
 	b = appendInvocation(b, inv)
 	b = append(b, `},"content":[`...)
 	for i, c := range res.Content {
@@ -197,7 +260,10 @@ func appendPlainResult(b []byte, res *tool.Result, inv *router.Invocation) ([]by
 	if res.IsError {
 		b = append(b, `,"isError":true`...)
 	}
-	return append(b, `,"resultType":"complete"}`...), true
+	if modern {
+		b = append(b, `,"resultType":"complete"`...)
+	}
+	return append(b, '}'), true
 }
 
 // plainText says whether a content block is {"type":"text","text":"…"},
@@ -237,9 +303,9 @@ func isJSONType(ct string) bool {
 
 // hasParamHeader: a tool's x-mcp-header parameters travel in Mcp-Param-*
 // headers, which mcp-go checks against the body.
-func hasParamHeader(fields []h1.Field) bool {
-	for _, f := range fields {
-		if strings.HasPrefix(f.Name, "Mcp-Param-") {
+func hasParamHeader(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(k, "Mcp-Param-") {
 			return true
 		}
 	}
@@ -291,11 +357,10 @@ func askNothing(caps []byte) bool {
 	return rawjson.Pick(caps, capsNames, c[:]) && !present(c[0]) && !present(c[1]) && !present(c[2])
 }
 
-// appendInvocation appends withInvocation's _meta members, as JSON
-// members after a first one. The id is hex and the side effects are
+// appendInvocation appends withInvocation's _meta members. The id is hex and the side effects are
 // plainTag (appendPlainResult checks), so neither needs escaping.
 func appendInvocation(b []byte, inv *router.Invocation) []byte {
-	b = append(b, `,"capgate/invocation_id":"`...)
+	b = append(b, `"capgate/invocation_id":"`...)
 	b = append(b, inv.ID...)
 	b = append(b, `","capgate/duration_ms":`...)
 	b = strconv.AppendFloat(b, durationMS(inv.Duration), 'f', -1, 64)

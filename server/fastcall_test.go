@@ -3,10 +3,12 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/risk"
@@ -17,12 +19,12 @@ import (
 )
 
 // The fast call answers exactly as mcp-go does: the same request, sent to
-// capgate's own HTTP/1.1 loop and to the net/http handler (which always
-// goes through mcp-go), gets the same status, type and JSON; and what the
-// fast call must not take still reaches mcp-go.
+// capgate's front door and to a handler that sends every request through
+// mcp-go, gets the same status, type and JSON; and what the fast call must
+// not take still reaches mcp-go.
 func TestFastCallMatchesMCPGo(t *testing.T) {
 	s, front := open(t, "")
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(s.handler(false))
 	t.Cleanup(hs.Close)
 	tok := mint(t, token.Claims{Sub: "fast"})
 	narrow := mint(t, token.Claims{Sub: "narrow", Caps: []string{"rye.fetch.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.echo"}})
@@ -142,24 +144,127 @@ func TestAppendPlainResult(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inv := router.Invocation{ID: "cap_0123456789abcdef01234567", Duration: 1234567, SideEffects: []risk.SideEffect{risk.FSRead, "x.y"}}
-			fast, plain := appendPlainResult(nil, tc.res, &inv)
-			if plain != tc.plain {
-				t.Fatalf("plain = %v, want %v", plain, tc.plain)
-			}
-			if !plain {
-				return
-			}
-			slow, err := toMCPResult(tc.res)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slow.ResultType = mcp.ResultTypeComplete
-			withInvocation(slow, inv)
-			slow.EnsureResultMeta().SetServerInfo(serverInfo)
-			want, _ := json.Marshal(slow)
-			if !reflect.DeepEqual(decode(t, fast), decode(t, want)) {
-				t.Errorf("fast:\n%s\nmcp-go:\n%s", fast, want)
+			for _, modern := range []bool{true, false} {
+				fast, plain := appendPlainResult(nil, tc.res, &inv, modern)
+				if plain != tc.plain {
+					t.Fatalf("plain = %v, want %v", plain, tc.plain)
+				}
+				if !plain {
+					return
+				}
+				slow, err := toMCPResult(tc.res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				withInvocation(slow, inv)
+				if modern {
+					slow.ResultType = mcp.ResultTypeComplete
+					slow.EnsureResultMeta().SetServerInfo(serverInfo)
+				}
+				want, _ := json.Marshal(slow)
+				if !reflect.DeepEqual(decode(t, fast), decode(t, want)) {
+					t.Errorf("modern %v: fast:\n%s\nmcp-go:\n%s", modern, fast, want)
+				}
 			}
 		})
+	}
+}
+
+// The same in a 2025-11-25 session: a tools/call in a session mcp-go
+// opened is answered by the fast call exactly as mcp-go answers it, and a
+// session that could be asked something mid-call, or that asked for log
+// messages, is left to mcp-go.
+func TestFastCallInASessionMatchesMCPGo(t *testing.T) {
+	s, front := open(t, "")
+	hs := httptest.NewServer(s.handler(false))
+	t.Cleanup(hs.Close)
+	tok := mint(t, token.Claims{Sub: "fast"})
+	narrow := mint(t, token.Claims{Sub: "narrow", Caps: []string{"rye.fetch.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.echo"}})
+	plain := testkit.OpenSession(t, front, tok, "{}")
+	narrowSID := testkit.OpenSession(t, front, narrow, "{}")
+	sampling := testkit.OpenSession(t, front, tok, `{"sampling":{}}`)
+	leveled := testkit.OpenSession(t, front, tok, "{}")
+	if st, _, b := testkit.PostSession(t, front, tok, leveled, `{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}`); st != 200 {
+		t.Fatalf("logging/setLevel: %d %s", st, b)
+	}
+	call := func(name, args string) string {
+		return `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + name + `"` + args + `}}`
+	}
+	echo := call("fx__echo", `,"arguments":{"message":"hi"}`)
+	for _, tc := range []struct {
+		name, tok, sid, body string
+		fast                 bool
+	}{
+		{"allowed with structured content", tok, plain, echo, true},
+		{"string id", tok, plain, strings.Replace(echo, `"id":7`, `"id":"abc"`, 1), true},
+		{"denied by the policy", tok, plain, call("fx__t_00", `,"arguments":{}`), true},
+		{"input the schema refuses", tok, plain, call("fx__echo", `,"arguments":{"nope":1}`), true},
+		{"no arguments", tok, plain, call("fx__echo", ""), true},
+		{"white space everywhere", tok, plain, " " + strings.NewReplacer(`":`, `" : `, `,"`, ` , "`).Replace(echo) + "\n", true},
+		{"a tool the token hides", narrow, narrowSID, call("fx__t_00", `,"arguments":{}`), false},
+		{"an unknown tool", tok, plain, call("fx__nope", `,"arguments":{}`), false},
+		{"a progress token", tok, plain, call("fx__echo", `,"arguments":{"message":"hi"},"_meta":{"progressToken":"p1"}`), false},
+		{"a client that can sample", tok, sampling, echo, false},
+		{"a session that asked for logs", tok, leveled, echo, false},
+		{"a modern _meta", tok, plain, call("fx__echo", `,"arguments":{"message":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`), false},
+		{"a name twice", tok, plain, strings.Replace(echo, `"name":"fx__echo"`, `"name":"fx__t_00","name":"fx__echo"`, 1), false},
+		{"another subject's session", narrow, plain, echo, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.MCP.fastCalls.Load()
+			st1, ct1, b1 := testkit.PostSession(t, front, tc.tok, tc.sid, tc.body)
+			took := s.MCP.fastCalls.Load() - before
+			st2, ct2, b2 := testkit.PostSession(t, hs.URL, tc.tok, tc.sid, tc.body)
+			if took != map[bool]int64{true: 1, false: 0}[tc.fast] {
+				t.Errorf("fast call taken %d times, want fast=%v", took, tc.fast)
+			}
+			if st1 != st2 || ct1 != ct2 {
+				t.Errorf("front: %d %s; mcp-go: %d %s", st1, ct1, st2, ct2)
+			}
+			if st1 != http.StatusOK {
+				if !bytes.Equal(b1, b2) {
+					t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
+				}
+				return
+			}
+			d1, d2 := decode(t, b1), decode(t, b2)
+			for _, d := range [][]any{d1, d2} {
+				sameInvocation(t, d)
+			}
+			if !reflect.DeepEqual(d1, d2) {
+				t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
+			}
+		})
+	}
+}
+
+// A session's notifications/cancelled ends the fast call it names.
+func TestFastCallInASessionCancelled(t *testing.T) {
+	s, front := open(t, "")
+	tok := mint(t, token.Claims{Sub: "fast"})
+	sid := testkit.OpenSession(t, front, tok, "{}")
+	before := s.MCP.fastCalls.Load()
+	done := make(chan string, 1)
+	deadline := time.After(30 * time.Second)
+	go func() {
+		// Three steps of a minute each, unless cancelled.
+		_, _, b := testkit.PostSession(t, front, tok, sid, `{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"fx__slow","arguments":{"delay_ms":60000}}}`)
+		done <- string(b)
+	}()
+	for {
+		select {
+		case got := <-done:
+			if !strings.Contains(got, `"isError":true`) || s.MCP.fastCalls.Load()-before != 1 {
+				t.Errorf("the cancelled call answered %s (fast calls %d)", got, s.MCP.fastCalls.Load()-before)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+			// The call may not have started yet: cancel until it ends.
+			if st, _, b := testkit.PostSession(t, front, tok, sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":41,"reason":"enough"}}`); st != http.StatusAccepted {
+				t.Fatalf("notifications/cancelled: %d %s", st, b)
+			}
+		case <-deadline:
+			t.Fatal("the call was not cancelled")
+		}
 	}
 }

@@ -30,6 +30,7 @@ type MCP struct {
 	relay    relay
 
 	fastCalls atomic.Int64 // tools/call served by fastCall
+	live      liveSessions // mcp-go's sessions, for the fast call
 	// stream is the streamable-HTTP transport, one for every way in, so
 	// that sessions and streams are shared.
 	stream   *mcpserver.StreamableHTTPServer
@@ -62,6 +63,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 	hooks.AddAfterListResourceTemplates(m.filterTemplates)
 	hooks.AddAfterSubscribe(m.subscribed)
 	hooks.AddAfterUnsubscribe(m.unsubscribed)
+	m.live.hook(hooks)
 	m.srv = mcpserver.NewMCPServer(serverInfo.Name, serverInfo.Version,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithResourceCapabilities(true, true),
@@ -78,8 +80,10 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 		mcpserver.WithInstructions("capgate routes every tool call through its capability policy. A denied call returns a result whose text names the code, the capability string that was missing and what would allow it."),
 	)
 	m.sessions = newSessionIDs()
+	// The front door checks the Host of loopback requests for every path
+	// (rejectRebinding): mcp-go need not do it again.
 	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),
-		mcpserver.WithSessionIdManagerResolver(m.sessions))
+		mcpserver.WithSessionIdManagerResolver(m.sessions), mcpserver.WithDisableLocalhostProtection(true))
 	m.sync(reg.Snapshot())
 	reg.Watch(m.sync)
 	m.startRelay(reg)
@@ -276,9 +280,13 @@ func rawArguments(req mcp.CallToolRequest) json.RawMessage {
 }
 
 // relayLog passes an upstream's log message to the client of the call,
-// at the level that client asked for.
+// at the level that client asked for: on 2026-07-28 in the request, in a
+// session with logging/setLevel (a session that never asked gets none).
 func (m *MCP) relayLog(ctx context.Context, params json.RawMessage) {
 	if ctx == nil {
+		return
+	}
+	if s := m.live.of(ctx); s != nil && !s.leveled.Load() {
 		return
 	}
 	var n mcp.LoggingMessageNotification

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
@@ -97,12 +98,11 @@ func servePanicky(t *testing.T) (*Server, string, *syncBuffer) {
 		t.Fatal(err)
 	}
 	s.MCP = NewMCP(s.Router, s.Registry)
-	s.auth = &bearerAuth{router: s.Router, stream: s.MCP.stream, mcp: s.MCP}
 	return s, listen(t, s), logs
 }
 
 // TestPanicInACall: a source that panics mid-call, reached over /rpc, the
-// fast MCP call and mcp-go's path (its job goroutine), ends as an
+// fast MCP call (stateless and in a session) and mcp-go's path (its job goroutine), ends as an
 // internal_error result that the audit file records; the server serves
 // the next call; the log has the panic and its stack, not the input.
 func TestPanicInACall(t *testing.T) {
@@ -110,8 +110,6 @@ func TestPanicInACall(t *testing.T) {
 	tok := mint(t, token.Claims{Sub: "alice"})
 	secretInput := `{"how":"panic","note":"input-secret-8c1f"}`
 
-	// A connection per request: one that has served /rpc stays with
-	// net/http, and the fast call is only on capgate's own loop.
 	do := func(req *http.Request) string {
 		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 		if err != nil {
@@ -136,6 +134,12 @@ func TestPanicInACall(t *testing.T) {
 		req.Header.Set("Mcp-Name", "px__boom")
 		return do(req)
 	}
+	sid := testkit.OpenSession(t, url, tok, "{}")
+	sessionCall := func(args string) string {
+		body := `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"px__boom","arguments":` + args + `}}`
+		_, _, b := testkit.PostSession(t, url, tok, sid, body)
+		return string(b)
+	}
 	rpcCall := func(args string) string {
 		body := `{"jsonrpc":"2.0","id":1,"method":"capability.invoke","params":{"context_token":"` + tok +
 			`","capability":"mcp:px:boom","input":` + args + `}}`
@@ -152,6 +156,7 @@ func TestPanicInACall(t *testing.T) {
 	}{
 		{"rpc", rpcCall, `"code":"internal_error"`, `"ok":true`, 0},
 		{"fast call", func(a string) string { return mcpCall(a, false) }, `internal_error: internal error`, `"text":"fine"`, 1},
+		{"fast call in a session", sessionCall, `internal_error: internal error`, `"text":"fine"`, 1},
 		{"mcp-go job", func(a string) string { return mcpCall(a, true) }, `internal_error: internal error`, `fine`, 0},
 	} {
 		before := s.MCP.fastCalls.Load()
@@ -185,10 +190,10 @@ func TestPanicInACall(t *testing.T) {
 			panics++
 		}
 	}
-	if panics != 3 {
-		t.Errorf("the audit file records %d panicked calls, want 3:\n%s", panics, b)
+	if panics != 4 {
+		t.Errorf("the audit file records %d panicked calls, want 4:\n%s", panics, b)
 	}
-	if l := logs.String(); strings.Count(l, "tool call panicked") != 3 || !strings.Contains(l, "assignment to entry in nil map") ||
+	if l := logs.String(); strings.Count(l, "tool call panicked") != 4 || !strings.Contains(l, "assignment to entry in nil map") ||
 		!strings.Contains(l, "panicky.Call") || strings.Contains(l, "input-secret") {
 		t.Errorf("the log:\n%s", l)
 	}

@@ -11,13 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -25,8 +22,6 @@ import (
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/internal/h1"
-	"github.com/capgate/capgate/internal/rawconn"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
@@ -58,7 +53,6 @@ type Server struct {
 	HS256 bool
 
 	logger *slog.Logger
-	auth   *bearerAuth // guards /mcp, for net/http and the h1 loop alike
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -127,7 +121,6 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
 	s.MCP = NewMCP(s.Router, s.Registry)
-	s.auth = &bearerAuth{router: s.Router, stream: s.MCP.stream, mcp: s.MCP}
 	if err := s.loadSkills(opts.SkillsDirs); err != nil {
 		return nil, err
 	}
@@ -254,17 +247,6 @@ func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []by
 	return secret, path, nil
 }
 
-// Handler serves MCP at /mcp (with its protected-resource metadata) and
-// the capability RPC at /rpc.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.auth)
-	mux.Handle(metadataPath, metadataHandler())
-	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
-	mux.Handle("/rpc", &RPC{Router: s.Router})
-	return mux
-}
-
 // ServeStdio serves one MCP client over in and out as the caller whose
 // token is raw (or the anonymous caller), until ctx ends or in closes.
 func (s *Server) ServeStdio(ctx context.Context, raw string, in io.Reader, out io.Writer) error {
@@ -275,76 +257,6 @@ func (s *Server) ServeStdio(ctx context.Context, raw string, in io.Reader, out i
 	stdio := mcpserver.NewStdioServer(s.MCP.Server())
 	stdio.SetContextFunc(func(ctx context.Context) context.Context { return WithCaller(ctx, c) })
 	return stdio.Listen(ctx, in, out)
-}
-
-// Serve listens on the config's TCP address and Unix socket until ctx
-// ends, then shuts down gracefully: in-flight requests get grace to
-// finish. ready, when not nil, is called with the bound addresses.
-//
-// On TCP, capgate's own HTTP/1.1 loop (internal/h1) serves /mcp and hands
-// every other connection to net/http; socket reads and writes are raw
-// system calls (internal/rawconn). Both spare the thread wake-ups that
-// cost more than a tool call's routing.
-func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) error {
-	h := s.Handler()
-	ln, err := net.Listen("tcp", s.Config.Server.Listen)
-	if err != nil {
-		return err
-	}
-	front := &h1.Server{
-		Match: func(method, path string) bool {
-			return path == "/mcp" && (method == http.MethodPost || method == http.MethodGet || method == http.MethodDelete)
-		},
-		Handler:  s.auth.serveH1,
-		Fallback: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
-	}
-	type server struct {
-		serve    func() error
-		shutdown func(context.Context) error
-	}
-	servers := []server{{func() error { return front.Serve(ln) }, func(ctx context.Context) error {
-		ln.Close()
-		return front.Shutdown(ctx)
-	}}}
-	socket := ""
-	if s.Config.Server.Socket != "-" {
-		socket = s.Config.Server.Socket
-		_ = os.Remove(socket) // a stale socket from a previous run
-		uln, err := net.Listen("unix", socket)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("rpc socket: %w", err)
-		}
-		_ = os.Chmod(socket, 0o600)
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, server{func() error { return hs.Serve(rawconn.Listener{Listener: uln}) }, hs.Shutdown})
-	}
-	if ready != nil {
-		ready(ln.Addr().String(), socket)
-	}
-	errc := make(chan error, len(servers))
-	var wg sync.WaitGroup
-	for _, srv := range servers {
-		wg.Go(func() {
-			if err := srv.serve(); !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		})
-	}
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, srv := range servers {
-		_ = srv.shutdown(shut)
-	}
-	wg.Wait()
-	if socket != "" {
-		_ = os.Remove(socket)
-	}
-	return err
 }
 
 // Close stops the sources, flushes the audit log and closes the store.

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/internal/procs"
 	"github.com/capgate/capgate/server"
 )
 
@@ -68,7 +67,6 @@ SIGINT or SIGTERM stops it gracefully.`,
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			go procs.New(logger).Run(ctx)
 			srv, err := server.Open(ctx, cfg, server.Options{Logger: logger, SkillsDirs: skillsDirs})
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}

@@ -24,7 +24,6 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/harden"
-	"github.com/capgate/capgate/internal/h1"
 	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
@@ -36,20 +35,14 @@ const Protocol = "2025-11-25"
 
 // pooledTransport keeps enough idle connections per upstream that
 // concurrent calls reuse them: net/http's default of two per host makes most calls
-// under load open a new TCP connection. Plain-HTTP upstreams are spoken
-// to by internal/h1, on the calling goroutine; https and proxies by
-// net/http.
+// under load open a new TCP connection.
 var (
-	pooledTransport = &h1.Transport{
-		MaxIdlePerHost: 128,
-		IdleTimeout:    90 * time.Second,
-		Fallback: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			MaxIdleConns:        512,
-			MaxIdleConnsPerHost: 128,
-			IdleConnTimeout:     90 * time.Second,
-			ForceAttemptHTTP2:   true,
-		},
+	pooledTransport = &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		MaxIdleConns:        512,
+		MaxIdleConnsPerHost: 128,
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   true,
 	}
 	pooledClient = &http.Client{Transport: pooledTransport}
 )

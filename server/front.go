@@ -1,0 +1,184 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// The front door is one net/http server for TCP and one for the Unix
+// socket, with the same handler: every request passes the same admission
+// middleware, in one order (recovery, the DNS-rebinding check, then per
+// route the bearer token and the body limit), before /mcp's fast call,
+// mcp-go or the capability RPC sees it.
+
+// Limits of the front door. The header deadline is absolute (net/http
+// sets it once per request), so a client trickling bytes cannot hold a
+// connection past it. Bodies get their own deadline, set when a handler
+// starts reading and cleared after, because a server-wide ReadTimeout
+// would also end the long-lived streams of GET /mcp.
+const (
+	readHeaderTimeout = 10 * time.Second
+	bodyTimeout       = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+	// MaxRequestBytes bounds one request body on /mcp and /rpc; a larger
+	// one gets 413 before capgate reads it.
+	MaxRequestBytes = 8 << 20
+)
+
+// Handler serves MCP at /mcp (with its protected-resource metadata) and
+// the capability RPC at /rpc.
+func (s *Server) Handler() http.Handler { return s.handler(true) }
+
+// handler is Handler, with the fast call or (fast false) every MCP request
+// through mcp-go: the fast call's reference in tests.
+func (s *Server) handler(fast bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", &bearerAuth{router: s.Router, mcp: s.MCP, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.MCP.serve(w, r, fast)
+	})})
+	mux.Handle(metadataPath, metadataHandler())
+	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
+	mux.Handle("/rpc", &RPC{Router: s.Router})
+	return recoverPanics(s.logger, rejectRebinding(mux))
+}
+
+// newHTTPServer is the front door's net/http server over h.
+func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve listens on the config's TCP address and Unix socket until ctx
+// ends, then shuts down gracefully: in-flight requests get grace to
+// finish. ready, when not nil, is called with the bound addresses.
+func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) error {
+	h := s.Handler()
+	ln, err := net.Listen("tcp", s.Config.Server.Listen)
+	if err != nil {
+		return err
+	}
+	listeners := []net.Listener{ln}
+	socket := ""
+	if s.Config.Server.Socket != "-" {
+		socket = s.Config.Server.Socket
+		_ = os.Remove(socket) // a stale socket from a previous run
+		uln, err := net.Listen("unix", socket)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("rpc socket: %w", err)
+		}
+		_ = os.Chmod(socket, 0o600)
+		listeners = append(listeners, uln)
+	}
+	if ready != nil {
+		ready(ln.Addr().String(), socket)
+	}
+	servers := make([]*http.Server, len(listeners))
+	errc := make(chan error, len(listeners))
+	var wg sync.WaitGroup
+	for i, l := range listeners {
+		servers[i] = newHTTPServer(h, s.logger)
+		wg.Go(func() {
+			if err := servers[i].Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		})
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(shut)
+	}
+	wg.Wait()
+	if socket != "" {
+		_ = os.Remove(socket)
+	}
+	return err
+}
+
+// recoverPanics answers a request whose handler panicked with 500 and logs
+// the panic, so one bad request costs its own connection at most. A tool
+// that panics is caught earlier, by the router, which audits it.
+func recoverPanics(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			p := recover()
+			if p == nil || p == http.ErrAbortHandler {
+				if p != nil {
+					panic(p)
+				}
+				return
+			}
+			logger.Error("http handler panicked", "method", r.Method, "path", r.URL.Path,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			http.Error(w, "500 internal error", http.StatusInternalServerError)
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// rejectRebinding refuses, as mcp-go does, a request that came in on a
+// loopback address naming another host: a web page whose DNS name was
+// rebound to 127.0.0.1 must not reach a local capgate.
+func rejectRebinding(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && localLoopback(a) && !isLoopback(r.Host) {
+			http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// readBody reads r's body up to limit bytes within bodyTimeout. A body
+// announced or found larger gets 413 and ok false, having read at most
+// limit+1 bytes; so does one that cannot be read.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
+	if r.ContentLength > limit {
+		tooLarge(w, limit)
+		return nil, false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	n := r.ContentLength
+	if n < 0 || n > 64<<10 {
+		n = 0 // unknown or large: grow as it comes, not as announced
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		tooLarge(w, limit)
+		return nil, false
+	case err != nil:
+		http.Error(w, "400 bad request: the body could not be read: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+func tooLarge(w http.ResponseWriter, limit int64) {
+	w.Header().Set("Connection", "close")
+	http.Error(w, fmt.Sprintf("413 request body too large: capgate takes at most %d bytes", limit), http.StatusRequestEntityTooLarge)
+}
