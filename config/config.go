@@ -44,6 +44,12 @@ type Server struct {
 	// Socket is the Unix socket the capability RPC also listens on; default
 	// <data_dir>/rpc.sock, "-" for none.
 	Socket string `toml:"socket"`
+	// HeaderTimeout is how long a client has to send a request's headers,
+	// counted from its first byte: a client trickling bytes is cut then.
+	HeaderTimeout Duration `toml:"header_timeout"` // default 10s
+	// MaxRequestBytes bounds one request body on /mcp and /rpc; a larger
+	// one is answered 413 before it is read.
+	MaxRequestBytes ByteSize `toml:"max_request_bytes"` // default 8 MiB
 }
 
 type Auth struct {
@@ -211,6 +217,8 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 const (
 	DefaultListen          = "127.0.0.1:8787"
 	DefaultDataDir         = "~/.local/share/capgate"
+	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultMaxRequestBytes = 8 << 20
 	DefaultSecretEnv       = "CAPGATE_TOKEN_SECRET"
 	DefaultAudience        = "capgate"
 	DefaultExtTimeout      = 30 * time.Second
@@ -342,6 +350,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Server.DataDir == "" {
 		c.Server.DataDir = DefaultDataDir
+	}
+	if c.Server.HeaderTimeout == 0 {
+		c.Server.HeaderTimeout = Duration(DefaultHeaderTimeout)
+	}
+	if c.Server.MaxRequestBytes == 0 {
+		c.Server.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if c.Auth.SecretEnv == "" {
 		c.Auth.SecretEnv = DefaultSecretEnv

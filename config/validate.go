@@ -111,6 +111,10 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		}
 	}
 	passEnv("extensions.env", c.Extensions.Env)
+	size("server.max_request_bytes", c.Server.MaxRequestBytes)
+	if c.Server.HeaderTimeout < 0 {
+		fail("server.header_timeout", "must be positive, for example \"10s\"")
+	}
 	size("extensions.max_output_bytes", c.Extensions.MaxOutputBytes)
 	size("capabilities.max_output_bytes", c.Capabilities.MaxOutputBytes)
 	size("mcp.max_result_bytes", c.MCP.MaxResultBytes)

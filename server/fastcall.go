@@ -83,12 +83,13 @@ func (msg *fastCallMessage) read(body []byte) bool {
 // ServeHTTP serves /mcp for a caller bearerAuth admitted: a POST's body is
 // read (bounded) first, then served by the fast call when it is one, else
 // by mcp-go's streamable transport.
-func (m *MCP) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.serve(w, r, true) }
+func (m *MCP) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.serve(w, r, true, MaxRequestBytes) }
 
-// serve is ServeHTTP, with the fast call or (fast false) without.
-func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool) {
+// serve is ServeHTTP with a body limit, and the fast call or (fast false)
+// not.
+func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int64) {
 	if r.Method == http.MethodPost {
-		body, ok := readBody(w, r, MaxRequestBytes)
+		body, ok := readBody(w, r, limit)
 		if !ok {
 			return
 		}

@@ -26,14 +26,34 @@ import (
 // starts reading and cleared after, because a server-wide ReadTimeout
 // would also end the long-lived streams of GET /mcp.
 const (
-	readHeaderTimeout = 10 * time.Second
-	bodyTimeout       = 30 * time.Second
-	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 64 << 10
-	// MaxRequestBytes bounds one request body on /mcp and /rpc; a larger
-	// one gets 413 before capgate reads it.
+	bodyTimeout    = 30 * time.Second
+	idleTimeout    = 2 * time.Minute
+	maxHeaderBytes = 64 << 10
+	// MaxRequestBytes bounds one request body on /mcp and /rpc unless
+	// Limits say otherwise; a larger one gets 413 before capgate reads it.
 	MaxRequestBytes = 8 << 20
 )
+
+// Limits are the front door's bounds ([server] header_timeout and
+// max_request_bytes); zero values take the defaults.
+type Limits struct {
+	HeaderTimeout   time.Duration // default 10s
+	MaxRequestBytes int64         // default MaxRequestBytes
+}
+
+func (l Limits) headerTimeout() time.Duration {
+	if l.HeaderTimeout > 0 {
+		return l.HeaderTimeout
+	}
+	return 10 * time.Second
+}
+
+func (l Limits) maxRequestBytes() int64 {
+	if l.MaxRequestBytes > 0 {
+		return l.MaxRequestBytes
+	}
+	return MaxRequestBytes
+}
 
 // Handler serves MCP at /mcp (with its protected-resource metadata) and
 // the capability RPC at /rpc.
@@ -42,24 +62,25 @@ func (s *Server) Handler() http.Handler { return s.handler(true) }
 // handler is Handler, with the fast call or (fast false) every MCP request
 // through mcp-go: the fast call's reference in tests.
 func (s *Server) handler(fast bool) http.Handler {
+	max := s.Limits.maxRequestBytes()
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", &bearerAuth{router: s.Router, mcp: s.MCP, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.MCP.serve(w, r, fast)
+		s.MCP.serve(w, r, fast, max)
 	})})
 	mux.Handle(metadataPath, metadataHandler())
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
-	mux.Handle("/rpc", &RPC{Router: s.Router})
+	mux.Handle("/rpc", &RPC{Router: s.Router, MaxBody: max})
 	return recoverPanics(s.logger, rejectRebinding(mux))
 }
 
 // newHTTPServer is the front door's net/http server over h.
-func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: s.Limits.headerTimeout(),
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}
 }
 
@@ -92,7 +113,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 	errc := make(chan error, len(listeners))
 	var wg sync.WaitGroup
 	for i, l := range listeners {
-		servers[i] = newHTTPServer(h, s.logger)
+		servers[i] = s.newHTTPServer(h)
 		wg.Go(func() {
 			if err := servers[i].Serve(l); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err

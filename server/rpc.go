@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -26,9 +25,6 @@ const (
 	rpcInvalidParams  = -32602
 	rpcInternalError  = -32603
 )
-
-// maxRPCBody bounds one request.
-const maxRPCBody = 4 << 20
 
 type rpcRequest struct {
 	JSONRPC string          `json:"jsonrpc"`
@@ -70,6 +66,10 @@ type rpcResponse struct {
 // RPC serves the capability RPC over HTTP (POST).
 type RPC struct {
 	Router *router.Router
+	// MaxBody bounds a request body (default MaxRequestBytes). The token
+	// travels in the body (Ash's context_token), so the body is read,
+	// within this bound, before the caller is known.
+	MaxBody int64
 }
 
 type rpcMethod func(h *RPC, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
@@ -87,9 +87,12 @@ func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the capability RPC takes POST", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRPCBody))
-	if err != nil {
-		writeRPC(w, rpcResponse{ID: json.RawMessage("null"), Error: &rpcError{Code: rpcInvalidRequest, Message: "request body too large or unreadable"}})
+	limit := h.MaxBody
+	if limit <= 0 {
+		limit = MaxRequestBytes
+	}
+	body, ok := readBody(w, r, limit)
+	if !ok {
 		return
 	}
 	writeRPC(w, h.handle(r, body))

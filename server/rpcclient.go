@@ -57,6 +57,10 @@ func NewRPCClient(endpoint string) (*RPCClient, error) {
 	return c, nil
 }
 
+// maxRPCAnswer bounds what the client reads of one answer: results are
+// bounded by the sources' limits, well below it.
+const maxRPCAnswer = 64 << 20
+
 // Call sends one request. An error answer is returned as *RPCError.
 func (c *RPCClient) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.id.Add(1), "method": method, "params": params})
@@ -73,7 +77,7 @@ func (c *RPCClient) Call(ctx context.Context, method string, params any) (json.R
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRPCBody))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRPCAnswer))
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +86,7 @@ func (c *RPCClient) Call(ctx context.Context, method string, params any) (json.R
 		Error  *RPCError       `json:"error"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("%s answered %s, not JSON-RPC", c.url, resp.Status)
+		return nil, fmt.Errorf("%s answered %s, not JSON-RPC: %s", c.url, resp.Status, bytes.TrimSpace(b[:min(len(b), 200)]))
 	}
 	if out.Error != nil {
 		return nil, out.Error

@@ -51,6 +51,8 @@ type Server struct {
 	SecretSource string
 	// HS256 says whether HS256 tokens are accepted (see config.Auth.HS256).
 	HS256 bool
+	// Limits bound the front door's requests.
+	Limits Limits
 
 	logger *slog.Logger
 	cancel context.CancelFunc
@@ -65,7 +67,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
 	}
-	s := &Server{Config: cfg, logger: opts.Logger, done: make(chan struct{})}
+	s := &Server{Config: cfg, logger: opts.Logger, done: make(chan struct{}), Limits: Limits{
+		HeaderTimeout: cfg.Server.HeaderTimeout.Std(), MaxRequestBytes: int64(cfg.Server.MaxRequestBytes),
+	}}
 	defer func() {
 		if err != nil {
 			s.Close()
