@@ -141,16 +141,6 @@ func TestRPCTakesIDsOnly(t *testing.T) {
 	}
 }
 
-// mustRun runs the capgate CLI with the server's secret and returns stdout.
-func mustRun(t *testing.T, s *served, args ...string) string {
-	t.Helper()
-	out, errb, code := s.run(t, []string{"CAPGATE_TOKEN_SECRET=" + s.secret}, args...)
-	if code != 0 {
-		t.Fatalf("capgate %v: %d %s", args, code, errb)
-	}
-	return out
-}
-
 // TestResultsCarryInvocation: every call's result says what happened (its
 // invocation id, duration and the tool's declared side effects), through
 // the RPC (raw and the CLI), mcp-go's MCP path on both protocols and the
