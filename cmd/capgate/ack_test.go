@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
 )
 
 // TestServeElevatedGrantNeedsAcknowledge: Rye denies an elevated grant
@@ -30,34 +31,30 @@ acknowledge = ["elevated"]
 `)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	mint := func(sub string, extra ...string) string {
-		args := append([]string{"token", "mint", "--config", s.config, "--sub", sub, "--chat-type", "private"}, extra...)
-		out, errb, code := s.run(t, []string{"CAPGATE_TOKEN_SECRET=" + s.secret}, args...)
-		if code != 0 {
-			t.Fatalf("mint %s: %s", sub, errb)
-		}
-		return strings.TrimSpace(out)
+	mint := func(sub string, c token.Claims) string {
+		c.Sub, c.ChatType = sub, "private"
+		return s.cg.Token(t, c)
 	}
 	echo := map[string]any{"message": "hi"}
 
-	text, isErr := callTool(ctx, t, s.mcpAs(t, mint("bob")), "fy__echo", echo)
+	text, isErr := callTool(ctx, t, s.mcpAs(t, mint("bob", token.Claims{})), "fy__echo", echo)
 	if !isErr || !strings.Contains(text, "permission_denied") || !strings.Contains(text, `acknowledge \"elevated\"`) ||
 		!strings.Contains(text, "rye.execute.tool.mcp.*") {
 		t.Errorf("bob, elevated grant not acknowledged: %.400s; want permission_denied naming the grant and the tier to acknowledge", text)
 	}
-	text, isErr = callTool(ctx, t, s.mcpAs(t, mint("alice")), "fy__echo", echo)
+	text, isErr = callTool(ctx, t, s.mcpAs(t, mint("alice", token.Claims{})), "fy__echo", echo)
 	if isErr || !strings.Contains(text, "hi") {
 		t.Errorf("alice, elevated acknowledged: %.400s", text)
 	}
 	// The ack claim narrows: the grant that stood on elevated falls with it.
-	text, isErr = callTool(ctx, t, s.mcpAs(t, mint("alice", "--ack", "write")), "fy__echo", echo)
+	text, isErr = callTool(ctx, t, s.mcpAs(t, mint("alice", token.Claims{Ack: []string{"write"}})), "fy__echo", echo)
 	if !isErr || !strings.Contains(text, "permission_denied") || !strings.Contains(text, `acknowledge \"elevated\"`) ||
 		!strings.Contains(text, "ack claim") {
 		t.Errorf("alice, token ack without elevated: %.400s; want permission_denied naming the ack claim", text)
 	}
 	// Token caps in an unacknowledged tier are dropped likewise; fx is
 	// granted by the policy to everyone, the caps alone are elevated.
-	text, isErr = callTool(ctx, t, s.mcpAs(t, mint("bob", "--caps", "rye.fetch.*", "--caps", "rye.execute.tool.mcp.*")), "fx__echo", echo)
+	text, isErr = callTool(ctx, t, s.mcpAs(t, mint("bob", token.Claims{Caps: []string{"rye.fetch.*", "rye.execute.tool.mcp.*"}})), "fx__echo", echo)
 	if !isErr || !strings.Contains(text, "permission_denied") || !strings.Contains(text, `acknowledge \"elevated\"`) {
 		t.Errorf("bob, elevated caps not acknowledged: %.400s", text)
 	}

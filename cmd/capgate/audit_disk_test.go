@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -34,15 +33,8 @@ func TestServeAuditDiskFull(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", disk).Run() })
 
-	s := &served{bin: testkit.Build(t, capgatePkg), dir: t.TempDir(), addr: testkit.FreeAddr(t), secret: "serve-test-secret-value-9f8e7d"}
-	s.config = filepath.Join(s.dir, "capgate.toml")
 	auditPath := filepath.Join(disk, "audit.jsonl")
-	src := fmt.Sprintf(`
-[server]
-listen = %q
-data_dir = "data"
-socket = "-"
-
+	s := fromCapgate(testkit.StartCapgate(t, testkit.Capgate{Secret: "serve-test-secret-value-9f8e7d", Config: fmt.Sprintf(`
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.mcp.fx.*"]
 
@@ -57,11 +49,8 @@ command = %q
 
 [mcp.servers.fx.tools.t_00]
 risk = "LOW"
-`, s.addr, auditPath, testkit.Build(t, testkit.MCPFixture))
-	if err := os.WriteFile(s.config, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	stderr := startServeLogged(t, s)
+`, auditPath, testkit.Build(t, testkit.MCPFixture))}))
+	stderr := s.logs
 	tok := s.mint(t, "alice", "private")
 
 	call := func(c *http.Client) (requestID, code, gate string) {
@@ -185,61 +174,6 @@ risk = "LOW"
 	if want := fmt.Sprintf("%s: %d lines, chain intact", auditPath, lines); code2 != 0 || !strings.HasPrefix(out, want) {
 		t.Errorf("audit verify: %d %q %q, want %q", code2, out, errb, want)
 	}
-}
-
-// startServeLogged starts s's `capgate serve` and returns its stderr so far.
-func startServeLogged(t *testing.T, s *served) (stderr func() string) {
-	t.Helper()
-	cmd := exec.Command(s.bin, "serve", "--config", s.config)
-	cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+s.secret)
-	var mu sync.Mutex
-	var errb bytes.Buffer
-	cmd.Stderr = lockedWriter{&mu, &errb}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s.cmd = cmd
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	stderr = func() string { mu.Lock(); defer mu.Unlock(); return errb.String() }
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "a dev token") {
-				ready <- true
-			}
-		}
-		close(ready)
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatalf("capgate serve exited:\n%s", stderr())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("capgate serve did not start:\n%s", stderr())
-	}
-	return stderr
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
 
 // fillDisk writes path until its filesystem is full.

@@ -36,10 +36,7 @@ func startHostile(t *testing.T) (*served, func() string) {
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
-	s := &served{bin: testkit.Build(t, capgatePkg), dir: t.TempDir(), addr: testkit.FreeAddr(t), secret: "hostile-test-secret-value-3a9b7c"}
-	s.socket = filepath.Join(s.dir, "rpc.sock")
-	s.config = filepath.Join(s.dir, "capgate.toml")
-	pack := filepath.Join(s.dir, "packs", "leaky")
+	pack := filepath.Join(t.TempDir(), "packs", "leaky")
 	if err := os.MkdirAll(pack, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -53,12 +50,7 @@ commands:
 	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src := fmt.Sprintf(`
-[server]
-listen = %q
-data_dir = "data"
-socket = %q
-
+	s := fromCapgate(testkit.StartCapgate(t, testkit.Capgate{Socket: true, Secret: "hostile-test-secret-value-3a9b7c", Config: fmt.Sprintf(`
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.mcp.hx.*", "rye.execute.tool.bridge.gog.*", "rye.execute.tool.ext.tools.leaky.*"]
 
@@ -76,13 +68,8 @@ risk = "LOW"
 [mcp.servers.hx.tools.quiet]
 risk = "LOW"
 side_effects = []
-`, s.addr, s.socket, filepath.Dir(pack), testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture))
-	if err := os.WriteFile(s.config, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs func() string
-	s.cmd, _, logs = testkit.ServeLogged(t, s.bin, s.config, "CAPGATE_TOKEN_SECRET="+s.secret)
-	return s, logs
+`, filepath.Dir(pack), testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture))}))
+	return s, s.logs
 }
 
 // hostileClients are real MCP clients of s: over streamable HTTP, through

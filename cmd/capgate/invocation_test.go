@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
 )
 
 // rpcCall posts one JSON-RPC request to serve's /rpc and decodes the answer.
@@ -97,8 +98,7 @@ func TestRPCTakesIDsOnly(t *testing.T) {
 	}
 
 	// A tool the caller may not fetch: the same answer as a missing one.
-	narrow := strings.TrimSpace(mustRun(t, s, "token", "mint", "--config", s.config, "--ash", "--sub", "carol",
-		"--chat-type", "private", "--caps", "rye.execute.tool.mcp.fx.echo"))
+	narrow := s.cg.Token(t, token.Claims{Sub: "carol", ChatType: "private", Caps: []string{"rye.execute.tool.mcp.fx.echo"}})
 	_, hidden := s.rpcCall(t, "capability.invoke", map[string]any{"context_token": narrow, "capability": "fx__t_00", "input": map[string]any{}})
 	_, missing := s.rpcCall(t, "capability.invoke", map[string]any{"context_token": narrow, "capability": "fx__t_99", "input": map[string]any{}})
 	if hidden != nil && missing != nil { // each call has its own id
@@ -112,8 +112,7 @@ func TestRPCTakesIDsOnly(t *testing.T) {
 	// List, then invoke each listed id with each of its operations. The
 	// token may see everything and run nothing, so no tool runs: every
 	// answer must be the capability gate's, never not-found.
-	seer := strings.TrimSpace(mustRun(t, s, "token", "mint", "--config", s.config, "--ash", "--sub", "dave",
-		"--chat-type", "private", "--caps", "rye.fetch.*"))
+	seer := s.cg.Token(t, token.Claims{Sub: "dave", ChatType: "private", Caps: []string{"rye.fetch.*"}})
 	res, e := s.rpcCall(t, "capability.list", map[string]any{"context_token": seer, "include_unavailable": true})
 	if e != nil {
 		t.Fatalf("list: %+v", e)
@@ -140,16 +139,6 @@ func TestRPCTakesIDsOnly(t *testing.T) {
 	if n < 10 {
 		t.Errorf("only %d operations listed", n)
 	}
-}
-
-// mustRun runs the capgate CLI with the server's secret and returns stdout.
-func mustRun(t *testing.T, s *served, args ...string) string {
-	t.Helper()
-	out, errb, code := s.run(t, []string{"CAPGATE_TOKEN_SECRET=" + s.secret}, args...)
-	if code != 0 {
-		t.Fatalf("capgate %v: %d %s", args, code, errb)
-	}
-	return out
 }
 
 // TestResultsCarryInvocation: every call's result says what happened (its

@@ -45,12 +45,10 @@ func startSecretsServe(t *testing.T, auth string, env ...string) *secretsServe {
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
-	s := &secretsServe{served: &served{bin: testkit.Build(t, capgatePkg), dir: t.TempDir(), addr: testkit.FreeAddr(t), secret: masterHex}}
-	s.config = filepath.Join(s.dir, "capgate.toml")
-	s.extEnv = filepath.Join(s.dir, "ext.env")
-	s.bridgeCapture = filepath.Join(s.dir, "bridge.json")
-	s.mcpEnv = filepath.Join(s.dir, "mcp.json")
-	pack := filepath.Join(s.dir, "ext", "envpack")
+	// The files serve's subprocesses report to, and the extension pack.
+	own := t.TempDir()
+	s := &secretsServe{extEnv: filepath.Join(own, "ext.env"), bridgeCapture: filepath.Join(own, "bridge.json"), mcpEnv: filepath.Join(own, "mcp.json")}
+	pack := filepath.Join(own, "ext", "envpack")
 	if err := os.MkdirAll(pack, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -70,18 +68,18 @@ commands:
     side_effects: []
 `, 0o644)
 	write(filepath.Join(pack, "env.sh"), "#!/bin/sh\ncat >/dev/null\nenv > \"$EXT_ENV_FILE\"\necho '{\"ok\": true}'\n", 0o755)
-	write(s.config, fmt.Sprintf(`
-[server]
-listen = %q
-data_dir = "data"
-socket = "-"
-%s
+	env = append([]string{
+		"CAPGATE_STORE_KEY=" + storeKeyHex, "HOST_SECRET=" + hostSecret, "OPERATOR_PASS=" + operatorPass,
+		"EXT_ENV_FILE=" + s.extEnv, "BRIDGE_FIXTURE_CAPTURE=" + s.bridgeCapture,
+	}, env...)
+	// The token secret is the test's to give (in env) or withhold.
+	cg := testkit.StartCapgate(t, testkit.Capgate{Secret: masterHex, NoSecret: true, Env: env, Config: fmt.Sprintf(`%s
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.bridge.gog.*", "rye.execute.tool.mcp.fx.*", "rye.execute.tool.ext.*"]
 acknowledge = ["elevated"]
 
 [extensions]
-paths = ["ext"]
+paths = [%q]
 env = ["OPERATOR_PASS", "EXT_ENV_FILE"]
 
 [capabilities.providers.gog]
@@ -94,13 +92,9 @@ command = %q
 [mcp.servers.fx.env]
 FIXTURE_ENV_FILE = %q
 OPERATOR_VALUE = "${OPERATOR_PASS:-unset}"
-`, s.addr, auth, testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture), s.mcpEnv), 0o600)
-	env = append([]string{
-		"CAPGATE_STORE_KEY=" + storeKeyHex, "HOST_SECRET=" + hostSecret, "OPERATOR_PASS=" + operatorPass,
-		"EXT_ENV_FILE=" + s.extEnv, "BRIDGE_FIXTURE_CAPTURE=" + s.bridgeCapture,
-	}, env...)
-	var banner string
-	s.cmd, banner = testkit.Serve(t, s.bin, s.config, env...)
+`, auth, filepath.Dir(pack), testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture), s.mcpEnv)})
+	s.served = fromCapgate(cg)
+	banner := cg.Banner
 	for _, secret := range []string{masterHex, storeKeyHex, hostSecret} {
 		if strings.Contains(banner, secret) {
 			t.Errorf("the banner shows a secret:\n%s", banner)

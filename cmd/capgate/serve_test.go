@@ -21,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
 )
 
 const capgatePkg = "github.com/capgate/capgate/cmd/capgate"
@@ -30,22 +31,12 @@ type served struct {
 	bin, config, dir, addr, socket, secret string
 	cmd                                    *exec.Cmd
 	logs                                   func() string // what serve has logged so far (startServe)
+	cg                                     *testkit.Served
 }
 
 func startServe(t *testing.T, extra string) *served {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("runs capgate serve")
-	}
-	s := &served{bin: testkit.Build(t, capgatePkg), dir: t.TempDir(), addr: testkit.FreeAddr(t), secret: "serve-test-secret-value-9f8e7d"}
-	s.socket = filepath.Join(s.dir, "rpc.sock")
-	s.config = filepath.Join(s.dir, "capgate.toml")
-	src := fmt.Sprintf(`
-[server]
-listen = %q
-data_dir = "data"
-socket = %q
-
+	cg := testkit.StartCapgate(t, testkit.Capgate{Socket: true, Secret: "serve-test-secret-value-9f8e7d", Config: fmt.Sprintf(`
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.bridge.gog.*", "rye.execute.tool.mcp.fx.*"]
 
@@ -59,17 +50,18 @@ command = %q
 risk = "LOW"
 [mcp.servers.fx.tools.t_02]
 risk = "CRITICAL"
-%s`, s.addr, s.socket, testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture), extra)
-	if err := os.WriteFile(s.config, []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var banner string
-	s.cmd, banner, s.logs = testkit.ServeLogged(t, s.bin, s.config, "CAPGATE_TOKEN_SECRET="+s.secret)
-	if !strings.Contains(banner, "http://"+s.addr+"/rpc") || !strings.Contains(banner, "unix://"+s.socket) ||
-		!strings.Contains(banner, "$CAPGATE_TOKEN_SECRET") || strings.Contains(banner, s.secret) {
-		t.Errorf("banner:\n%s", banner)
+%s`, testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture), extra)})
+	s := fromCapgate(cg)
+	if !strings.Contains(cg.Banner, "http://"+s.addr+"/rpc") || !strings.Contains(cg.Banner, "unix://"+s.socket) ||
+		!strings.Contains(cg.Banner, "$CAPGATE_TOKEN_SECRET") || strings.Contains(cg.Banner, s.secret) {
+		t.Errorf("banner:\n%s", cg.Banner)
 	}
 	return s
+}
+
+// fromCapgate is the served view of a testkit.StartCapgate server.
+func fromCapgate(cg *testkit.Served) *served {
+	return &served{bin: cg.Bin, config: cg.ConfigPath, dir: cg.Dir, addr: cg.Addr, socket: cg.Socket, secret: cg.Secret, cmd: cg.Cmd, logs: cg.Logs, cg: cg}
 }
 
 // run runs the capgate CLI with env added and returns stdout, stderr and
@@ -92,11 +84,7 @@ func (s *served) run(t *testing.T, env []string, args ...string) (string, string
 
 func (s *served) mint(t *testing.T, sub, chat string) string {
 	t.Helper()
-	out, errb, code := s.run(t, []string{"CAPGATE_TOKEN_SECRET=" + s.secret}, "token", "mint", "--config", s.config, "--ash", "--sub", sub, "--chat-type", chat)
-	if code != 0 {
-		t.Fatalf("mint: %s", errb)
-	}
-	return strings.TrimSpace(out)
+	return s.cg.Token(t, token.Claims{Sub: sub, ChatType: chat})
 }
 
 // as runs `capgate capability ...` with tok against the HTTP endpoint.

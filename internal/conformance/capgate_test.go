@@ -3,8 +3,6 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -28,15 +26,7 @@ func TestConformanceThroughCapgate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dir := t.TempDir()
-	addr := testkit.FreeAddr(t)
-	cfg := filepath.Join(dir, "capgate.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
-[server]
-listen = %q
-data_dir = "data"
-socket = "-"
-
+	cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "conformance-secret", Config: fmt.Sprintf(`
 [auth.anonymous]
 sub = "conformance"
 grants = ["rye.*"]
@@ -45,9 +35,8 @@ acknowledge = ["unrestricted", "elevated"]
 [mcp.servers.fx]
 url = %q
 prefix = ""
-`, addr, fx)), 0o600)
-	testkit.Serve(t, testkit.Build(t, "github.com/capgate/capgate/cmd/capgate"), cfg, "CAPGATE_TOKEN_SECRET=conformance-secret")
-	proxied, err := Run(ctx, t, "http://"+addr+"/mcp")
+`, fx)})
+	proxied, err := Run(ctx, t, cg.URL+"/mcp")
 	if err != nil {
 		t.Fatal(err)
 	}

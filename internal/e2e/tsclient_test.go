@@ -9,7 +9,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -17,7 +16,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,7 +26,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -426,34 +423,18 @@ func runTSClientBadToken(t *testing.T, dir, url, token string) *badTokenReport {
 type capgate struct {
 	bin, config, secret string
 	url                 string // the MCP endpoint from the banner
-	stdout, stderr      *syncBuffer
 }
 
 var mcpLine = regexp.MustCompile(`^\s+MCP\s+(http://\S+/mcp)\s*$`)
 
-// startCapgate writes a config with the MCP fixture as upstream "fx", starts
-// `capgate serve` on it and waits for the banner's MCP line. The server is
+// startCapgate starts `capgate serve` on a config with the MCP fixture as
+// upstream "fx" and reads the MCP endpoint off its banner. The server is
 // stopped at cleanup: SIGTERM, then SIGKILL after 10 s.
 func startCapgate(t *testing.T) *capgate {
 	t.Helper()
-	bin := testkit.Build(t, "github.com/capgate/capgate/cmd/capgate")
-	fixture := testkit.Build(t, testkit.MCPFixture)
-	dir := t.TempDir()
-	addr := testkit.FreeAddr(t)
 	key := make([]byte, 32)
 	rand.Read(key)
-	cg := &capgate{
-		bin:    bin,
-		config: filepath.Join(dir, "capgate.toml"),
-		secret: hex.EncodeToString(key),
-		stdout: &syncBuffer{},
-		stderr: &syncBuffer{},
-	}
-	conf := fmt.Sprintf(`[server]
-listen = %q
-data_dir = %q
-socket = "-"
-
+	s := testkit.StartCapgate(t, testkit.Capgate{Secret: hex.EncodeToString(key), Config: fmt.Sprintf(`
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.slow"]
 
@@ -468,74 +449,23 @@ risk = "LOW"
 
 [mcp.servers.fx.tools.t_00]
 risk = "LOW"
-`, addr, filepath.Join(dir, "data"), fixture)
-	if err := os.WriteFile(cg.config, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	cmd := exec.Command(bin, "serve", "--config", cg.config)
-	cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+cg.secret)
-	// Its own process group, so that cleanup can end the upstream servers
-	// it started too, should it leave any behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stderr = cg.stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			cg.stdout.Write([]byte(line + "\n"))
-			if m := mcpLine.FindStringSubmatch(line); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
+`, testkit.Build(t, testkit.MCPFixture))})
+	t.Cleanup(func() { s.Stop(t) })
+	cg := &capgate{bin: s.Bin, config: s.ConfigPath, secret: s.Secret}
+	for _, line := range strings.Split(s.Banner, "\n") {
+		if m := mcpLine.FindStringSubmatch(line); m != nil {
+			cg.url = m[1]
+			break
 		}
-		io.Copy(cg.stdout, stdout)
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("capgate serve did not stop within 10 s of SIGTERM; killing it")
-			cmd.Process.Kill()
-			<-exited
-		}
-		if syscall.Kill(-cmd.Process.Pid, 0) == nil {
-			t.Logf("capgate serve left processes of its group running; killing them")
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-		if t.Failed() {
-			t.Logf("capgate serve (%v)\nstdout:\n%s\nstderr:\n%s", waitErr, cg.stdout, cg.stderr)
-		}
-	})
-
-	select {
-	case cg.url = <-found:
-	case <-exited:
-		t.Fatalf("capgate serve ended (%v) before its banner named an MCP endpoint\nstdout:\n%s\nstderr:\n%s",
-			waitErr, cg.stdout, cg.stderr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("capgate serve printed no MCP endpoint within 30 s\nstdout:\n%s\nstderr:\n%s", cg.stdout, cg.stderr)
 	}
-	if want := "http://" + addr + "/mcp"; cg.url != want {
+	if cg.url == "" {
+		t.Fatalf("capgate serve's banner named no MCP endpoint:\n%s", s.Banner)
+	}
+	if want := s.URL + "/mcp"; cg.url != want {
 		t.Errorf("the banner's MCP endpoint is %s, want %s", cg.url, want)
 	}
-	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
-		t.Fatalf("the banner named %s, but %s does not accept connections: %v", cg.url, addr, err)
+	if c, err := net.DialTimeout("tcp", s.Addr, 5*time.Second); err != nil {
+		t.Fatalf("the banner named %s, but %s does not accept connections: %v", cg.url, s.Addr, err)
 	} else {
 		c.Close()
 	}
@@ -565,22 +495,4 @@ func (cg *capgate) mintWith(t *testing.T, secret string, args ...string) string 
 		t.Fatalf("capgate token mint %v printed no token (stderr: %s)", args, errb.String())
 	}
 	return lines[len(lines)-1]
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -132,9 +133,21 @@ func ServeLogged(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, s
 // other flags.
 func ServeArgs(tb testing.TB, bin string, args []string, env ...string) (*exec.Cmd, string, func() string) {
 	tb.Helper()
+	return start(tb, bin, args, false, env...)
+}
+
+// start runs bin with args and env added, waits for serve's banner (up to
+// 30 s) and returns the process, the banner and a reader of its stderr.
+// With group it runs in its own process group, which cleanup kills whole
+// (the upstreams serve started too) and logs serve's output if tb failed.
+func start(tb testing.TB, bin string, args []string, group bool, env ...string) (*exec.Cmd, string, func() string) {
+	tb.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	var stderr strings.Builder
+	if group {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	var stderr, out strings.Builder
 	var mu sync.Mutex
 	cmd.Stderr = writerFunc(func(b []byte) (int, error) {
 		mu.Lock()
@@ -148,25 +161,38 @@ func ServeArgs(tb testing.TB, bin string, args []string, env ...string) (*exec.C
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
+	errText := func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
 	tb.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
+			if group {
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			} else {
+				cmd.Process.Kill()
+			}
 			cmd.Wait()
+		} else if group {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what serve left behind
+		}
+		if group && tb.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			tb.Logf("capgate serve stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
 		}
 	})
 	ready := make(chan string, 1)
 	go func() {
 		defer close(ready) // the process ended before its banner
-		var banner strings.Builder
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			banner.WriteString(sc.Text() + "\n")
+			mu.Lock()
+			out.WriteString(sc.Text() + "\n")
+			banner := out.String()
+			mu.Unlock()
 			if strings.Contains(sc.Text(), "a dev token") {
-				ready <- banner.String()
+				ready <- banner
 			}
 		}
 	}()
-	errText := func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
 	select {
 	case banner, ok := <-ready:
 		if !ok {

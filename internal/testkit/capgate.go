@@ -1,0 +1,125 @@
+package testkit
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/token"
+)
+
+// CapgatePkg is the import path of the capgate command.
+const CapgatePkg = "github.com/capgate/capgate/cmd/capgate"
+
+// DefaultSecret is the token secret StartCapgate gives serve when
+// Capgate.Secret is empty.
+const DefaultSecret = "testkit-token-secret-value-5c1d8e"
+
+// Capgate configures StartCapgate: one `capgate serve` on its own temp dir.
+type Capgate struct {
+	// Config is capgate.toml after the [server] table, which StartCapgate
+	// writes: listen on a free loopback port, data_dir "data", the socket.
+	Config string
+	// Socket serves the capability RPC on Dir/rpc.sock too; without it
+	// socket = "-".
+	Socket bool
+	// Secret is the token secret serve reads from $CAPGATE_TOKEN_SECRET and
+	// Token mints with; empty is DefaultSecret.
+	Secret string
+	// NoSecret leaves $CAPGATE_TOKEN_SECRET to Env (a test of where serve
+	// finds its key); Token then mints with Secret all the same.
+	NoSecret bool
+	Env      []string // added to serve's environment, after the secret
+	Args     []string // serve's flags after --config
+}
+
+// Served is a running `capgate serve` that StartCapgate started.
+type Served struct {
+	Bin        string // the capgate binary
+	Dir        string // the temp dir holding the config and data_dir "data"
+	ConfigPath string
+	Addr       string // host:port serve listens on
+	URL        string // "http://" + Addr
+	Socket     string // the Unix socket, or "" without Capgate.Socket
+	Secret     string // the token secret (the text given to serve)
+	Banner     string // serve's stdout up to its "a dev token" line
+	Cmd        *exec.Cmd
+
+	logs func() string
+}
+
+// StartCapgate builds capgate once, writes the config into a temp dir,
+// starts `capgate serve` in its own process group and waits for its banner.
+// Cleanup kills the process group unless the test stopped serve.
+func StartCapgate(tb testing.TB, c Capgate) *Served {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("runs capgate serve")
+	}
+	s := &Served{Bin: Build(tb, CapgatePkg), Dir: tb.TempDir(), Addr: FreeAddr(tb), Secret: c.Secret}
+	if s.Secret == "" {
+		s.Secret = DefaultSecret
+	}
+	s.URL = "http://" + s.Addr
+	s.ConfigPath = filepath.Join(s.Dir, "capgate.toml")
+	socket := "-"
+	if c.Socket {
+		s.Socket = filepath.Join(s.Dir, "rpc.sock")
+		socket = s.Socket
+	}
+	src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = \"data\"\nsocket = %q\n\n%s", s.Addr, socket, c.Config)
+	if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	var env []string
+	if !c.NoSecret {
+		env = append(env, "CAPGATE_TOKEN_SECRET="+s.Secret)
+	}
+	env = append(env, c.Env...)
+	s.Cmd, s.Banner, s.logs = start(tb, s.Bin, append([]string{"serve", "--config", s.ConfigPath}, c.Args...), true, env...)
+	return s
+}
+
+// Logs is what serve has logged (its stderr) so far.
+func (s *Served) Logs() string { return s.logs() }
+
+// Token mints an Ash context token for c with the key serve verifies with.
+func (s *Served) Token(tb testing.TB, c token.Claims) string {
+	tb.Helper()
+	return Mint(tb, s.Secret, c)
+}
+
+// Mint mints an Ash context token for c, the secret read as serve reads
+// $CAPGATE_TOKEN_SECRET (hex, base64url or text).
+func Mint(tb testing.TB, secret string, c token.Claims) string {
+	tb.Helper()
+	raw, err := token.Mint(token.ParseSecret(secret), c, token.MintOptions{Ash: true})
+	if err != nil {
+		tb.Fatalf("mint a token for %q: %v", c.Sub, err)
+	}
+	return raw
+}
+
+// Stop sends serve SIGTERM and waits for it, up to 10 s; then it kills it
+// and fails the test. It returns what Wait returned.
+func (s *Served) Stop(tb testing.TB) error {
+	tb.Helper()
+	s.Cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- s.Cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		tb.Errorf("capgate serve did not stop within 10 s of SIGTERM; killing it")
+		s.Kill()
+		return <-done
+	}
+}
+
+// Kill kills serve's process group: serve and any upstream it started.
+func (s *Served) Kill() { syscall.Kill(-s.Cmd.Process.Pid, syscall.SIGKILL) }
