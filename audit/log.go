@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
 )
 
 // Options tune a Log. The zero value is ready to use.
