@@ -23,7 +23,9 @@ func newBenchCmd() *cobra.Command {
 tool through capgate (--through), both over streamable HTTP, interleaved in one
 run, at each --concurrency: p50 and p99 latency and calls per second
 (concurrency / mean latency) for each path. With --pid (capgate's process on
-this host) it also reports capgate's CPU time per call, from /proc.
+this host) it also reports capgate's CPU time per call, from /proc. --protocol
+pins the MCP revision: 2025-11-25 is what most clients negotiate today (a
+session), 2026-07-28 is stateless.
 
 The token for capgate comes from --token, else CAPGATE_TOKEN.`,
 		Example: `  capgate bench --direct http://127.0.0.1:9000/mcp --direct-tool t_00 \
@@ -60,6 +62,7 @@ The token for capgate comes from --token, else CAPGATE_TOKEN.`,
 	f.IntVar(&o.Calls, "calls", 2000, "calls per path at each concurrency")
 	f.IntSliceVar(&o.Concurrency, "concurrency", []int{1, 16}, "concurrency levels")
 	f.IntVar(&o.PID, "pid", 0, "capgate's process id, for its CPU time per call")
+	f.StringVar(&o.Protocol, "protocol", "", "the MCP revision to pin: 2025-11-25 (sessions) or 2026-07-28 (stateless); default the newest both sides speak")
 	return cmd
 }
 

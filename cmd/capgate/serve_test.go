@@ -294,6 +294,18 @@ func TestBench(t *testing.T) {
 	if len(rows) != 2 || !regexp.MustCompile(`(?m)^4\s+direct\s+40\s+0\s`).MatchString(out) {
 		t.Errorf("bench output:\n%s", out)
 	}
+	// Pinned to the session protocol, and to one it does not speak.
+	out, errb, code = s.run(t, []string{"CAPGATE_TOKEN=" + tok}, "bench", "--protocol", "2025-11-25",
+		"--direct", "http://"+upstream+"/mcp", "--direct-tool", "t_00",
+		"--through", "http://"+s.addr+"/mcp", "--through-tool", "up__t_00", "--calls", "40", "--concurrency", "4")
+	if code != 0 || !regexp.MustCompile(`(?m)^4\s+capgate\s+40\s+0\s`).MatchString(out) {
+		t.Errorf("bench --protocol 2025-11-25: %d\n%s%s", code, out, errb)
+	}
+	if _, errb, code = s.run(t, nil, "bench", "--protocol", "2024-01-01", "--direct", "http://"+upstream+"/mcp",
+		"--direct-tool", "t_00", "--through", "http://"+s.addr+"/mcp", "--through-tool", "up__t_00"); code == 0 ||
+		!strings.Contains(errb, `protocol "2024-01-01"`) {
+		t.Errorf("bench --protocol 2024-01-01: %d %s", code, errb)
+	}
 }
 
 // checkRelayed checks that c is served the conformance fixture's resources,

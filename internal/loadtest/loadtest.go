@@ -37,6 +37,9 @@ type Options struct {
 	Concurrency     []int
 	// PID is capgate's process on this host, for its CPU time; 0 skips it.
 	PID int
+	// Protocol is the MCP revision both clients pin: 2025-11-25 (a
+	// session), 2026-07-28 (stateless); "" lets them negotiate the newest.
+	Protocol string
 }
 
 // Stats are one target's numbers at one concurrency.
@@ -72,12 +75,15 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		return nil, fmt.Errorf("input: %w", err)
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 90 * time.Second}}
-	direct, err := dial(ctx, o.Direct, hc)
+	if o.Protocol != "" && !mcp.IsValidProtocolVersion(o.Protocol) {
+		return nil, fmt.Errorf("protocol %q: not a revision this client speaks (%s)", o.Protocol, strings.Join(mcp.ValidProtocolVersions, ", "))
+	}
+	direct, err := dial(ctx, o.Direct, hc, o.Protocol)
 	if err != nil {
 		return nil, fmt.Errorf("direct %s: %w", o.Direct.URL, err)
 	}
 	defer direct.Close()
-	through, err := dial(ctx, o.Through, hc)
+	through, err := dial(ctx, o.Through, hc, o.Protocol)
 	if err != nil {
 		return nil, fmt.Errorf("through capgate %s: %w", o.Through.URL, err)
 	}
@@ -102,7 +108,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	return out, nil
 }
 
-func dial(ctx context.Context, t Target, hc *http.Client) (*client.Client, error) {
+func dial(ctx context.Context, t Target, hc *http.Client, protocol string) (*client.Client, error) {
 	opts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(hc)}
 	if t.Token != "" {
 		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + t.Token}))
@@ -111,12 +117,18 @@ func dial(ctx context.Context, t Target, hc *http.Client) (*client.Client, error
 	if err != nil {
 		return nil, err
 	}
-	c := client.NewClient(tr)
+	var copts []client.ClientOption
+	if protocol == "" {
+		protocol = mcp.LATEST_PROTOCOL_VERSION
+	} else {
+		copts = append(copts, client.WithProtocolVersion(protocol))
+	}
+	c := client.NewClient(tr, copts...)
 	if err := c.Start(ctx); err != nil {
 		return nil, err
 	}
 	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ProtocolVersion = protocol
 	init.Params.ClientInfo = mcp.Implementation{Name: "capgate-bench", Version: "1"}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		c.Close()
