@@ -50,6 +50,10 @@ type Server struct {
 	// MaxRequestBytes bounds one request body on /mcp and /rpc; a larger
 	// one is answered 413 before it is read.
 	MaxRequestBytes ByteSize `toml:"max_request_bytes"` // default 8 MiB
+	// DrainDelay is how long, after SIGTERM, /readyz answers 503 while
+	// capgate still serves, so that a balancer stops sending it calls
+	// before it closes its listeners. Default 0: stop at once.
+	DrainDelay Duration `toml:"drain_delay"`
 }
 
 type Auth struct {

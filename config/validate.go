@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/risk"
@@ -112,6 +113,9 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	}
 	passEnv("extensions.env", c.Extensions.Env)
 	size("server.max_request_bytes", c.Server.MaxRequestBytes)
+	if c.Server.DrainDelay < 0 || c.Server.DrainDelay.Std() > 5*time.Minute {
+		fail("server.drain_delay", "must be between 0s and 5m, for example \"5s\"")
+	}
 	if c.Server.HeaderTimeout < 0 {
 		fail("server.header_timeout", "must be positive, for example \"10s\"")
 	}

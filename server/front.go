@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -39,6 +40,9 @@ const (
 type Limits struct {
 	HeaderTimeout   time.Duration // default 10s
 	MaxRequestBytes int64         // default MaxRequestBytes
+	// DrainDelay: after Serve's context ends, /readyz fails this long
+	// while everything else is still served, then the listeners close.
+	DrainDelay time.Duration
 }
 
 func (l Limits) headerTimeout() time.Duration {
@@ -70,6 +74,8 @@ func (s *Server) handler(fast bool) http.Handler {
 	mux.Handle(metadataPath, metadataHandler())
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
 	mux.Handle("/rpc", &RPC{Router: s.Router, MaxBody: max})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.readyz)
 	return recoverPanics(s.logger, rejectRebinding(mux))
 }
 
@@ -122,6 +128,16 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 	}
 	select {
 	case <-ctx.Done():
+		// Not ready from now on; still serving until the balancer has
+		// seen it.
+		s.draining.Store(true)
+		if d := s.Limits.DrainDelay; d > 0 {
+			s.logger.Info("draining: /readyz fails, calls are still served", "for", d)
+			select {
+			case <-time.After(d):
+			case err = <-errc:
+			}
+		}
 	case err = <-errc:
 	}
 	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -202,4 +218,28 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte,
 func tooLarge(w http.ResponseWriter, limit int64) {
 	w.Header().Set("Connection", "close")
 	http.Error(w, fmt.Sprintf("413 request body too large: capgate takes at most %d bytes", limit), http.StatusRequestEntityTooLarge)
+}
+
+// readyz answers 200 when this capgate can serve calls: not draining, its
+// catalog loaded, its store answering and its audit log writable; else
+// 503 naming what is wrong. It needs no token: balancers ask it.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	var why string
+	switch {
+	case s.draining.Load():
+		why = "draining: shutting down"
+	case s.Registry.Snapshot() == nil:
+		why = "the catalog is not loaded yet"
+	case s.Store.Ping(ctx) != nil:
+		why = "the store does not answer"
+	case s.Audit.Healthy() != nil:
+		why = "the audit log cannot record calls"
+	}
+	if why != "" {
+		http.Error(w, "503 not ready: "+why, http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ready\n")
 }

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -54,9 +55,10 @@ type Server struct {
 	// Limits bound the front door's requests.
 	Limits Limits
 
-	logger *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
+	logger   *slog.Logger
+	draining atomic.Bool // /readyz fails: Serve is shutting down
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // Open builds every part cfg names. Close releases them.
@@ -69,6 +71,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 	}
 	s := &Server{Config: cfg, logger: opts.Logger, done: make(chan struct{}), Limits: Limits{
 		HeaderTimeout: cfg.Server.HeaderTimeout.Std(), MaxRequestBytes: int64(cfg.Server.MaxRequestBytes),
+		DrainDelay: cfg.Server.DrainDelay.Std(),
 	}}
 	defer func() {
 		if err != nil {

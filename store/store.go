@@ -157,6 +157,16 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	return s, nil
 }
 
+// Ping says whether the store answers a query: what a replica's
+// readiness reports.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	if err := s.ops.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
 // Close closes the databases.
 func (s *Store) Close() error {
 	var errs []error

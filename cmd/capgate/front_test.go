@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,4 +178,52 @@ func TestFrontSurvivesDescriptorExhaustion(t *testing.T) {
 		}
 	}
 	t.Fatalf("serve did not serve again after its descriptors were freed: %v\n%s", last, logs())
+}
+
+// /healthz and /readyz answer without a token; after SIGTERM, /readyz
+// fails for drain_delay while calls are still served, then serve exits.
+func TestFrontHealthAndDrain(t *testing.T) {
+	s := testkit.StartCapgate(t, testkit.Capgate{Config: "drain_delay = \"3s\"\n" + frontConfig})
+	get := func(path string) (int, string) {
+		resp, err := http.Get(s.URL + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, b := get("/healthz"); st != 200 || b != "ok\n" {
+		t.Errorf("/healthz: %d %q", st, b)
+	}
+	if st, b := get("/readyz"); st != 200 || b != "ready\n" {
+		t.Errorf("/readyz: %d %q", st, b)
+	}
+	exited := make(chan error, 1)
+	s.Cmd.Process.Signal(syscall.SIGTERM)
+	go func() { exited <- s.Cmd.Wait() }()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		st, b := get("/readyz")
+		if st == http.StatusServiceUnavailable && strings.Contains(b, "draining") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz after SIGTERM: %d %q", st, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Still serving while the balancer notices.
+	tok := s.Token(t, token.Claims{Sub: "alice"})
+	if st, _, b := testkit.PostMCP(t, s.URL, tok, "nope", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`); !strings.Contains(string(b), "'nope' not found") {
+		t.Errorf("a call while draining: %d %s", st, b)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("serve exited with %v\n%s", err, s.Logs())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not exit after draining\n%s", s.Logs())
+	}
 }
