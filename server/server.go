@@ -97,6 +97,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 		}
 		s.SecretSource += "JWKS " + cfg.Auth.JWKSFile
 	}
+	if err := oidcOptions(ctx, cfg, &vopts, opts.Logger, &s.SecretSource); err != nil {
+		return nil, err
+	}
 	// Bridge providers' keys are derived from the token key, or without
 	// HS256 from a key of this process's own that never leaves it: no
 	// front door accepts a token signed with either.
@@ -259,8 +262,12 @@ func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []by
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.auth)
-	mux.Handle(metadataPath, metadataHandler())
-	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
+	issuer := ""
+	if o := s.Config.Auth.OIDC; o != nil {
+		issuer = o.Issuer
+	}
+	mux.Handle(metadataPath, metadataHandler(issuer))
+	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(issuer))
 	mux.Handle("/rpc", &RPC{Router: s.Router})
 	return mux
 }
