@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -51,5 +52,20 @@ func TestServeExpiredToken(t *testing.T) {
 	}
 	if code, www := postInitialize(t, "http://"+s.addr, fresh); code != http.StatusOK {
 		t.Errorf("fresh token: %d, WWW-Authenticate %q", code, www)
+	}
+
+	// Without an OIDC issuer no OAuth flow could end in a token capgate
+	// takes: the metadata names no authorization server.
+	resp, err := http.Get("http://" + s.addr + "/.well-known/oauth-protected-resource/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var meta map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&meta); err != nil || meta["resource"] != "http://"+s.addr+"/mcp" {
+		t.Fatalf("metadata %v: %v", meta, err)
+	}
+	if as, ok := meta["authorization_servers"]; ok {
+		t.Errorf("metadata without an issuer lists authorization_servers %v", as)
 	}
 }
