@@ -60,6 +60,12 @@ type Auth struct {
 	SecretEnv string `toml:"secret_env"` // default CAPGATE_TOKEN_SECRET
 	Audience  string `toml:"audience"`   // default capgate
 	JWKSFile  string `toml:"jwks_file"`
+	// JWKSURL is a JWKS fetched over HTTP(S) and refreshed (hourly, and on
+	// an unknown kid at most once a minute).
+	JWKSURL string `toml:"jwks_url"`
+	// OIDC takes the keys from an OpenID provider's discovery document and
+	// requires its tokens to name it as iss and capgate as aud.
+	OIDC *OIDC `toml:"oidc"`
 	// AllowHS256 says whether HS256 tokens (the shared secret, or the
 	// development key capgate makes) are accepted. Unset: yes without a
 	// JWKS, no with one; a JWKS deployment takes both only when asked.
@@ -72,7 +78,13 @@ func (a *Auth) HS256() bool {
 	if a.AllowHS256 != nil {
 		return *a.AllowHS256
 	}
-	return a.JWKSFile == ""
+	return a.JWKSFile == "" && a.JWKSURL == "" && a.OIDC == nil
+}
+
+// OIDC is an OpenID Connect issuer whose tokens capgate accepts.
+type OIDC struct {
+	Issuer   string `toml:"issuer"`   // the exact iss; its discovery document is at Issuer/.well-known/openid-configuration
+	Audience string `toml:"audience"` // the aud its tokens must carry; default auth.audience
 }
 
 // Anonymous lets callers without a token in, as one narrow subject.
@@ -366,6 +378,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Auth.Audience == "" {
 		c.Auth.Audience = DefaultAudience
+	}
+	if c.Auth.OIDC != nil && c.Auth.OIDC.Audience == "" {
+		c.Auth.OIDC.Audience = c.Auth.Audience
 	}
 	if c.Extensions.Timeout == 0 {
 		c.Extensions.Timeout = Duration(DefaultExtTimeout)

@@ -201,6 +201,9 @@ func TestAuthHS256(t *testing.T) {
 		{"[auth]\njwks_file = \"jwks.json\"", false},
 		{"[auth]\njwks_file = \"jwks.json\"\nallow_hs256 = true", true},
 		{"[auth]\nallow_hs256 = true", true},
+		{"[auth]\njwks_url = \"https://idp.example/jwks.json\"", false},
+		{"[auth.oidc]\nissuer = \"https://idp.example\"", false},
+		{"[auth]\nallow_hs256 = true\n[auth.oidc]\nissuer = \"http://127.0.0.1:9000\"", true},
 	} {
 		c, err := parse(t, tt.src, nil)
 		if err != nil {
@@ -213,6 +216,27 @@ func TestAuthHS256(t *testing.T) {
 	_, err := parse(t, "[auth]\nallow_hs256 = false", nil)
 	if err == nil || !strings.Contains(err.Error(), "capgate.toml: auth.allow_hs256: false with no auth.jwks_file") {
 		t.Errorf("allow_hs256 = false alone: %v", err)
+	}
+}
+
+// TestAuthKeySources: one of jwks_file, jwks_url and [auth.oidc]; keys
+// come over https, or http from this machine; the issuer's audience
+// defaults to auth.audience.
+func TestAuthKeySources(t *testing.T) {
+	c, err := parse(t, "[auth]\naudience = \"gw\"\n[auth.oidc]\nissuer = \"https://idp.example\"", nil)
+	if err != nil || c.Auth.OIDC.Audience != "gw" {
+		t.Fatalf("oidc audience: %v %+v", err, c.Auth.OIDC)
+	}
+	for src, want := range map[string]string{
+		"[auth]\njwks_file = \"k.json\"\njwks_url = \"https://idp.example/k\"": "capgate.toml: auth: set one of jwks_file, jwks_url and [auth.oidc]",
+		"[auth]\njwks_url = \"http://idp.example/k\"":                          `capgate.toml: auth.jwks_url: "http://idp.example/k": must be https (http only to a loopback host)`,
+		"[auth]\njwks_url = \"jwks.json\"":                                     `capgate.toml: auth.jwks_url: "jwks.json" is not an absolute URL`,
+		"[auth.oidc]\naudience = \"x\"":                                        "capgate.toml: auth.oidc.issuer: required",
+		"[auth.oidc]\nissuer = \"http://idp.example\"":                         `capgate.toml: auth.oidc.issuer: "http://idp.example": must be https`,
+	} {
+		if _, err := parse(t, src, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", src, err, want)
+		}
 	}
 }
 

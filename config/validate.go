@@ -32,6 +32,20 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// checkHTTPURL refuses a URL that is not https, or http to a loopback
+// host: keys fetched in the clear could be anyone's.
+func checkHTTPURL(key, raw string, fail func(key, format string, args ...any)) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || u.Host == "":
+		fail(key, "%q is not an absolute URL", raw)
+	case u.Scheme == "https":
+	case u.Scheme == "http" && isLoopback(u.Hostname()):
+	default:
+		fail(key, "%q: must be https (http only to a loopback host)", raw)
+	}
+}
+
 func sortProviders(p []NamedProvider) {
 	sort.Slice(p, func(i, j int) bool { return p[i].Key < p[j].Key })
 }
@@ -43,8 +57,27 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	if !upperEnv.MatchString(c.Auth.SecretEnv) {
 		fail("auth.secret_env", "%q is not an environment variable name", c.Auth.SecretEnv)
 	}
-	if c.Auth.AllowHS256 != nil && !*c.Auth.AllowHS256 && c.Auth.JWKSFile == "" {
-		fail("auth.allow_hs256", "false with no auth.jwks_file leaves no key to verify a token: set jwks_file, or remove allow_hs256")
+	keySources := 0
+	for _, set := range []bool{c.Auth.JWKSFile != "", c.Auth.JWKSURL != "", c.Auth.OIDC != nil} {
+		if set {
+			keySources++
+		}
+	}
+	if c.Auth.AllowHS256 != nil && !*c.Auth.AllowHS256 && keySources == 0 {
+		fail("auth.allow_hs256", "false with no auth.jwks_file, jwks_url or oidc leaves no key to verify a token: set one, or remove allow_hs256")
+	}
+	if keySources > 1 {
+		fail("auth", "set one of jwks_file, jwks_url and [auth.oidc], not several")
+	}
+	if c.Auth.JWKSURL != "" {
+		checkHTTPURL("auth.jwks_url", c.Auth.JWKSURL, fail)
+	}
+	if o := c.Auth.OIDC; o != nil {
+		if o.Issuer == "" {
+			fail("auth.oidc.issuer", "required: the issuer's URL, exactly as its tokens' iss says it")
+		} else {
+			checkHTTPURL("auth.oidc.issuer", o.Issuer, fail)
+		}
 	}
 	grants := func(key string, gs []string) {
 		for i, g := range gs {

@@ -86,12 +86,19 @@ func isLoopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// metadataHandler serves the protected-resource metadata of /mcp; the
-// authorization server is whoever mints capgate's tokens, so none is named.
-func metadataHandler() http.Handler {
+// metadataHandler serves the protected-resource metadata of /mcp. With an
+// OIDC issuer it names it under authorization_servers, so OAuth-speaking
+// clients can get a token there; without one no OAuth flow could end in a
+// token capgate accepts, so none is invited.
+func metadataHandler(issuer string) http.Handler {
+	var servers []string
+	if issuer != "" {
+		servers = []string{issuer}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mcpserver.NewProtectedResourceMetadataHandler(mcpserver.ProtectedResourceMetadataConfig{
 			Resource:               "http://" + r.Host + "/mcp",
+			AuthorizationServers:   servers,
 			BearerMethodsSupported: []string{"header"},
 			ResourceName:           "capgate",
 		}).ServeHTTP(w, r)

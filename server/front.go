@@ -71,8 +71,12 @@ func (s *Server) handler(fast bool) http.Handler {
 	mux.Handle("/mcp", &bearerAuth{router: s.Router, mcp: s.MCP, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.MCP.serve(w, r, fast, max)
 	})})
-	mux.Handle(metadataPath, metadataHandler())
-	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler())
+	issuer := ""
+	if o := s.Config.Auth.OIDC; o != nil {
+		issuer = o.Issuer
+	}
+	mux.Handle(metadataPath, metadataHandler(issuer))
+	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(issuer))
 	mux.Handle("/rpc", &RPC{Router: s.Router, MaxBody: max})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)

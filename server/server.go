@@ -98,6 +98,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 		}
 		s.SecretSource += "JWKS " + cfg.Auth.JWKSFile
 	}
+	if err := oidcOptions(ctx, cfg, &vopts, opts.Logger, &s.SecretSource); err != nil {
+		return nil, err
+	}
 	// Bridge providers' keys are derived from the token key, or without
 	// HS256 from a key of this process's own that never leaves it: no
 	// front door accepts a token signed with either.

@@ -9,6 +9,7 @@ import (
 	"crypto/rsa"
 	"fmt"
 
+	"github.com/MicahParks/jwkset"
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -128,6 +129,11 @@ func parseJWKS(raw []byte) ([]publicKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("token: JWKS: %w", err)
 	}
+	return keysOf(jwks)
+}
+
+// keysOf converts a JWKS's keys, refusing any capgate cannot use.
+func keysOf(jwks []jwkset.JWK) ([]publicKey, error) {
 	if len(jwks) == 0 {
 		return nil, fmt.Errorf("token: JWKS has no keys")
 	}
@@ -195,13 +201,20 @@ func parseJWKS(raw []byte) ([]publicKey, error) {
 // checkAsymmetric verifies an RS*, PS*, ES* or EdDSA signature with the
 // JWKS key the token's kid names, or, without a kid, with any key that fits.
 func (v *Verifier) checkAsymmetric(h header, signingString string, sig []byte) *Error {
-	if v.keys == nil {
+	keys := v.keys
+	if v.remote != nil {
+		keys = v.remote.current(h)
+	}
+	if keys == nil {
+		if v.remote != nil {
+			return fail(ReasonKey, "the JWKS at "+v.remote.url+" could not be read")
+		}
 		return fail(ReasonAlgorithm, fmt.Sprintf("alg %s is not accepted: no JWKS is configured", h.alg))
 	}
 	method := h.alg.method()
 	if h.hasKid {
-		for i := range v.keys {
-			k := &v.keys[i]
+		for i := range keys {
+			k := &keys[i]
 			if !k.hasKid || k.kid != h.kid {
 				continue
 			}
@@ -216,8 +229,8 @@ func (v *Verifier) checkAsymmetric(h header, signingString string, sig []byte) *
 		return fail(ReasonKey, "no JWKS key has the token's kid")
 	}
 	tried := 0
-	for i := range v.keys {
-		k := &v.keys[i]
+	for i := range keys {
+		k := &keys[i]
 		if !k.fits(h.alg) {
 			continue
 		}

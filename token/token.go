@@ -32,6 +32,7 @@ const (
 	ReasonClaims      Reason = "claims"        // sub, iat or exp missing; a claim of the wrong type; bad caps or ack
 	ReasonAudience    Reason = "audience"      // aud does not contain the configured audience
 	ReasonKey         Reason = "key"           // no JWKS key for the token's kid, or none fitting its alg
+	ReasonIssuer      Reason = "issuer"        // iss is not the configured OIDC issuer
 )
 
 // Error is a refused token.
@@ -69,6 +70,7 @@ var (
 	ErrClaims      = &Error{Reason: ReasonClaims}
 	ErrAudience    = &Error{Reason: ReasonAudience}
 	ErrKey         = &Error{Reason: ReasonKey}
+	ErrIssuer      = &Error{Reason: ReasonIssuer}
 )
 
 // ReasonOf returns the Reason of a token error anywhere in err's chain, or

@@ -1,6 +1,7 @@
 package token
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -8,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +31,17 @@ type Options struct {
 	Audience string           // checked when the token carries aud
 	Leeway   time.Duration    // default 30s when zero
 	Now      func() time.Time // default time.Now
+
+	// JWKSURL is a JWKS fetched over HTTP and refreshed; Issuer, when set
+	// without JWKS or JWKSURL, is an OpenID provider whose discovery
+	// document names the JWKS. With Issuer, a token verified by a JWKS key
+	// must carry iss equal to it and an aud including Audience.
+	JWKSURL string
+	Issuer  string
+	// Context ends the JWKS refresh; default context.Background.
+	Context    context.Context
+	HTTPClient *http.Client // default http.DefaultClient
+	Logger     *slog.Logger // refresh failures; default discards
 }
 
 // Verifier verifies tokens. It is safe for concurrent use. Make one with
@@ -35,6 +49,8 @@ type Options struct {
 type Verifier struct {
 	secret   []byte
 	keys     []publicKey
+	remote   *remoteKeys // a JWKS by URL; keys is nil then
+	issuer   string
 	audience string
 	leeway   time.Duration
 	now      func() time.Time
@@ -77,7 +93,32 @@ func NewVerifier(opts Options) (*Verifier, error) {
 		}
 		v.keys = keys
 	}
-	if v.secret == nil && v.keys == nil {
+	v.issuer = opts.Issuer
+	if opts.JWKSURL != "" || opts.Issuer != "" {
+		if opts.JWKS != nil {
+			return nil, errors.New("token: a JWKS and a JWKS URL or issuer: give one")
+		}
+		ctx := opts.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		logger := opts.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		url := opts.JWKSURL
+		if url == "" {
+			var err error
+			if url, err = Discover(ctx, opts.HTTPClient, opts.Issuer); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		if v.remote, err = newRemoteKeys(ctx, url, opts.HTTPClient, logger); err != nil {
+			return nil, err
+		}
+	}
+	if v.secret == nil && v.keys == nil && v.remote == nil {
 		return nil, errors.New("token: no verification key: give a shared secret (HS256), a JWKS, or both")
 	}
 	if v.leeway == 0 {
@@ -129,6 +170,9 @@ func (v *Verifier) Verify(raw string) (*Claims, error) {
 	c, err := v.verify(raw)
 	if err != nil {
 		return nil, err
+	}
+	if v.remote != nil {
+		return c, nil // a fetched JWKS can withdraw a key: check the signature each time
 	}
 	if v.nCached.Add(1) > maxCached {
 		v.verified.Clear()
@@ -198,6 +242,16 @@ func (v *Verifier) verify(raw string) (*Claims, error) {
 	}
 	if err := v.checkClaims(c); err != nil {
 		return nil, err
+	}
+	if v.issuer != "" && h.alg != algHS256 {
+		// The issuer's tokens are for whoever it names in aud: one it
+		// minted for another service is not capgate's to accept.
+		if c.Issuer != v.issuer {
+			return nil, fail(ReasonIssuer, fmt.Sprintf("token issuer is not %q", v.issuer))
+		}
+		if c.Audience == nil {
+			return nil, fail(ReasonAudience, fmt.Sprintf("token has no aud; the issuer's tokens must name %q", v.audience))
+		}
 	}
 	return c, nil
 }
@@ -286,8 +340,12 @@ func (v *Verifier) checkSignature(sc *scratch, h header, signingString string, s
 }
 
 func (v *Verifier) hasKid(kid string) bool {
-	for i := range v.keys {
-		if v.keys[i].hasKid && v.keys[i].kid == kid {
+	keys := v.keys
+	if v.remote != nil {
+		keys = v.remote.current(header{})
+	}
+	for i := range keys {
+		if keys[i].hasKid && keys[i].kid == kid {
 			return true
 		}
 	}

@@ -71,8 +71,11 @@ MCP servers into one catalog, and decides for every call whether the verified
 caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
-	root.AddCommand(newVersionCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd(), newTokenCmd(),
+	// --version prints what `capgate version` prints.
+	root.SetVersionTemplate(versionLine())
+	root.AddCommand(newVersionCmd(), newConfigCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd(), newTokenCmd(),
 		newServeCmd(), newConnectCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd(), newAuditCmd(), newBenchCmd(), newSkillCmd())
 	return root
 }

@@ -52,7 +52,7 @@ func newTokenMintCmd() *cobra.Command {
 		Use:   "mint --sub SUBJECT [flags]",
 		Short: "Mint a signed context token",
 		Long: `mint signs a context token for --sub with the shared secret (HS256) and prints
-it. The token expires after --ttl. --caps and --ack set capgate's claims: the
+it on stdout, and on stderr when it expires. The token expires after --ttl. --caps and --ack set capgate's claims: the
 capability patterns the token allows and the risk tiers it acknowledges.
 
 The secret is read from the environment variable --secret-env names
@@ -71,7 +71,7 @@ Exit status: 0 minted, 2 bad input or no secret.`,
   capgate token mint --ash --sub telegram:42 --chat-type private --chat-id 42 --ack elevated --ttl 10m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runTokenMint(cmd.OutOrStdout(), o, cmd.Flags().Changed("secret-env"))
+			return runTokenMint(cmd.OutOrStdout(), cmd.ErrOrStderr(), o, cmd.Flags().Changed("secret-env"))
 		},
 	}
 	f := cmd.Flags()
@@ -88,7 +88,7 @@ Exit status: 0 minted, 2 bad input or no secret.`,
 	return cmd
 }
 
-func runTokenMint(out io.Writer, o tokenMintOptions, explicitEnv bool) error {
+func runTokenMint(out, errOut io.Writer, o tokenMintOptions, explicitEnv bool) error {
 	if strings.TrimSpace(o.sub) == "" {
 		return usageError("--sub is required and must not be blank")
 	}
@@ -129,12 +129,17 @@ func runTokenMint(out io.Writer, o tokenMintOptions, explicitEnv bool) error {
 			return usageError("no token secret: set %s (or %s), as hex, base64url or text", tokenSecretEnv, ashTokenSecretEnv)
 		}
 	}
+	// The times are set here so the expiry line says what the token says
+	// (whole seconds, as the claims hold them).
+	now := time.Now().Truncate(time.Second)
 	c := token.Claims{
-		Sub:      o.sub,
-		ChatType: o.chatType,
-		ChatID:   o.chatID,
-		Caps:     o.caps,
-		Ack:      o.acks,
+		IssuedAt:  now,
+		ExpiresAt: now.Add(o.ttl),
+		Sub:       o.sub,
+		ChatType:  o.chatType,
+		ChatID:    o.chatID,
+		Caps:      o.caps,
+		Ack:       o.acks,
 	}
 	if o.aud != "" {
 		c.Audience = []string{o.aud}
@@ -143,6 +148,10 @@ func runTokenMint(out io.Writer, o tokenMintOptions, explicitEnv bool) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	_, err = fmt.Fprintln(out, tok)
+	if _, err = fmt.Fprintln(out, tok); err != nil {
+		return err
+	}
+	// On stderr, so `$(capgate token mint ...)` still captures the token alone.
+	_, err = fmt.Fprintf(errOut, "token expires %s (in %s)\n", c.ExpiresAt.UTC().Format(time.RFC3339), o.ttl)
 	return err
 }

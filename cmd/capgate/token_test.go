@@ -63,10 +63,11 @@ func TestTokenMint(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if stderr != "" {
-		t.Errorf("stderr: %q", stderr)
-	}
 	c, hdr := verifyCLIToken(t, stdout, secret, "capgate")
+	// stderr says when the token expires, as its exp claim does.
+	if want := "token expires " + c.ExpiresAt.UTC().Format(time.RFC3339) + " (in 10m0s)\n"; stderr != want {
+		t.Errorf("stderr %q, want %q", stderr, want)
+	}
 	if hdr != `{"alg":"HS256","typ":"ASH_CONTEXT","ver":1}` {
 		t.Errorf("header %s, want Ash's", hdr)
 	}

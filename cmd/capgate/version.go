@@ -16,9 +16,14 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print capgate's version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "capgate %s %s %s/%s\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprint(cmd.OutOrStdout(), versionLine())
 		},
 	}
+}
+
+// versionLine is what `capgate version` and `capgate --version` print.
+func versionLine() string {
+	return fmt.Sprintf("capgate %s %s %s/%s\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // version is the -ldflags version, else the module version `go install`
