@@ -23,8 +23,8 @@ func oidcOptions(ctx context.Context, cfg *config.Config, vopts *token.Options, 
 	default:
 		return nil
 	}
-	// The refresh lives as long as the process: Open's ctx may be shorter.
-	vopts.Context = context.WithoutCancel(ctx)
+	vopts.Context = ctx // the refresh's life
+
 	vopts.Logger = logger
 	if *source != "" {
 		*source += " and "

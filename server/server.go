@@ -57,6 +57,7 @@ type Server struct {
 
 	logger   *slog.Logger
 	draining atomic.Bool // /readyz fails: Serve is shutting down
+	stopKeys func()      // ends a remote JWKS's refresh
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -98,7 +99,10 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Server, err
 		}
 		s.SecretSource += "JWKS " + cfg.Auth.JWKSFile
 	}
-	if err := oidcOptions(ctx, cfg, &vopts, opts.Logger, &s.SecretSource); err != nil {
+	// A remote JWKS is refreshed until Close.
+	keysCtx, stopKeys := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopKeys = stopKeys
+	if err := oidcOptions(keysCtx, cfg, &vopts, opts.Logger, &s.SecretSource); err != nil {
 		return nil, err
 	}
 	// Bridge providers' keys are derived from the token key, or without
@@ -272,6 +276,9 @@ func (s *Server) ServeStdio(ctx context.Context, raw string, in io.Reader, out i
 // Close stops the sources, flushes the audit log and closes the store.
 func (s *Server) Close() error {
 	var errs []error
+	if s.stopKeys != nil {
+		s.stopKeys()
+	}
 	if s.cancel != nil {
 		s.cancel()
 		<-s.done
