@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/procs"
-	"github.com/capgate/capgate/server"
 )
 
 func newServeCmd() *cobra.Command {
@@ -69,7 +69,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			go procs.New(logger).Run(ctx)
-			srv, err := server.Open(ctx, cfg, server.Options{Logger: logger, SkillsDirs: skillsDirs})
+			srv, err := app.Open(ctx, cfg, app.Options{Logger: logger, SkillsDirs: skillsDirs})
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
