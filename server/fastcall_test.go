@@ -21,7 +21,7 @@ import (
 // goes through mcp-go), gets the same status, type and JSON; and what the
 // fast call must not take still reaches mcp-go.
 func TestFastCallMatchesMCPGo(t *testing.T) {
-	s, front := open(t, "")
+	s, front := open(t)
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
 	tok := mint(t, token.Claims{Sub: "fast"})
