@@ -75,7 +75,7 @@ command = [%q]
 
 [mcp.servers.fx]
 command = %q
-risk = "MED"
+risk = "HIGH"
 
 [mcp.servers.fx.tools.echo]
 risk = "LOW"
@@ -98,7 +98,7 @@ hidden = true
 	if !ok || say.ID != "mcp:fx:echo" || say.Risk.Level.String() != "LOW" || say.Risk.LevelFrom != "operator" {
 		t.Errorf("echo with operator overrides: %+v", say)
 	}
-	if d, _ := s.Lookup("mcp:fx:slow"); d.Risk.Level.String() != "MED" || d.ExposedName != "fx__slow" {
+	if d, _ := s.Lookup("mcp:fx:slow"); d.Risk.Level.String() != "HIGH" || d.Risk.LevelFrom != "operator" || d.ExposedName != "fx__slow" {
 		t.Errorf("server default risk: %+v", d)
 	}
 
@@ -120,7 +120,7 @@ hidden = true
 	if err := call("mcp:fx:echo", `{"message":"x"}`); err != nil {
 		t.Errorf("a granted call: %v", err)
 	}
-	if err := call("mcp:fx:slow", `{}`); tool.ErrorCode(err) != tool.CodePermissionDenied {
+	if err := call("bridge:gog:email.list_messages", `{}`); tool.ErrorCode(err) != tool.CodePermissionDenied {
 		t.Errorf("a call the policy does not grant: %v", err)
 	}
 }
