@@ -13,8 +13,8 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
-	"github.com/capgate/capgate/tool"
 	"github.com/capgate/capgate/token"
+	"github.com/capgate/capgate/tool"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
