@@ -1,47 +1,69 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
-	"path/filepath"
-	"slices"
 	"sync"
-	"time"
 
-	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/ext"
 	"github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/tool"
 )
 
-// BuildOptions are what Build needs beyond the config.
+// BuildOptions are the sources Build starts, each with its own package's
+// options, and what the registry over them needs.
 type BuildOptions struct {
+	// ExtPaths are directories of extension packs, discovered with Ext.
+	ExtPaths []string
+	Ext      ext.Options
+	Bridges  []Bridge
+	MCP      []MCPServer
 	// BridgeKey gives a bridge provider its own context-token key (capgate
 	// derives one per namespace; never its own key). Nil gives each
 	// provider a random key, for builds that only list tools.
 	BridgeKey func(namespace string) ([]byte, error)
+	// RequireLock quarantines tools the lock does not pin.
+	RequireLock bool
+	// LockPath is the definition pins' file; "" builds the catalog
+	// without quarantining anything, for writing a new lock.
+	LockPath string
+	// Origin names what the sources came from (the config's path) in
+	// errors.
+	Origin string
+	// Logger and LookupEnv are the default of every source's own.
 	Logger    *slog.Logger
 	LookupEnv func(string) (string, bool)
-	// IgnoreLock builds the catalog without quarantining anything, for
-	// writing a new lock.
-	IgnoreLock bool
 }
 
-// LockPath is where the definition pins of a config live: capgate.lock
-// beside it.
-func LockPath(cfg *config.Config) string { return filepath.Join(cfg.Dir, LockFile) }
+// Bridge is one bridge provider to start. Its Secret is BridgeKey's.
+type Bridge struct {
+	Key string // where it was configured, for errors
+	bridge.Options
+}
 
-// Build starts the sources cfg names (extension packs, bridge providers,
+// MCPServer is one upstream MCP server to connect, with the operator's
+// words on its tools.
+type MCPServer struct {
+	Key string // where it was configured, for errors
+	mcp.Options
+	// Prefix of its tools' exposed names ("" none).
+	Prefix string
+	// Default applies to every tool of the server; Tools, by the
+	// upstream's tool name, to one.
+	Default Override
+	Tools   map[string]Override
+}
+
+// Build starts the sources bo names (extension packs, bridge providers,
 // upstream MCP servers, connected concurrently) and returns the registry
 // over them. An upstream that cannot be reached at start is not an error:
 // it is retried in the background and its tools appear when it answers.
-func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry, error) {
+func Build(ctx context.Context, bo BuildOptions) (*Registry, error) {
 	if bo.Logger == nil {
 		bo.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -49,11 +71,13 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		bo.LookupEnv = os.LookupEnv
 	}
 	var sources []tool.Source
-	if len(cfg.Extensions.Paths) > 0 {
-		packs, err := ext.Discover(cfg.Extensions.Paths, ext.Options{
-			Timeout: cfg.Extensions.Timeout.Std(), MaxOutput: int64(cfg.Extensions.MaxOutputBytes),
-			Env: cfg.Extensions.Env, LookupEnv: bo.LookupEnv, Logger: bo.Logger,
-		})
+	if len(bo.ExtPaths) > 0 {
+		eo := bo.Ext
+		eo.Logger = cmp.Or(eo.Logger, bo.Logger)
+		if eo.LookupEnv == nil {
+			eo.LookupEnv = bo.LookupEnv
+		}
+		packs, err := ext.Discover(bo.ExtPaths, eo)
 		if err != nil {
 			return nil, err
 		}
@@ -64,21 +88,20 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 	if bo.BridgeKey == nil {
 		bo.BridgeKey = randomKey
 	}
-	for _, p := range cfg.Providers() {
-		if !p.IsEnabled() {
-			continue
+	for _, p := range bo.Bridges {
+		o := p.Options
+		o.Logger = cmp.Or(o.Logger, bo.Logger)
+		if o.LookupEnv == nil {
+			o.LookupEnv = bo.LookupEnv
 		}
-		key, err := bo.BridgeKey(p.Namespace)
+		key, err := bo.BridgeKey(o.Namespace)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", cfg.Path, p.Key, err)
+			return nil, fmt.Errorf("%s: %s: %w", bo.Origin, p.Key, err)
 		}
-		b, err := bridge.New(bridge.Options{
-			Namespace: p.Namespace, Command: p.Command, Timeout: time.Duration(p.TimeoutSeconds) * time.Second,
-			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Secret: key, Env: p.Env, LookupEnv: bo.LookupEnv,
-			Logger: bo.Logger,
-		})
+		o.Secret = key
+		b, err := bridge.New(o)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", cfg.Path, p.Key, err)
+			return nil, fmt.Errorf("%s: %s: %w", bo.Origin, p.Key, err)
 		}
 		sources = append(sources, b)
 	}
@@ -86,27 +109,27 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		Prefixes:    map[string]string{},
 		Defaults:    map[string]Override{},
 		Overrides:   map[string]Override{},
-		RequireLock: cfg.Policy.RequireLock,
+		RequireLock: bo.RequireLock,
 		Logger:      bo.Logger,
 	}
 	var upstreams []*mcp.Source
-	for _, name := range slices.Sorted(maps.Keys(cfg.MCP.Servers)) {
-		sc := cfg.MCP.Servers[name]
-		src, err := mcp.New(mcp.Options{
-			Name: name, Command: sc.Command, Args: sc.Args, Env: sc.Env, Cwd: sc.Cwd,
-			URL: sc.URL, Transport: sc.Transport, Headers: sc.Headers, TrustAnnotations: sc.TrustAnnotations,
-			Timeout: sc.Timeout.Std(), MaxMessage: int64(sc.MaxResultBytes), Logger: bo.Logger, LookupEnv: bo.LookupEnv,
-		})
+	for _, sc := range bo.MCP {
+		o := sc.Options
+		o.Logger = cmp.Or(o.Logger, bo.Logger)
+		if o.LookupEnv == nil {
+			o.LookupEnv = bo.LookupEnv
+		}
+		src, err := mcp.New(o)
 		if err != nil {
-			return nil, fmt.Errorf("%s: mcp.servers.%s: %w", cfg.Path, name, err)
+			return nil, fmt.Errorf("%s: %s: %w", bo.Origin, sc.Key, err)
 		}
 		upstreams = append(upstreams, src)
 		sources = append(sources, src)
-		key := string(tool.KindMCP) + ":" + name
-		opts.Prefixes[key] = *sc.Prefix
-		opts.Defaults[key] = override(sc.Risk, sc.SideEffects, config.ToolOverride{})
-		for t, o := range sc.Tools {
-			opts.Overrides[tool.ID(tool.KindMCP, name, t)] = override(o.Risk, o.SideEffects, o)
+		key := string(tool.KindMCP) + ":" + o.Name
+		opts.Prefixes[key] = sc.Prefix
+		opts.Defaults[key] = sc.Default
+		for t, ov := range sc.Tools {
+			opts.Overrides[tool.ID(tool.KindMCP, o.Name, t)] = ov
 		}
 	}
 	var wg sync.WaitGroup
@@ -118,8 +141,8 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		})
 	}
 	wg.Wait()
-	if !bo.IgnoreLock {
-		lock, err := ReadLock(LockPath(cfg))
+	if bo.LockPath != "" {
+		lock, err := ReadLock(bo.LockPath)
 		if err != nil {
 			return nil, err
 		}
@@ -130,22 +153,9 @@ func Build(ctx context.Context, cfg *config.Config, bo BuildOptions) (*Registry,
 		for _, u := range upstreams {
 			u.Close()
 		}
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: %w", bo.Origin, err)
 	}
 	return r, nil
-}
-
-// override turns config words (already validated by config) into an
-// Override.
-func override(level string, effects []string, o config.ToolOverride) Override {
-	out := Override{Description: o.Description, Hidden: o.Hidden, Name: o.Name}
-	if level != "" {
-		out.Level, _ = risk.ParseLevel(level)
-	}
-	if effects != nil {
-		out.Effects, _ = risk.ParseSideEffects(effects)
-	}
-	return out
 }
 
 // randomKey is a bridge key no token capgate signs will verify with.

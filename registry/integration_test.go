@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources/bridge"
+	"github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -23,14 +24,9 @@ const (
 	bridgeFixture = testkit.BridgeFixture
 )
 
-func buildFromTOML(t *testing.T, src string) *Registry {
+func build(t *testing.T, bo BuildOptions) *Registry {
 	t.Helper()
-	dir := t.TempDir()
-	cfg, err := config.Parse(filepath.Join(dir, "capgate.toml"), []byte(src), dir, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Build(context.Background(), cfg, BuildOptions{})
+	r, err := Build(context.Background(), bo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,24 +44,18 @@ func call(t *testing.T, r *Registry, id, input string) (*tool.Result, error) {
 // processes, and calls a tool of each.
 func TestThreeSourceKinds(t *testing.T) {
 	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
-	r := buildFromTOML(t, fmt.Sprintf(`
-[extensions]
-paths = [%q]
-
-[capabilities.providers.gog]
-command = [%q]
-
-[mcp.servers.fx]
-command = %q
-risk = "MED"
-
-[mcp.servers.fx.tools.echo]
-risk = "LOW"
-name = "say"
-
-[mcp.servers.fx.tools.mutate]
-hidden = true
-`, packs, testkit.Build(t, bridgeFixture), testkit.Build(t, mcpFixture)))
+	r := build(t, BuildOptions{
+		ExtPaths: []string{packs},
+		Bridges:  []Bridge{{Key: "capabilities.providers.gog", Options: bridge.Options{Namespace: "gog", Command: []string{testkit.Build(t, bridgeFixture)}}}},
+		MCP: []MCPServer{{
+			Key: "mcp.servers.fx", Options: mcp.Options{Name: "fx", Command: testkit.Build(t, mcpFixture)}, Prefix: "fx",
+			Default: Override{Level: risk.Med},
+			Tools: map[string]Override{
+				"echo":   {Level: risk.Low, Name: "say"},
+				"mutate": {Hidden: true},
+			},
+		}},
+	})
 	s := r.Snapshot()
 	counts := map[tool.Kind]int{}
 	for _, d := range s.Tools {
@@ -101,7 +91,9 @@ func TestUpstreamKilledAndRestarted(t *testing.T) {
 	start := func() func() { return testkit.ServeMCPFixture(t, "-http", addr) }
 	kill := start()
 	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
-	r := buildFromTOML(t, fmt.Sprintf("[extensions]\npaths = [%q]\n[mcp.servers.up]\nurl = \"http://%s/mcp\"\ntimeout = \"3s\"\n", packs, addr))
+	r := build(t, BuildOptions{ExtPaths: []string{packs}, MCP: []MCPServer{{
+		Options: mcp.Options{Name: "up", URL: "http://" + addr + "/mcp", Timeout: 3 * time.Second}, Prefix: "up",
+	}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
@@ -173,7 +165,9 @@ func TestServerEverything(t *testing.T) {
 		t.Skip("installs an npm package")
 	}
 	bin := everything(t)
-	r := buildFromTOML(t, fmt.Sprintf("[mcp.servers.everything]\ncommand = %q\nargs = [\"stdio\"]\n", bin))
+	r := build(t, BuildOptions{MCP: []MCPServer{{
+		Options: mcp.Options{Name: "everything", Command: bin, Args: []string{"stdio"}}, Prefix: "everything",
+	}}})
 	tools := r.Snapshot().List(Filter{Kinds: []tool.Kind{tool.KindMCP}, AvailableOnly: true})
 	// 13, plus the three it offers to clients that can answer sampling and
 	// elicitation, as capgate says it can (it relays them to its caller).
@@ -197,22 +191,19 @@ func TestServerEverything(t *testing.T) {
 // change echo's description (it sends tools/list_changed): echo becomes
 // quarantined and cannot be called; the rest still can.
 func TestUpstreamChangeIsQuarantined(t *testing.T) {
-	dir := t.TempDir()
-	src := fmt.Sprintf("[mcp.servers.fx]\ncommand = %q\n", testkit.Build(t, mcpFixture))
-	cfg, err := config.Parse(filepath.Join(dir, "capgate.toml"), []byte(src), dir, config.Options{})
+	lock := filepath.Join(t.TempDir(), LockFile)
+	bo := BuildOptions{MCP: []MCPServer{{Options: mcp.Options{Name: "fx", Command: testkit.Build(t, mcpFixture)}, Prefix: "fx"}}}
+	first, err := Build(context.Background(), bo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := Build(context.Background(), cfg, BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteLock(LockPath(cfg), first.Snapshot().Tools); err != nil {
+	if err := WriteLock(lock, first.Snapshot().Tools); err != nil {
 		t.Fatal(err)
 	}
 	first.Close()
 
-	r, err := Build(context.Background(), cfg, BuildOptions{})
+	bo.LockPath = lock
+	r, err := Build(context.Background(), bo)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,13 @@ import (
 
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
-	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources/bridge"
+	"github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
@@ -46,31 +47,18 @@ func newEnv(t *testing.T, policy Policy) *env {
 	t.Helper()
 	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
 	dir := t.TempDir()
-	src := fmt.Sprintf(`
-[extensions]
-paths = [%q]
-
-[capabilities.providers.gog]
-command = [%q]
-
-[mcp.servers.fx]
-command = %q
-
-[mcp.servers.fx.tools.echo]
-risk = "LOW"
-[mcp.servers.fx.tools.t_00]
-risk = "LOW"
-[mcp.servers.fx.tools.t_01]
-risk = "HIGH"
-[mcp.servers.fx.tools.t_02]
-risk = "CRITICAL"
-`, packs, testkit.Build(t, testkit.BridgeFixture), testkit.Build(t, testkit.MCPFixture))
-	cfg, err := config.Parse(filepath.Join(dir, "capgate.toml"), []byte(src), dir, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := &env{secret: []byte(secretText), auditPath: filepath.Join(dir, "audit.jsonl")}
-	reg, err := registry.Build(context.Background(), cfg, registry.BuildOptions{BridgeKey: func(ns string) ([]byte, error) { return token.BridgeKey(e.secret, ns) }})
+	reg, err := registry.Build(context.Background(), registry.BuildOptions{
+		ExtPaths: []string{packs},
+		Bridges:  []registry.Bridge{{Options: bridge.Options{Namespace: "gog", Command: []string{testkit.Build(t, testkit.BridgeFixture)}}}},
+		MCP: []registry.MCPServer{{
+			Options: mcp.Options{Name: "fx", Command: testkit.Build(t, testkit.MCPFixture)}, Prefix: "fx",
+			Tools: map[string]registry.Override{
+				"echo": {Level: risk.Low}, "t_00": {Level: risk.Low}, "t_01": {Level: risk.High}, "t_02": {Level: risk.Critical},
+			},
+		}},
+		BridgeKey: func(ns string) ([]byte, error) { return token.BridgeKey(e.secret, ns) },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,15 @@
 package server
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
+	srcmcp "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/token"
 )
 
@@ -19,17 +21,13 @@ import (
 func BenchmarkFastCall(b *testing.B) {
 	addr := testkit.FreeAddr(b)
 	testkit.ServeMCPFixture(b, "-http", addr)
-	url := openConfig(b, fmt.Sprintf(`
-[server]
-data_dir = "data"
-socket = "-"
-[policy]
-grants = ["rye.execute.tool.mcp.fx.*"]
-[mcp.servers.fx]
-url = "http://%s/mcp"
-[mcp.servers.fx.tools.t_00]
-risk = "LOW"
-`, addr))
+	_, url := serveSetup(b, setup{
+		registry: registry.BuildOptions{MCP: []registry.MCPServer{{
+			Options: srcmcp.Options{Name: "fx", URL: "http://" + addr + "/mcp"}, Prefix: "fx",
+			Tools: map[string]registry.Override{"t_00": {Level: risk.Low}},
+		}}},
+		grants: []string{"rye.execute.tool.mcp.fx.*"},
+	})
 	tok := mint(b, token.Claims{Sub: "bench"})
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fx__t_00","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}

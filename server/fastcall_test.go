@@ -23,7 +23,7 @@ import (
 // mcp-go, gets the same status, type and JSON; and what the fast call must
 // not take still reaches mcp-go.
 func TestFastCallMatchesMCPGo(t *testing.T) {
-	s, front := open(t, "")
+	s, front := open(t)
 	hs := httptest.NewServer(s.handler(false))
 	t.Cleanup(hs.Close)
 	tok := mint(t, token.Claims{Sub: "fast"})
@@ -175,7 +175,7 @@ func TestAppendPlainResult(t *testing.T) {
 // session that could be asked something mid-call, or that asked for log
 // messages, is left to mcp-go.
 func TestFastCallInASessionMatchesMCPGo(t *testing.T) {
-	s, front := open(t, "")
+	s, front := open(t)
 	hs := httptest.NewServer(s.handler(false))
 	t.Cleanup(hs.Close)
 	tok := mint(t, token.Claims{Sub: "fast"})
@@ -240,7 +240,7 @@ func TestFastCallInASessionMatchesMCPGo(t *testing.T) {
 
 // A session's notifications/cancelled ends the fast call it names.
 func TestFastCallInASessionCancelled(t *testing.T) {
-	s, front := open(t, "")
+	s, front := open(t)
 	tok := mint(t, token.Claims{Sub: "fast"})
 	sid := testkit.OpenSession(t, front, tok, "{}")
 	before := s.MCP.fastCalls.Load()

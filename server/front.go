@@ -66,17 +66,13 @@ func (s *Server) Handler() http.Handler { return s.handler(true) }
 // handler is Handler, with the fast call or (fast false) every MCP request
 // through mcp-go: the fast call's reference in tests.
 func (s *Server) handler(fast bool) http.Handler {
-	max := s.Limits.maxRequestBytes()
+	max := s.limits.maxRequestBytes()
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", &bearerAuth{router: s.Router, mcp: s.MCP, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.MCP.serve(w, r, fast, max)
 	})})
-	issuer := ""
-	if o := s.Config.Auth.OIDC; o != nil {
-		issuer = o.Issuer
-	}
-	mux.Handle(metadataPath, metadataHandler(issuer))
-	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(issuer))
+	mux.Handle(metadataPath, metadataHandler(s.issuer))
+	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(s.issuer))
 	mux.Handle("/rpc", &RPC{Router: s.Router, MaxBody: max})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
@@ -87,7 +83,7 @@ func (s *Server) handler(fast bool) http.Handler {
 func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: s.Limits.headerTimeout(),
+		ReadHeaderTimeout: s.limits.headerTimeout(),
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
@@ -99,14 +95,14 @@ func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 // finish. ready, when not nil, is called with the bound addresses.
 func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) error {
 	h := s.Handler()
-	ln, err := net.Listen("tcp", s.Config.Server.Listen)
+	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
 		return err
 	}
 	listeners := []net.Listener{ln}
 	socket := ""
-	if s.Config.Server.Socket != "-" {
-		socket = s.Config.Server.Socket
+	if s.socket != "-" {
+		socket = s.socket
 		_ = os.Remove(socket) // a stale socket from a previous run
 		uln, err := net.Listen("unix", socket)
 		if err != nil {
@@ -135,7 +131,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 		// Not ready from now on; still serving until the balancer has
 		// seen it.
 		s.draining.Store(true)
-		if d := s.Limits.DrainDelay; d > 0 {
+		if d := s.limits.DrainDelay; d > 0 {
 			s.logger.Info("draining: /readyz fails, calls are still served", "for", d)
 			select {
 			case <-time.After(d):
@@ -225,7 +221,7 @@ func tooLarge(w http.ResponseWriter, limit int64) {
 }
 
 // readyz answers 200 when this capgate can serve calls: not draining, its
-// catalog loaded, its store answering and its audit log writable; else
+// catalog loaded, and what Options.Ready checks (store, audit log); else
 // 503 naming what is wrong. It needs no token: balancers ask it.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -236,10 +232,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		why = "draining: shutting down"
 	case s.Registry.Snapshot() == nil:
 		why = "the catalog is not loaded yet"
-	case s.Store.Ping(ctx) != nil:
-		why = "the store does not answer"
-	case s.Audit.Healthy() != nil:
-		why = "the audit log cannot record calls"
+	case s.ready != nil:
+		if err := s.ready(ctx); err != nil {
+			why = err.Error()
+		}
 	}
 	if why != "" {
 		http.Error(w, "503 not ready: "+why, http.StatusServiceUnavailable)

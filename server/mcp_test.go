@@ -2,9 +2,8 @@ package server
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,75 +15,124 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/capgate/capgate/config"
+	capgate "github.com/capgate/capgate"
+	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/skills"
+	srcmcp "github.com/capgate/capgate/sources/mcp"
+	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/token"
+	"github.com/capgate/capgate/tool"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
 const testSecret = "server-test-secret-abcdef0123456789"
 
-// open starts a Server on a temp config over the MCP fixture, served on a
-// real loopback listener.
-func open(t *testing.T, extra string) (*Server, string) {
+// setup is what a test's Server fronts, built as app.Open builds it from
+// a config: a registry over real sources (or over sources, when set), a
+// SQLite store, an audit file, the built-in risk table, the grants and the
+// skills of workspace (the temp dir when "").
+type setup struct {
+	registry  registry.BuildOptions
+	sources   []tool.Source
+	grants    []string
+	workspace string
+	logger    *slog.Logger
+}
+
+// testServer is a Server with the parts it fronts.
+type testServer struct {
+	*Server
+	Store     *store.Store
+	Audit     *audit.Log
+	auditPath string
+}
+
+// fixtureServer is the MCP fixture as upstream fx, with the risk of the
+// tools the tests call set to LOW.
+func fixtureServer(t testing.TB) registry.MCPServer {
+	return registry.MCPServer{
+		Options: srcmcp.Options{Name: "fx", Command: testkit.Build(t, testkit.MCPFixture)}, Prefix: "fx",
+		Tools: map[string]registry.Override{"echo": {Level: risk.Low}, "slow": {Level: risk.Low}, "t_00": {Level: risk.Low}},
+	}
+}
+
+// open starts a Server over the MCP fixture, served on a real loopback
+// listener.
+func open(t *testing.T) (*testServer, string) {
 	t.Helper()
+	return serveSetup(t, setup{
+		registry: registry.BuildOptions{MCP: []registry.MCPServer{fixtureServer(t)}},
+		grants:   []string{"rye.fetch.tool.mcp.fx.*", "rye.execute.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.slow"},
+	})
+}
+
+// serveSetup builds su's parts and serves them on a loopback listener; it
+// returns the server and its URL.
+func serveSetup(t testing.TB, su setup) (*testServer, string) {
+	t.Helper()
+	ctx := context.Background()
 	dir := t.TempDir()
-	src := fmt.Sprintf(`
-[server]
-data_dir = "data"
-socket = "-"
-
-[policy]
-grants = ["rye.fetch.tool.mcp.fx.*", "rye.execute.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.slow"]
-
-[mcp.servers.fx]
-command = %q
-
-[mcp.servers.fx.tools.echo]
-risk = "LOW"
-[mcp.servers.fx.tools.slow]
-risk = "LOW"
-[mcp.servers.fx.tools.t_00]
-risk = "LOW"
-%s`, testkit.Build(t, testkit.MCPFixture), extra)
-	path := filepath.Join(dir, "capgate.toml")
-	os.WriteFile(path, []byte(src), 0o600)
-	cfg, err := config.Load(path)
+	secret := token.ParseSecret(testSecret)
+	s := &testServer{auditPath: filepath.Join(dir, "audit.jsonl")}
+	var (
+		reg *registry.Registry
+		err error
+	)
+	if su.sources != nil {
+		reg, err = registry.New(ctx, su.sources, registry.Options{})
+	} else {
+		bo := su.registry
+		bo.BridgeKey = func(ns string) ([]byte, error) { return token.BridgeKey(secret, ns) }
+		reg, err = registry.Build(ctx, bo)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, url := serveServer(t, cfg)
-	return s, url
-}
-
-// serve opens cfg and serves it on a loopback listener; it returns the URL.
-func serve(t testing.TB, cfg *config.Config) string {
-	_, url := serveServer(t, cfg)
-	return url
-}
-
-func serveServer(t testing.TB, cfg *config.Config) (*Server, string) {
-	t.Helper()
-	lookup := func(k string) (string, bool) {
-		if k == "CAPGATE_TOKEN_SECRET" {
-			return testSecret, true
-		}
-		return os.LookupEnv(k)
+	runCtx, cancel := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); reg.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-ran; reg.Close() })
+	if s.Store, err = store.Open(ctx, filepath.Join(dir, "data"), store.Options{Key: make([]byte, 32)}); err != nil {
+		t.Fatal(err)
 	}
-	s, err := Open(context.Background(), cfg, Options{LookupEnv: lookup})
+	t.Cleanup(func() { s.Store.Close() })
+	if s.Audit, err = audit.Open(s.auditPath, audit.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Audit.Close() })
+	verifier, err := token.NewVerifier(token.Options{Secret: secret, Audience: "capgate"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	return s, listen(t, s)
+	table, err := risk.ParseTable(capgate.DefaultRiskFileName, capgate.DefaultRiskFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(router.Options{Registry: reg, Verifier: verifier, Risk: table, Policy: router.Policy{Grants: su.grants},
+		State: s.Store, Audit: s.Audit, Secret: secret, Logger: su.logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Server = New(Options{Router: r, Registry: reg, Logger: su.logger})
+	if su.workspace == "" {
+		su.workspace = dir
+	}
+	if err := s.LoadSkills(skills.Options{Workspace: su.workspace}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return s, listen(t, s.Server)
 }
 
 // listen serves s as capgate serve does (its own HTTP/1.1 loop for /mcp,
 // net/http for the rest) on a loopback port, until the test ends.
 func listen(t testing.TB, s *Server) string {
 	t.Helper()
-	s.Config.Server.Listen, s.Config.Server.Socket = "127.0.0.1:0", "-"
+	s.listen, s.socket = "127.0.0.1:0", "-"
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
@@ -162,7 +210,7 @@ func resultText(r *mcp.CallToolResult) string {
 }
 
 func TestMCPFrontDoor(t *testing.T) {
-	_, url := open(t, "")
+	_, url := open(t)
 	for _, protocol := range []string{"", "2025-11-25"} {
 		t.Run("protocol="+protocol, func(t *testing.T) {
 			ctx := context.Background()
@@ -243,7 +291,7 @@ func TestMCPFrontDoor(t *testing.T) {
 
 // A caller sees only what it may fetch, and its token narrows it.
 func TestMCPVisibility(t *testing.T) {
-	_, url := open(t, "")
+	_, url := open(t)
 	c := connect(t, url, mint(t, token.Claims{Sub: "bob", Caps: []string{"rye.fetch.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.echo"}}), "")
 	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
 	if err != nil {
@@ -261,7 +309,7 @@ func TestMCPVisibility(t *testing.T) {
 }
 
 func TestMCPUnauthorized(t *testing.T) {
-	_, url := open(t, "")
+	_, url := open(t)
 	for _, auth := range []string{"", "Bearer nope", "Bearer " + mint(t, token.Claims{Sub: "x", ExpiresAt: time.Now().Add(-time.Hour), IssuedAt: time.Now().Add(-2 * time.Hour)})} {
 		req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -297,8 +345,8 @@ func TestMCPUnauthorized(t *testing.T) {
 
 // A session opened by alice cannot be used with bob's token.
 func TestMCPSessionBoundToSubject(t *testing.T) {
-	_, url := open(t, "")
-	_, other := open(t, "") // another process, as after a restart
+	_, url := open(t)
+	_, other := open(t) // another process, as after a restart
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
 	modernList := `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +

@@ -8,18 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/capgate/capgate/audit"
-	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/testkit"
-	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
-	"github.com/capgate/capgate/router"
-	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
 )
@@ -58,47 +53,18 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// servePanicky wires a Server as Open does (real store, audit file,
+// servePanicky wires a Server as app.Open does (real store, audit file,
 // router, MCP server, Serve on a loopback port), its registry over the
 // panicky source. It returns the server, its URL and its log.
-func servePanicky(t *testing.T) (*Server, string, *syncBuffer) {
+func servePanicky(t *testing.T) (*testServer, string, *syncBuffer) {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "capgate.toml")
-	os.WriteFile(path, []byte("[server]\ndata_dir = \"data\"\nsocket = \"-\"\n[policy]\ngrants = [\"rye.fetch.*\", \"rye.execute.tool.mcp.px.*\"]\n"), 0o600)
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, nil))
-	table, err := RiskTable(cfg.Policy.RiskFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := token.NewVerifier(token.Options{Secret: token.ParseSecret(testSecret)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{Config: cfg, logger: logger, done: make(chan struct{})}
-	close(s.done) // no background work to wait for
-	t.Cleanup(func() { s.Close() })
-	if s.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{Key: make([]byte, 32)}); err != nil {
-		t.Fatal(err)
-	}
-	if s.Audit, err = audit.Open(cfg.Audit.Path, audit.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if s.Registry, err = registry.New(ctx, []tool.Source{panicky{}}, registry.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if s.Router, err = router.New(router.Options{Registry: s.Registry, Verifier: verifier, Risk: table,
-		Policy: Policy(cfg), State: s.Store, Audit: s.Audit, Logger: logger}); err != nil {
-		t.Fatal(err)
-	}
-	s.MCP = NewMCP(s.Router, s.Registry)
-	return s, listen(t, s), logs
+	s, url := serveSetup(t, setup{
+		sources: []tool.Source{panicky{}},
+		grants:  []string{"rye.fetch.*", "rye.execute.tool.mcp.px.*"},
+		logger:  slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	return s, url, logs
 }
 
 // TestPanicInACall: a source that panics mid-call, reached over /rpc, the
@@ -175,7 +141,7 @@ func TestPanicInACall(t *testing.T) {
 	if err := s.Audit.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(s.Config.Audit.Path)
+	b, err := os.ReadFile(s.auditPath)
 	if err != nil {
 		t.Fatal(err)
 	}

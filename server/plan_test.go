@@ -11,7 +11,7 @@ import (
 // A planning call has the fast call's shape but is not the fast call's
 // to serve: it reaches the planning path and runs nothing.
 func TestPlanningIsNotAFastCall(t *testing.T) {
-	s, front := open(t, "")
+	s, front := open(t)
 	tok := mint(t, token.Claims{Sub: "fast"})
 	meta := `"_meta":{"capgate/mode":"planning","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
 	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fx__echo","arguments":{"message":"hi"},` + meta + `}}`

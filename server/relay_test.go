@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,22 +13,21 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/conformance"
+	"github.com/capgate/capgate/registry"
+	srcmcp "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/token"
 )
 
-// openConfig starts a Server on the config text src (in a temp dir).
-func openConfig(t testing.TB, src string) string {
+// openConformance starts a Server over the conformance fixture at url
+// as upstream cf (no prefix) with grants.
+func openConformance(t testing.TB, url string, grants ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "capgate.toml")
-	os.WriteFile(path, []byte(src), 0o600)
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serve(t, cfg)
+	_, front := serveSetup(t, setup{
+		registry: registry.BuildOptions{MCP: []registry.MCPServer{{Options: srcmcp.Options{Name: "cf", URL: url}}}},
+		grants:   grants,
+	})
+	return front
 }
 
 // scripted answers sampling and elicitation as a client's user would.
@@ -62,18 +59,7 @@ func (s *scripted) Elicit(_ context.Context, req mcp.ElicitationRequest) (*mcp.E
 // resources, templates, prompts and completions are served and gated.
 func TestRelayUpstream(t *testing.T) {
 	fx := conformance.StartFixture(t)
-	url := openConfig(t, fmt.Sprintf(`
-[server]
-data_dir = "data"
-socket = "-"
-
-[policy]
-grants = ["rye.execute.tool.mcp.cf.*", "rye.fetch.knowledge.mcp.cf.*", "rye.fetch.directive.mcp.cf.*"]
-
-[mcp.servers.cf]
-url = %q
-prefix = ""
-`, fx))
+	url := openConformance(t, fx, "rye.execute.tool.mcp.cf.*", "rye.fetch.knowledge.mcp.cf.*", "rye.fetch.directive.mcp.cf.*")
 	full := mint(t, token.Claims{Sub: "alice"})
 	// narrow may call tools but sees only the static text resource and
 	// the simple prompt.
@@ -181,18 +167,7 @@ prefix = ""
 // client that made it.
 func TestRelayLogging(t *testing.T) {
 	fx := conformance.StartFixture(t)
-	url := openConfig(t, fmt.Sprintf(`
-[server]
-data_dir = "data"
-socket = "-"
-
-[policy]
-grants = ["rye.execute.tool.mcp.cf.*"]
-
-[mcp.servers.cf]
-url = %q
-prefix = ""
-`, fx))
+	url := openConformance(t, fx, "rye.execute.tool.mcp.cf.*")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	script := &scripted{}

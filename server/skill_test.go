@@ -16,8 +16,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/token"
 )
 
@@ -54,7 +54,7 @@ func answer(prefix string) func(mcp.CreateMessageRequest) *mcp.CreateMessageResu
 	}
 }
 
-func skillServer(t *testing.T) (*Server, string) {
+func skillServer(t *testing.T) (*testServer, string) {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name, text string) {
@@ -67,30 +67,15 @@ func skillServer(t *testing.T) (*Server, string) {
 	write("secret", "---\ndescription: Private only\nsensitive: true\n---\nDo private things.\n")
 	write("needs-key", "---\ndescription: Needs an API key\nenv: [API_KEY]\n---\nUse the key.\n")
 	write("mailer", "---\ndescription: Reads mail\ncapabilities: [gog.email]\n---\nRead the mail.\n")
-	src := fmt.Sprintf(`
-[server]
-data_dir = "data"
-socket = "-"
-
-[policy]
-grants = ["rye.execute.tool.mcp.fx.*", "rye.execute.directive.echoer", "rye.execute.directive.looper",
-  "rye.execute.directive.secret", "rye.execute.directive.needs-key", "rye.execute.directive.mailer",
-  "rye.execute.tool.bridge.gog.email.*"]
-
-[mcp.servers.fx]
-command = %q
-[mcp.servers.fx.tools.echo]
-risk = "LOW"
-[mcp.servers.fx.tools.t_00]
-risk = "LOW"
-`, testkit.Build(t, testkit.MCPFixture))
-	path := filepath.Join(dir, "capgate.toml")
-	os.WriteFile(path, []byte(src), 0o600)
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return serveServer(t, cfg)
+	fx := fixtureServer(t)
+	fx.Tools = map[string]registry.Override{"echo": {Level: risk.Low}, "t_00": {Level: risk.Low}}
+	return serveSetup(t, setup{
+		registry: registry.BuildOptions{MCP: []registry.MCPServer{fx}},
+		grants: []string{"rye.execute.tool.mcp.fx.*", "rye.execute.directive.echoer", "rye.execute.directive.looper",
+			"rye.execute.directive.secret", "rye.execute.directive.needs-key", "rye.execute.directive.mailer",
+			"rye.execute.tool.bridge.gog.email.*"},
+		workspace: dir,
+	})
 }
 
 func useSkill(t *testing.T, c *client.Client, args map[string]any) *mcp.CallToolResult {
@@ -437,12 +422,12 @@ func (f *failingModel) CreateMessage(ctx context.Context, req mcp.CreateMessageR
 
 // skillRuns are the skill_run records in s's audit file, each as
 // sub|tool|tool_name|decision|code|capability|detail.
-func skillRuns(t *testing.T, s *Server) []string {
+func skillRuns(t *testing.T, s *testServer) []string {
 	t.Helper()
 	if err := s.Audit.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(s.Config.Audit.Path)
+	b, err := os.ReadFile(s.auditPath)
 	if err != nil {
 		t.Fatal(err)
 	}

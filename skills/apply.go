@@ -5,12 +5,19 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/capgate/capgate/config"
 )
 
 // SourceConfig is the Source of the problems Apply reports.
 const SourceConfig = "config"
+
+// Settings are an operator's word on one skill: the config's
+// [skills.NAME] table.
+type Settings struct {
+	Enabled      *bool // nil: enabled
+	Model        string
+	AllowChatIDs []string // nil: the defaults'
+	Env          map[string]string
+}
 
 // Apply applies the config's [skills.NAME] tables to the skills in effect
 // and returns the enabled ones, sorted by name, as copies with the
@@ -26,7 +33,7 @@ const SourceConfig = "config"
 //
 // [skills.defaults] is not a skill. A table for a skill that is not in set
 // is reported. Problems have Source "config" and name the key.
-func Apply(set *Set, cfg map[string]config.Skill) (enabled []*Skill, problems []Problem) {
+func Apply(set *Set, cfg map[string]Settings) (enabled []*Skill, problems []Problem) {
 	fail := func(name, format string, args ...any) {
 		problems = append(problems, Problem{Source: SourceConfig, Name: name, Err: fmt.Errorf(format, args...)})
 	}
@@ -87,7 +94,7 @@ func Apply(set *Set, cfg map[string]config.Skill) (enabled []*Skill, problems []
 }
 
 // Disabled reports whether the config turns the skill off (enabled = false).
-func Disabled(cfg map[string]config.Skill, name string) bool {
+func Disabled(cfg map[string]Settings, name string) bool {
 	c, ok := cfg[name]
 	return ok && c.Enabled != nil && !*c.Enabled
 }

@@ -4,8 +4,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/capgate/capgate/config"
 )
 
 func TestApply(t *testing.T) {
@@ -21,35 +19,17 @@ func TestApply(t *testing.T) {
 		t.Fatalf("%v %+v %+v", err, set.Skills, set.Problems)
 	}
 
-	cfg, err := config.Parse("capgate.toml", []byte(`
-[skills.defaults]
-allow_chat_ids = ["100", "200"]
-
-[skills.email]
-model = "large"
-allow_chat_ids = ["7"]
-env = { GOG_ACCOUNT = "me@example.com" }
-
-[skills.deploy]
-enabled = false
-
-[skills.search]
-env = { API_KEY = "" }
-
-[skills.chat]
-enabled = true
-allow_chat_ids = []
-
-[skills.quiet]
-enabled = false
-
-[skills.emial]
-model = "x"
-`), root, config.Options{Home: root})
-	if err != nil {
-		t.Fatal(err)
+	no, yes := false, true
+	cfg := map[string]Settings{
+		"defaults": {AllowChatIDs: []string{"100", "200"}},
+		"email":    {Model: "large", AllowChatIDs: []string{"7"}, Env: map[string]string{"GOG_ACCOUNT": "me@example.com"}},
+		"deploy":   {Enabled: &no},
+		"search":   {Env: map[string]string{"API_KEY": ""}},
+		"chat":     {Enabled: &yes, AllowChatIDs: []string{}},
+		"quiet":    {Enabled: &no},
+		"emial":    {Model: "x"},
 	}
-	enabled, problems := Apply(set, cfg.Skills)
+	enabled, problems := Apply(set, cfg)
 
 	type row struct {
 		name, model string
@@ -94,12 +74,12 @@ model = "x"
 
 func TestApplyEnvKeys(t *testing.T) {
 	set := &Set{Skills: []*Skill{{Name: "a", Env: []string{"KEY"}}}}
-	enabled, problems := Apply(set, map[string]config.Skill{"a": {Env: map[string]string{"KEY": "v", "lower": "x"}}})
+	enabled, problems := Apply(set, map[string]Settings{"a": {Env: map[string]string{"KEY": "v", "lower": "x"}}})
 	if len(enabled) != 0 || len(problems) != 1 ||
 		problems[0].Error() != `[skills.a] env: "lower" is not an UPPER_CASE environment variable name` {
 		t.Fatalf("%+v %+v", enabled, problems)
 	}
-	enabled, problems = Apply(&Set{}, map[string]config.Skill{"defaults": {AllowChatIDs: []string{"1"}}, "x": {}})
+	enabled, problems = Apply(&Set{}, map[string]Settings{"defaults": {AllowChatIDs: []string{"1"}}, "x": {}})
 	if len(enabled) != 0 || len(problems) != 1 || !strings.Contains(problems[0].Error(), `there is no skill "x" (there are no skills)`) {
 		t.Fatalf("%+v %+v", enabled, problems)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/risk"
-	"github.com/capgate/capgate/server"
 )
 
 // readDirective reads a directive file's <permissions> block.
@@ -101,7 +101,7 @@ func runCheck(out io.Writer, o checkOptions, args []string) error {
 			return usageError("the item ID is empty; leave it out to check rye.%s.%s", primary, itemType)
 		}
 	}
-	table, err := server.RiskTable(o.riskFile)
+	table, err := app.RiskTable(o.riskFile)
 	if err != nil {
 		return usageError("%v", err)
 	}

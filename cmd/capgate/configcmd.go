@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/token"
 )
 
@@ -69,13 +69,13 @@ func configProblems(path string) []string {
 	}
 	var out []string
 	add := func(err error) { out = append(out, lines(err)...) }
-	table, err := server.RiskTable(cfg.Policy.RiskFile)
+	table, err := app.RiskTable(cfg.Policy.RiskFile)
 	if err != nil {
 		add(fmt.Errorf("%s: policy.risk_file: %w", cfg.Path, err))
 	}
 	if table != nil {
 		// The grants the router compiles at startup, as it compiles them.
-		p := server.Policy(cfg)
+		p := app.Policy(cfg)
 		check := func(key string, grants, acks []string) {
 			ev, err := table.Evaluate(grants, acks)
 			if err == nil {

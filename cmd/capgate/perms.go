@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/risk"
-	"github.com/capgate/capgate/server"
 )
 
 type permsOptions struct {
@@ -48,7 +48,7 @@ type permsResult struct {
 }
 
 func runPerms(out io.Writer, o permsOptions, path string) error {
-	table, err := server.RiskTable(o.riskFile)
+	table, err := app.RiskTable(o.riskFile)
 	if err != nil {
 		return usageError("%v", err)
 	}

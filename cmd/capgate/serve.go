@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/server"
 )
 
 func newServeCmd() *cobra.Command {
@@ -67,7 +67,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			srv, err := server.Open(ctx, cfg, server.Options{Logger: logger, SkillsDirs: skillsDirs})
+			srv, err := app.Open(ctx, cfg, app.Options{Logger: logger, SkillsDirs: skillsDirs})
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}

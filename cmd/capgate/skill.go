@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/skills"
 )
@@ -114,9 +115,9 @@ func runSkillList(cmd *cobra.Command, o skillListOptions) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	var skillCfg map[string]config.Skill
+	var skillCfg map[string]skills.Settings
 	if cfg != nil {
-		skillCfg = cfg.Skills
+		skillCfg = app.SkillSettings(cfg.Skills)
 	}
 	enabled, cfgProblems := skills.Apply(set, skillCfg)
 

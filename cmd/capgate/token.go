@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/token"
 )
 
@@ -114,7 +114,7 @@ func runTokenMint(out, errOut io.Writer, o tokenMintOptions, explicitEnv bool) e
 		if err != nil {
 			return usageError("%v", err)
 		}
-		if secret, _, err = server.Secret(cfg, os.LookupEnv); err != nil {
+		if secret, _, err = app.Secret(cfg, os.LookupEnv); err != nil {
 			return usageError("%v", err)
 		}
 	} else {

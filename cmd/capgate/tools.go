@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
@@ -35,7 +36,12 @@ merged catalog.`,
 		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 		// Listing calls no operation, so providers get random keys, never
 		// the token key.
-		r, err := registry.Build(context.Background(), cfg, registry.BuildOptions{Logger: logger, IgnoreLock: ignoreLock})
+		bo := app.RegistryOptions(cfg)
+		bo.Logger = logger
+		if ignoreLock {
+			bo.LockPath = ""
+		}
+		r, err := registry.Build(context.Background(), bo)
 		if err != nil {
 			return nil, nil, usageError("%v", err)
 		}
@@ -128,7 +134,7 @@ no longer matches its pin is quarantined until the lock is written again.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "capgate: not pinning %s: its source is unavailable\n", d.ID)
 				}
 			}
-			path := registry.LockPath(cfg)
+			path := app.LockPath(cfg)
 			if err := registry.WriteLock(path, pinned); err != nil {
 				return err
 			}

@@ -1,0 +1,77 @@
+package app
+
+import (
+	"maps"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources/bridge"
+	"github.com/capgate/capgate/sources/ext"
+	"github.com/capgate/capgate/sources/mcp"
+)
+
+// LockPath is where the definition pins of a config live: capgate.lock
+// beside it.
+func LockPath(cfg *config.Config) string { return filepath.Join(cfg.Dir, registry.LockFile) }
+
+// RegistryOptions are the registry's build options from the config: its
+// extension packs, bridge providers and upstream MCP servers with the
+// operator's overrides, and its lock. The caller sets BridgeKey, Logger
+// and LookupEnv; LockPath = "" ignores the lock.
+func RegistryOptions(cfg *config.Config) registry.BuildOptions {
+	bo := registry.BuildOptions{
+		ExtPaths: cfg.Extensions.Paths,
+		Ext: ext.Options{
+			Timeout: cfg.Extensions.Timeout.Std(), MaxOutput: int64(cfg.Extensions.MaxOutputBytes),
+			Env: cfg.Extensions.Env,
+		},
+		RequireLock: cfg.Policy.RequireLock,
+		LockPath:    LockPath(cfg),
+		Origin:      cfg.Path,
+	}
+	for _, p := range cfg.Providers() {
+		if !p.IsEnabled() {
+			continue
+		}
+		bo.Bridges = append(bo.Bridges, registry.Bridge{Key: p.Key, Options: bridge.Options{
+			Namespace: p.Namespace, Command: p.Command, Timeout: time.Duration(p.TimeoutSeconds) * time.Second,
+			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Env: p.Env,
+		}})
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.MCP.Servers)) {
+		sc := cfg.MCP.Servers[name]
+		s := registry.MCPServer{
+			Key: "mcp.servers." + name,
+			Options: mcp.Options{
+				Name: name, Command: sc.Command, Args: sc.Args, Env: sc.Env, Cwd: sc.Cwd,
+				URL: sc.URL, Transport: sc.Transport, Headers: sc.Headers, TrustAnnotations: sc.TrustAnnotations,
+				Timeout: sc.Timeout.Std(), MaxMessage: int64(sc.MaxResultBytes),
+			},
+			Prefix:  *sc.Prefix,
+			Default: override(sc.Risk, sc.SideEffects, config.ToolOverride{}),
+			Tools:   map[string]registry.Override{},
+		}
+		for t, o := range sc.Tools {
+			s.Tools[t] = override(o.Risk, o.SideEffects, o)
+		}
+		bo.MCP = append(bo.MCP, s)
+	}
+	return bo
+}
+
+// override turns config words (already validated by config) into an
+// Override.
+func override(level string, effects []string, o config.ToolOverride) registry.Override {
+	out := registry.Override{Description: o.Description, Hidden: o.Hidden, Name: o.Name}
+	if level != "" {
+		out.Level, _ = risk.ParseLevel(level)
+	}
+	if effects != nil {
+		out.Effects, _ = risk.ParseSideEffects(effects)
+	}
+	return out
+}
