@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/capgate/capgate/config"
@@ -126,8 +127,8 @@ hidden = true
 }
 
 // TestOpenPinsBesideTheConfig: with policy.require_lock, a tool is served
-// only when capgate.lock beside the config pins it. (With no capgate.lock
-// at all nothing is quarantined, as before the wiring moved.)
+// only when capgate.lock beside the config pins it; with no capgate.lock
+// at all, none is.
 func TestOpenPinsBesideTheConfig(t *testing.T) {
 	dir := t.TempDir()
 	cfg := load(t, dir, fmt.Sprintf("[server]\ndata_dir = \"data\"\nsocket = \"-\"\n[policy]\nrequire_lock = true\n[mcp.servers.fx]\ncommand = %q\n",
@@ -135,6 +136,11 @@ func TestOpenPinsBesideTheConfig(t *testing.T) {
 	if got, want := LockPath(cfg), filepath.Join(dir, registry.LockFile); got != want {
 		t.Errorf("LockPath %s, want %s", got, want)
 	}
+	nolock := open(t, cfg)
+	if d, ok := nolock.Registry.Snapshot().Lookup("mcp:fx:echo"); !ok || !strings.Contains(d.Quarantined, "require_lock") {
+		t.Fatalf("echo, no capgate.lock at all: %+v", d)
+	}
+	nolock.Close()
 	if err := os.WriteFile(LockPath(cfg), []byte("mcp:fx:other sha256:00\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

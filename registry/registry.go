@@ -185,8 +185,14 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 				continue
 			}
 		}
-		if r.opts.Lock != nil {
-			pin, pinned := r.opts.Lock.Pins[d.ID]
+		// Under require_lock, a missing lock pins nothing: every tool
+		// waits for review, none is served unpinned.
+		if r.opts.Lock != nil || r.opts.RequireLock {
+			var pin string
+			var pinned bool
+			if r.opts.Lock != nil {
+				pin, pinned = r.opts.Lock.Pins[d.ID]
+			}
 			switch {
 			case pinned && pin != d.DefinitionHash:
 				d.Quarantined = "its definition changed since capgate.lock pinned it; review it and run `capgate tools lock`"

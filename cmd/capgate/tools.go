@@ -39,7 +39,7 @@ merged catalog.`,
 		bo := app.RegistryOptions(cfg)
 		bo.Logger = logger
 		if ignoreLock {
-			bo.LockPath = ""
+			bo.LockPath, bo.RequireLock = "", false
 		}
 		r, err := registry.Build(context.Background(), bo)
 		if err != nil {
