@@ -1,3 +1,5 @@
+//go:build linux && !capgate_noreserve
+
 package audit
 
 import (
