@@ -780,7 +780,7 @@ func (l *Log) io() bool {
 		l.setHealth(err)
 		return false
 	}
-	defer func() { unlockFile(l.f) }() // l.f, not the one locked: rotation swaps it
+	defer func() { unlockFile(l.f) }() // l.f as it is then: rotation may swap in a new file, locked
 	err := l.ioLocked(idle)
 	l.account(0)
 	if err != nil {
