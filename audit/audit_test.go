@@ -14,7 +14,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -1107,7 +1106,7 @@ func TestSnapshotWaitsForWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	unlock, err := lockFile(f, syscall.LOCK_EX)
+	unlock, err := lockFile(f, lockEx)
 	if err != nil {
 		t.Fatal(err)
 	}

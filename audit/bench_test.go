@@ -3,19 +3,8 @@ package audit
 import (
 	"crypto/sha256"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 )
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkLog measures Log from parallel callers with every field set,
 // through to the file: ns/op is the sustained rate, with the writer, the

@@ -1,12 +1,6 @@
 package audit
 
-import (
-	"errors"
-	"fmt"
-	"syscall"
-
-	"golang.org/x/sys/unix"
-)
+import "fmt"
 
 // Health is a Sink that can tell whether it can make records durable right
 // now. The router asks it before it runs a tool, and refuses the call when
@@ -76,8 +70,8 @@ func (l *Log) setHealth(err error) {
 // between it and size+reserve is asked for, because a failed fallocate
 // may undo the whole range it was given (tmpfs does), and the space
 // already reserved must stay for the records already promised. A
-// filesystem without fallocate is left to the write errors. Call with
-// iomu held.
+// filesystem without fallocate (and every OS but Linux) is left to the
+// write errors. Call with iomu held.
 func (l *Log) reserveAhead(f fdFile, size int64, end *int64) error {
 	if l.reserve <= 0 || l.noFalloc {
 		return nil
@@ -87,7 +81,7 @@ func (l *Log) reserveAhead(f fdFile, size int64, end *int64) error {
 		return nil
 	}
 	err := fallocate(f, from, to-from)
-	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+	if cannotReserve(err) {
 		// Nothing can be reserved: health alone admits calls.
 		l.noFalloc = true
 		l.budget.Store(unlimited)
@@ -102,19 +96,3 @@ func (l *Log) reserveAhead(f fdFile, size int64, end *int64) error {
 }
 
 type fdFile interface{ Fd() uintptr }
-
-func fallocate(f fdFile, off, n int64) error {
-	for {
-		err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
-		if err != syscall.EINTR {
-			return err
-		}
-	}
-}
-
-// release frees the space reserved past size, when f is done with.
-func release(f fdFile, size, n int64) {
-	if n > 0 {
-		_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE|unix.FALLOC_FL_PUNCH_HOLE, size, n)
-	}
-}

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -250,7 +249,7 @@ func Open(path string, opts Options) (*Log, error) {
 
 // resume reads the file's last line and its sidecar to continue the chain.
 func (l *Log) resume() error {
-	unlock, err := lockFile(l.f, syscall.LOCK_EX)
+	unlock, err := lockFile(l.f, lockEx)
 	if err != nil {
 		return fmt.Errorf("audit: %s: %w", l.path, err)
 	}
@@ -317,22 +316,6 @@ func readTail(f *os.File, size int64, path string) (seq uint64, hash [sha256.Siz
 		return 0, hash, fail(reason)
 	}
 	return seq, sha256.Sum256(line), nil
-}
-
-// lockFile flocks f (LOCK_EX or LOCK_SH), waiting for it, and returns the
-// unlock.
-func lockFile(f *os.File, how int) (unlock func(), err error) {
-	fd := int(f.Fd())
-	for {
-		err = syscall.Flock(fd, how)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("flock: %w", err)
-	}
-	return func() { syscall.Flock(fd, syscall.LOCK_UN) }, nil
 }
 
 // Log queues e for the writer. It waits when MaxPending events are
@@ -791,13 +774,13 @@ func (l *Log) io() bool {
 		l.setHealth(fmt.Errorf("audit: %s: a failed write could not be cut back off the file, so nothing more is written; move the log aside and restart", l.path))
 		return false
 	}
-	if _, err := lockFile(l.f, syscall.LOCK_EX); err != nil {
+	if _, err := lockFile(l.f, lockEx); err != nil {
 		err = fmt.Errorf("audit: %s: %w", l.path, err)
 		l.setErr(err)
 		l.setHealth(err)
 		return false
 	}
-	defer func() { syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN) }()
+	defer func() { unlockFile(l.f) }() // l.f as it is then: rotation may swap in a new file, locked
 	err := l.ioLocked(idle)
 	l.account(0)
 	if err != nil {

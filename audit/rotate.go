@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // Rotation: when the file would grow past MaxSize, it is moved aside as
@@ -98,7 +97,7 @@ func (l *Log) rotate() error {
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	if _, err := lockFile(nf, syscall.LOCK_EX); err != nil {
+	if _, err := lockFile(nf, lockEx); err != nil {
 		nf.Close()
 		os.Remove(tmp)
 		return fmt.Errorf("audit: %s: %w", tmp, err)
@@ -158,7 +157,7 @@ func (l *Log) follow() error {
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	if _, err := lockFile(nf, syscall.LOCK_EX); err != nil {
+	if _, err := lockFile(nf, lockEx); err != nil {
 		nf.Close()
 		return fmt.Errorf("audit: %s: %w", l.path, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 )
 
 // Report is what a verification found.
@@ -150,7 +149,7 @@ func snapshot(path string) (f *os.File, size int64, h head, haveHead bool, err e
 	if err != nil {
 		return nil, 0, head{}, false, err
 	}
-	unlock, err := lockFile(f, syscall.LOCK_SH)
+	unlock, err := lockFile(f, lockSh)
 	if err != nil {
 		f.Close()
 		return nil, 0, head{}, false, fmt.Errorf("%s: %w", path, err)

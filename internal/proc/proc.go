@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -69,17 +68,17 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 	cmd.Stdin = bytes.NewReader(spec.Stdin)
 	// A command that writes past the cap is killed at once: its answer is
 	// refused anyway, and draining it would keep it running to the timeout.
-	out := &capped{max: spec.MaxOutput, full: func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }}
+	out := &capped{max: spec.MaxOutput, full: func() { _ = KillGroup(cmd.Process) }}
 	errTail := &tail{max: StderrTail}
 	cmd.Stdout, cmd.Stderr = out, errTail
 	// Its own process group, so a timeout kills what it started too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	NewGroup(cmd)
+	cmd.Cancel = func() error { return KillGroup(cmd.Process) }
 	cmd.WaitDelay = time.Second
 
 	runErr := cmd.Run()
 	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = KillGroup(cmd.Process)
 	}
 	stderr = strings.TrimSpace(string(errTail.buf))
 	switch {

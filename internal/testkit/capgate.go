@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/token"
 )
 
@@ -122,4 +123,4 @@ func (s *Served) Stop(tb testing.TB) error {
 }
 
 // Kill kills serve's process group: serve and any upstream it started.
-func (s *Served) Kill() { syscall.Kill(-s.Cmd.Process.Pid, syscall.SIGKILL) }
+func (s *Served) Kill() { proc.KillGroup(s.Cmd.Process) }

@@ -12,9 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/internal/proc"
 )
 
 var (
@@ -145,7 +146,7 @@ func start(tb testing.TB, bin string, args []string, group bool, env ...string) 
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	if group {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		proc.NewGroup(cmd)
 	}
 	var stderr, out strings.Builder
 	var mu sync.Mutex
@@ -165,13 +166,13 @@ func start(tb testing.TB, bin string, args []string, group bool, env ...string) 
 	tb.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			if group {
-				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				proc.KillGroup(cmd.Process)
 			} else {
 				cmd.Process.Kill()
 			}
 			cmd.Wait()
 		} else if group {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what serve left behind
+			proc.KillGroup(cmd.Process) // what serve left behind
 		}
 		if group && tb.Failed() {
 			mu.Lock()

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"syscall"
 	"time"
 
+	"github.com/capgate/capgate/internal/proc"
 	"github.com/mark3labs/mcp-go/client/transport"
 )
 
@@ -22,8 +22,8 @@ func startStdio(ctx context.Context, command string, env, args []string, cwd str
 	cmd := exec.CommandContext(ctx, command, args...)
 	cmd.Env, cmd.Dir = env, cwd
 	// Its own process group, so ending it ends what it started too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	proc.NewGroup(cmd)
+	cmd.Cancel = func() error { return proc.KillGroup(cmd.Process) }
 	cmd.WaitDelay = time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -37,7 +37,7 @@ func startStdio(ctx context.Context, command string, env, args []string, cwd str
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", command, err)
 	}
-	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	kill := func() { _ = proc.KillGroup(cmd.Process) }
 	out := &limitReader{r: stdout, max: limit, frame: frameLine, over: func() { kill(); g.trip() }}
 	in := &stdioInput{WriteCloser: stdin, cmd: cmd, kill: kill}
 	return transport.NewIO(out, in, nil), nil
