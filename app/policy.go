@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	capgate "github.com/capgate/capgate"
@@ -80,7 +81,8 @@ func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []by
 	} else if err != nil {
 		return nil, "", fmt.Errorf("reading the development token key: %w", err)
 	}
-	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+	// Windows reports 0666 for every file: its ACLs are not modes.
+	if fi, err := os.Stat(path); err == nil && runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
 		return nil, "", fmt.Errorf("%s is readable by others: chmod 600 %s", path, path)
 	}
 	secret = token.ParseSecret(string(b))
