@@ -186,8 +186,8 @@ func (d Declared) keys() []Key {
 // nil field is unset. They only tighten.
 type Overrides struct {
 	Set            map[Key]bool // no_network = true, ...; false never loosens
-	SecretsAllowed []string      // narrows the declared secrets; nil: unset
-	SecretsSet     bool          // secrets_allowed was given (even empty)
+	SecretsAllowed []string     // narrows the declared secrets; nil: unset
+	SecretsSet     bool         // secrets_allowed was given (even empty)
 }
 
 // Derive computes a tool's effective guarantees: the declaration, then the
