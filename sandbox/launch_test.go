@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"net"
@@ -18,6 +20,9 @@ import (
 // The test binary is the trampoline, as capgate is in production.
 func TestMain(m *testing.M) {
 	Main()
+	if js, ok := os.LookupEnv(launchAsEnv); ok {
+		os.Exit(launchFromEnv(js))
+	}
 	testkit.Main(m)
 }
 
@@ -301,20 +306,14 @@ func TestUnenforceableRefused(t *testing.T) {
 	}
 }
 
-// TestUnprivileged runs the trampoline and the tool as nobody: no_network
-// then needs a user namespace, Landlock and seccomp need no_new_privs.
-func TestUnprivileged(t *testing.T) {
-	f := Probe()
-	g := all()
+// nobodyWorld is a world that uid 65534 can reach: the binaries copied
+// out of root's 0700 build dirs, a work dir it owns.
+func nobodyWorld(t *testing.T, f Features) (w world, trampoline string) {
+	t.Helper()
 	if !f.Privileged {
 		t.Skip("needs root to switch to nobody")
 	}
-	if !f.UserNS {
-		t.Skip("this kernel refuses unprivileged user namespaces")
-	}
-	needs(t, f, g)
-	w := newWorld(t)
-	// nobody must be able to reach both binaries and its work dir.
+	w = newWorld(t)
 	pub, err := os.MkdirTemp("", "capgate-sandbox-pub-")
 	if err != nil {
 		t.Fatal(err)
@@ -340,18 +339,93 @@ func TestUnprivileged(t *testing.T) {
 	os.Chmod(filepath.Dir(w.outside), 0o755)
 	os.Chmod(filepath.Dir(filepath.Dir(w.outside)), 0o755)
 	t.Cleanup(func() { os.Chmod(filepath.Dir(filepath.Dir(w.outside)), 0o700) })
+	return w, filepath.Join(pub, "trampoline")
+}
 
-	cred := &syscall.Credential{Uid: 65534, Gid: 65534}
-	// Positive control: as nobody, unconfined, the attempts succeed where
-	// the file modes allow (outside.txt is 0644, so it is readable).
-	base := launch(t, w, Spec{Credential: cred, Trampoline: filepath.Join(pub, "trampoline")}, f)
-	want(t, base, "write-work", "ok")
-	want(t, base, "read-outside", "ok")
-	want(t, base, "env-home", "ok")
-	want(t, base, "tcp", "ok")
-	want(t, base, "spawn", "ok")
+var nobody = &syscall.Credential{Uid: 65534, Gid: 65534}
 
-	got := launch(t, w, Spec{Guarantees: g, Credential: cred, Trampoline: filepath.Join(pub, "trampoline"), Deny: []string{w.data}}, f)
+// TestCredentialNobody: capgate as root starts a tool as nobody; the user
+// namespace is made for no_network as for an unprivileged capgate.
+func TestCredentialNobody(t *testing.T) {
+	f := Probe()
+	g := all()
+	needs(t, f, g)
+	if !f.UserNS {
+		t.Skip("this kernel refuses unprivileged user namespaces")
+	}
+	w, tramp := nobodyWorld(t, f)
+	// Positive control: as nobody, with no guarantees, the attempts succeed
+	// where the file modes allow (outside.txt is 0644).
+	base := launch(t, w, Spec{Credential: nobody, Trampoline: tramp}, f)
+	for _, name := range []string{"write-work", "read-outside", "env-home", "tcp", "udp", "spawn"} {
+		want(t, base, name, "ok")
+	}
+	got := launch(t, w, Spec{Guarantees: g, Credential: nobody, Trampoline: tramp, Deny: []string{w.data}}, f)
+	for _, name := range []string{"write-work", "write-outside", "read-outside", "read-key", "tcp", "udp", "spawn", "env-home", "env-secret"} {
+		want(t, got, name, "denied")
+	}
+	want(t, got, "read-system", "ok")
+}
+
+// launchAsEnv makes the test binary a capgate stand-in that launches the
+// Spec in it (JSON) through Command and relays the tool's output.
+const launchAsEnv = "CAPGATE_SANDBOX_TEST_LAUNCH"
+
+func launchFromEnv(js string) int {
+	var spec Spec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	cmd, cleanup, err := Command(spec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	defer cleanup()
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
+	return 0
+}
+
+// TestUnprivilegedLauncher: capgate itself runs as nobody, with no
+// capabilities: the probe sees it unprivileged, no_network takes a user
+// namespace it creates itself, and Landlock and seccomp load under
+// no_new_privs.
+func TestUnprivilegedLauncher(t *testing.T) {
+	f := Probe()
+	g := all()
+	needs(t, f, g)
+	if !f.UserNS {
+		t.Skip("this kernel refuses unprivileged user namespaces")
+	}
+	w, tramp := nobodyWorld(t, f)
+	asNobody := func(spec Spec) map[string]string {
+		t.Helper()
+		spec.Path, spec.Args, spec.Dir = w.tool, args(w), w.work
+		spec.Env = []string{"PATH=/usr/bin:/bin", "CAPGATE_TEST_HOST=host", "API_KEY=leaked"}
+		spec.Secrets = map[string]string{"API_KEY": "k-123", "OTHER_SECRET": "o-456"}
+		js, err := json.Marshal(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(tramp)
+		cmd.Env = []string{launchAsEnv + "=" + string(js)}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
+		got := run(t, w, cmd)
+		for _, k := range slices.Sorted(maps.Keys(got)) {
+			t.Logf("%-13s %s", k, got[k])
+		}
+		return got
+	}
+	base := asNobody(Spec{})
+	for _, name := range []string{"write-work", "read-outside", "env-home", "tcp", "udp", "spawn"} {
+		want(t, base, name, "ok")
+	}
+	got := asNobody(Spec{Guarantees: g, Deny: []string{w.data}})
 	for _, name := range []string{"write-work", "write-outside", "read-outside", "read-key", "tcp", "udp", "spawn", "env-home", "env-secret"} {
 		want(t, got, name, "denied")
 	}
