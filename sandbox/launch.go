@@ -99,7 +99,12 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	if unprivileged {
 		feat.NetNS = feat.NetNS && feat.UserNS
 	}
-	if miss := feat.Check(g); len(miss) > 0 && !spec.AllowUnsafe {
+	miss := feat.Check(g)
+	if len(spec.Deny) > 0 && f.LandlockABI < 1 {
+		// Deny paths hold capgate's keys: unprovable, they fail closed too.
+		miss = append(miss, Missing{Key: "deny", Feature: "Landlock"})
+	}
+	if len(miss) > 0 && !spec.AllowUnsafe {
 		return nil, nil, &UnenforceableError{Missing: miss}
 	}
 	self := spec.Trampoline

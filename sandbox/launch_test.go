@@ -299,6 +299,10 @@ func TestUnenforceableRefused(t *testing.T) {
 	if !ok || len(ue.Missing) != 2 || ue.Missing[0].Feature != "Landlock" || ue.Missing[1].Feature != "seccomp" {
 		t.Fatalf("err = %v, want the two missing features", err)
 	}
+	_, _, err = command(Spec{Path: w.tool, Deny: []string{w.data}}, Features{})
+	if ue, ok := err.(*UnenforceableError); !ok || len(ue.Missing) != 1 || ue.Missing[0].Key != "deny" {
+		t.Fatalf("deny paths without Landlock: err = %v, want refused", err)
+	}
 	if _, cleanup, err := command(Spec{Path: w.tool, Guarantees: guarantee(NoSubprocess), AllowUnsafe: true}, Features{}); err != nil {
 		t.Fatalf("allow unsafe: %v", err)
 	} else {
