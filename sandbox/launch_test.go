@@ -83,6 +83,7 @@ func (w world) attempts() map[string]string {
 	return map[string]string{
 		"write-work":    "write=" + filepath.Join(w.work, "out.txt"),
 		"write-outside": "write=" + w.outside,
+		"write-tmp":     "writetmp=",
 		"read-outside":  "read=" + w.outside,
 		"read-key":      "read=" + w.key,
 		"read-shared":   "read=" + w.readFile,
@@ -193,6 +194,7 @@ func TestNoGuaranteesStillConfinesWrites(t *testing.T) {
 	w := newWorld(t)
 	got := launch(t, w, Spec{Deny: []string{w.data}}, f)
 	want(t, got, "write-work", "ok")
+	want(t, got, "write-tmp", "ok /tmp/capgate-tool-")
 	want(t, got, "write-outside", "denied")
 	want(t, got, "read-outside", "ok")
 	want(t, got, "read-shared", "ok")
@@ -213,6 +215,7 @@ func TestFilesystemNone(t *testing.T) {
 	got := launch(t, w, Spec{Guarantees: g, ReadPaths: []string{w.readDir}, Deny: []string{w.data}}, f)
 	want(t, got, "write-work", "denied")
 	want(t, got, "write-outside", "denied")
+	want(t, got, "write-tmp", "denied")
 	want(t, got, "read-outside", "denied")
 	want(t, got, "read-shared", "denied") // listed, but filesystem none reads no listed path
 	want(t, got, "read-key", "denied")

@@ -1,5 +1,5 @@
 // Command hostile is the tool the sandbox tests confine: each argument is
-// one attempt (write=PATH, read=PATH, tcp=ADDR, udp=ADDR, spawn=PROGRAM,
+// one attempt (write=PATH, writetmp=, read=PATH, tcp=ADDR, udp=ADDR, spawn=PROGRAM,
 // env=NAME, id) and it prints one line per attempt, "<attempt> ok <detail>"
 // or "<attempt> denied <error>", so a test sees what the kernel allowed.
 package main
@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -29,6 +30,8 @@ func attempt(kind, arg string) (string, error) {
 	switch kind {
 	case "write":
 		return "", os.WriteFile(arg, []byte("hostile"), 0o644)
+	case "writetmp": // into $TMPDIR, the tool's private temp dir
+		return os.TempDir(), os.WriteFile(filepath.Join(os.TempDir(), "scratch"), []byte("hostile"), 0o644)
 	case "read":
 		b, err := os.ReadFile(arg)
 		return strings.TrimSpace(string(b)), err
