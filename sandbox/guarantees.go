@@ -188,6 +188,53 @@ type Overrides struct {
 	Set            map[Key]bool // no_network = true, ...; false never loosens
 	SecretsAllowed []string     // narrows the declared secrets; nil: unset
 	SecretsSet     bool         // secrets_allowed was given (even empty)
+	// AllowUnsafe lets the tool run where its guarantees cannot be
+	// enforced; it loosens no guarantee (Spec.AllowUnsafe).
+	AllowUnsafe bool
+}
+
+// ParseOverrides reads one [capability_overrides."<tool id>"] table as
+// decoded from TOML; where names it in errors.
+func ParseOverrides(m map[string]any, where string) (Overrides, error) {
+	o := Overrides{Set: map[Key]bool{}}
+	for k, v := range m {
+		switch {
+		case k == string(SecretsAllowed):
+			list, ok := v.([]any)
+			if !ok {
+				return Overrides{}, fmt.Errorf("%s.%s: want a list of names, got %T", where, k, v)
+			}
+			o.SecretsSet, o.SecretsAllowed = true, []string{}
+			for i, e := range list {
+				s, ok := e.(string)
+				if !ok || !validEnvName(s) {
+					return Overrides{}, fmt.Errorf("%s.%s[%d]: want a variable name, got %v", where, k, i, e)
+				}
+				o.SecretsAllowed = append(o.SecretsAllowed, s)
+			}
+		case k == "allow_unsafe_execution" || slices.Contains(Keys, Key(k)):
+			b, ok := v.(bool)
+			if !ok {
+				return Overrides{}, fmt.Errorf("%s.%s: want true or false, got %T", where, k, v)
+			}
+			if k == "allow_unsafe_execution" {
+				o.AllowUnsafe = b
+			} else {
+				o.Set[Key(k)] = b
+			}
+		default:
+			return Overrides{}, fmt.Errorf("%s: unknown key %q (want %s, secrets_allowed, allow_unsafe_execution)", where, k, joinKeys(Keys))
+		}
+	}
+	return o, nil
+}
+
+func joinKeys(ks []Key) string {
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
 }
 
 // Derive computes a tool's effective guarantees: the declaration, then the

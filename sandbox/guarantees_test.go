@@ -138,3 +138,29 @@ func TestFeaturesCheck(t *testing.T) {
 		t.Errorf("no guarantees need nothing, got %v", got)
 	}
 }
+
+func TestParseOverrides(t *testing.T) {
+	o, err := ParseOverrides(map[string]any{"no_network": true, "no_subprocess": false, "secrets_allowed": []any{"A"}, "allow_unsafe_execution": true}, `capgate.toml: capability_overrides."ext:x:y"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(o.Set, map[Key]bool{NoNetwork: true, NoSubprocess: false}) || !o.SecretsSet || !slices.Equal(o.SecretsAllowed, []string{"A"}) || !o.AllowUnsafe {
+		t.Errorf("got %+v", o)
+	}
+	bad := []struct {
+		in   map[string]any
+		want string
+	}{
+		{map[string]any{"no_network": "yes"}, `ov.no_network: want true or false, got string`},
+		{map[string]any{"network": "none"}, `ov: unknown key "network"`},
+		{map[string]any{"secrets_allowed": "A"}, `ov.secrets_allowed: want a list of names, got string`},
+		{map[string]any{"secrets_allowed": []any{"A B"}}, `ov.secrets_allowed[0]: want a variable name, got A B`},
+		{map[string]any{"allow_unsafe_execution": 1}, `ov.allow_unsafe_execution: want true or false, got int`},
+	}
+	for _, b := range bad {
+		_, err := ParseOverrides(b.in, "ov")
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("ParseOverrides(%v) = %v, want error containing %q", b.in, err, b.want)
+		}
+	}
+}
