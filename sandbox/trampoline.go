@@ -1,0 +1,150 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+	"unsafe"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"github.com/landlock-lsm/go-landlock/landlock"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Main turns this process into the launcher's trampoline when capgate
+// started it as one, and returns at once otherwise. Every binary that
+// launches tools through Command calls it first thing in main (and test
+// binaries in TestMain). As a trampoline it never returns: it confines
+// itself and execs the tool, or exits 126 saying why not.
+func Main() {
+	js, ok := os.LookupEnv(specEnv)
+	if !ok {
+		return
+	}
+	var p plan
+	if err := json.Unmarshal([]byte(js), &p); err != nil {
+		fail(fmt.Errorf("reading the plan: %w", err))
+	}
+	fail(p.apply())
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "capgate sandbox: %v\n", err)
+	os.Exit(126)
+}
+
+// apply confines this process as planned and execs the tool. seccomp
+// filters and no_new_privs bind the calling thread, so the thread is locked
+// and execs itself; Landlock binds every thread.
+func (p plan) apply() error {
+	runtime.LockOSThread()
+	if p.Dir != "" {
+		if err := os.Chdir(p.Dir); err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
+	}
+	if p.Landlock {
+		cfg := landlock.V7.BestEffort()
+		if !p.NoTCP {
+			cfg.HandledAccessNet = 0
+		}
+		rules := []landlock.Rule{}
+		if len(p.ReadDirs) > 0 {
+			rules = append(rules, landlock.RODirs(p.ReadDirs...))
+		}
+		if len(p.ReadFiles) > 0 {
+			rules = append(rules, landlock.ROFiles(p.ReadFiles...))
+		}
+		if len(p.WriteDirs) > 0 {
+			rules = append(rules, landlock.RWDirs(p.WriteDirs...))
+		}
+		if len(p.WriteFiles) > 0 {
+			rules = append(rules, landlock.RWFiles(p.WriteFiles...).IgnoreIfMissing())
+		}
+		if err := cfg.Restrict(rules...); err != nil {
+			return fmt.Errorf("landlock: %w", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if p.NoSocket || p.NoFork {
+		if err := loadSeccomp(p.NoSocket, p.NoFork); err != nil {
+			return fmt.Errorf("seccomp: %w", err)
+		}
+	}
+	err := syscall.Exec(p.Path, p.Argv, p.Env)
+	return fmt.Errorf("exec %s: %w", p.Path, err)
+}
+
+const errnoRet = uint32(seccomp.ActionErrno)
+
+// loadSeccomp refuses sockets of every family but AF_UNIX (no_network's
+// fallback) and new processes (no_subprocess): fork, vfork and clone
+// without CLONE_THREAD get EPERM; clone3, whose flags sit in memory a filter
+// cannot read, gets ENOSYS so libc falls back to clone. io_uring, which can
+// open sockets and bypass the filter, is refused too. A syscall of another
+// ABI (i386 int 0x80, x32) is refused by a second filter, since the first
+// lets a foreign architecture through.
+func loadSeccomp(noSocket, noFork bool) error {
+	eperm := seccomp.Action(errnoRet | uint32(unix.EPERM))
+	enosys := seccomp.Action(errnoRet | uint32(unix.ENOSYS))
+	var groups []seccomp.SyscallGroup
+	if noSocket {
+		groups = append(groups, seccomp.SyscallGroup{
+			Action: seccomp.Action(errnoRet | uint32(unix.EAFNOSUPPORT)),
+			NamesWithCondtions: []seccomp.NameWithConditions{{Name: "socket", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}}},
+		})
+	}
+	if noFork {
+		groups = append(groups,
+			seccomp.SyscallGroup{Action: eperm, Names: []string{"fork", "vfork"},
+				NamesWithCondtions: []seccomp.NameWithConditions{{Name: "clone", Conditions: seccomp.ArgumentConditions{
+					{Argument: 0, Operation: seccomp.BitsNotSet, Value: unix.CLONE_THREAD}}}}},
+			seccomp.SyscallGroup{Action: enosys, Names: []string{"clone3"}})
+	}
+	groups = append(groups, seccomp.SyscallGroup{Action: eperm, Names: []string{"io_uring_setup"}})
+	f := seccomp.Filter{
+		NoNewPrivs: true,
+		Policy:     seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups},
+	}
+	if err := seccomp.LoadFilter(f); err != nil {
+		return err
+	}
+	return loadArchGuard()
+}
+
+// loadArchGuard refuses every syscall made through an ABI other than this
+// binary's own, with ENOSYS.
+func loadArchGuard() error {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return err
+	}
+	insts := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: errnoRet | uint32(unix.ENOSYS)},
+		bpf.RetConstant{Val: uint32(seccomp.ActionAllow)},
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return err
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); e != 0 {
+		return fmt.Errorf("arch guard: %w", e)
+	}
+	return nil
+}
