@@ -76,17 +76,17 @@ func (mr *mirror) sync(ctx context.Context) {
 	if _, ok := mr.src.Capabilities(); !ok {
 		return // keep the last lists until the remote is back
 	}
-	l := listUpstream(ctx, mr.src)
-	resources := make([]mcpserver.ServerResource, 0, len(l.resources))
-	for _, r := range l.resources {
+	l := mr.src.Lists(ctx)
+	resources := make([]mcpserver.ServerResource, 0, len(l.Resources))
+	for _, r := range l.Resources {
 		resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: mr.read})
 	}
-	templates := make([]mcpserver.ServerResourceTemplate, 0, len(l.templates))
-	for _, t := range l.templates {
+	templates := make([]mcpserver.ServerResourceTemplate, 0, len(l.Templates))
+	for _, t := range l.Templates {
 		templates = append(templates, mcpserver.ServerResourceTemplate{Template: t, Handler: mr.read})
 	}
-	prompts := make([]mcpserver.ServerPrompt, 0, len(l.prompts))
-	for _, p := range l.prompts {
+	prompts := make([]mcpserver.ServerPrompt, 0, len(l.Prompts))
+	for _, p := range l.Prompts {
 		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: mr.getPrompt})
 	}
 	mr.srv.SetResources(resources...)
@@ -95,19 +95,19 @@ func (mr *mirror) sync(ctx context.Context) {
 }
 
 func (mr *mirror) read(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	return readUpstream(ctx, mr.src, req.Params.URI)
+	return mr.src.ReadResource(ctx, req.Params.URI)
 }
 
 func (mr *mirror) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	return getUpstreamPrompt(ctx, mr.src, req.Params.Name, req.Params.Arguments)
+	return mr.src.GetPrompt(ctx, req.Params.Name, req.Params.Arguments)
 }
 
 func (mr *mirror) CompletePromptArgument(ctx context.Context, name string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	return complete(ctx, mr.src, map[string]any{"type": "ref/prompt", "name": name}, arg, cc)
+	return mr.src.Complete(ctx, map[string]any{"type": "ref/prompt", "name": name}, arg, cc)
 }
 
 func (mr *mirror) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	return complete(ctx, mr.src, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
+	return mr.src.Complete(ctx, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
 }
 
 // remoteTool lists a remote tool as the remote listed it, its hints
