@@ -364,7 +364,7 @@ func appendInvocation(b []byte, inv *router.Invocation) []byte {
 	b = append(b, `"capgate/invocation_id":"`...)
 	b = append(b, inv.ID...)
 	b = append(b, `","capgate/duration_ms":`...)
-	b = strconv.AppendFloat(b, durationMS(inv.Duration), 'f', -1, 64)
+	b = strconv.AppendFloat(b, inv.DurationMS(), 'f', -1, 64)
 	b = append(b, `,"capgate/side_effects":[`...)
 	for i, e := range inv.SideEffects {
 		if i > 0 {

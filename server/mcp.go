@@ -333,7 +333,7 @@ func withInvocation(res *mcp.CallToolResult, inv router.Invocation) *mcp.CallToo
 		res.Meta.AdditionalFields = map[string]any{}
 	}
 	res.Meta.AdditionalFields["capgate/invocation_id"] = inv.ID
-	res.Meta.AdditionalFields["capgate/duration_ms"] = durationMS(inv.Duration)
-	res.Meta.AdditionalFields["capgate/side_effects"] = sideEffects(inv.SideEffects)
+	res.Meta.AdditionalFields["capgate/duration_ms"] = inv.DurationMS()
+	res.Meta.AdditionalFields["capgate/side_effects"] = inv.SideEffectNames()
 	return res
 }

@@ -9,10 +9,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// ModePlanning is the mode of a planning call: capability.invoke's mode
-// param, or _meta["capgate/mode"] on an MCP tools/call.
-const ModePlanning = "planning"
-
 // metaMode is where an MCP tools/call asks for a mode.
 const metaMode = "capgate/mode"
 
@@ -22,11 +18,11 @@ func planning(v any, present bool, where string) (bool, error) {
 	if !present {
 		return false, nil
 	}
-	if s, ok := v.(string); ok && s == ModePlanning {
+	if s, ok := v.(string); ok && s == router.ModePlanning {
 		return true, nil
 	}
 	return false, &tool.Error{Code: tool.CodeInvalidInput, Gate: router.GateInput,
-		Message: fmt.Sprintf("%s must be %q or absent, not %s", where, ModePlanning, shortJSON(v)),
+		Message: fmt.Sprintf("%s must be %q or absent, not %s", where, router.ModePlanning, shortJSON(v)),
 		Hint:    "leave it out to make the call; set it to \"planning\" to see what the gates decide without running it"}
 }
 

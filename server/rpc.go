@@ -5,10 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
@@ -278,8 +276,8 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 	if strings.TrimSpace(p.Capability) == "" {
 		return nil, paramsError{"invalid params: capability is required"}
 	}
-	if p.Mode != nil && *p.Mode != ModePlanning {
-		return nil, paramsError{`invalid params: mode must be "` + ModePlanning + `" or absent, not ` + shortJSON(*p.Mode)}
+	if p.Mode != nil && *p.Mode != router.ModePlanning {
+		return nil, paramsError{`invalid params: mode must be "` + router.ModePlanning + `" or absent, not ` + shortJSON(*p.Mode)}
 	}
 	name := p.Capability
 	if p.Operation != "" && p.Operation != defaultOperation {
@@ -301,7 +299,7 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"ok": plan.Allowed, "mode": ModePlanning, "plan": plan, "request_id": requestID}, nil
+		return map[string]any{"ok": plan.Allowed, "mode": router.ModePlanning, "plan": plan, "request_id": requestID}, nil
 	}
 	// The RPC names tools by id only: an MCP exposed name is not an id.
 	res, inv, err := h.Router.Invoke(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
@@ -311,21 +309,7 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 	}
 	// request_id is the invocation id, under the name Ash's spec gives it.
 	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
-		"invocation_id": inv.ID, "duration_ms": durationMS(inv.Duration), "side_effects": sideEffects(inv.SideEffects)}, nil
-}
-
-// durationMS is d in milliseconds, to the microsecond.
-func durationMS(d time.Duration) float64 {
-	return float64(d.Microseconds()) / 1000
-}
-
-// sideEffects are the declared side effects as strings, never null.
-func sideEffects(effects []risk.SideEffect) []string {
-	out := make([]string, len(effects))
-	for i, e := range effects {
-		out[i] = string(e)
-	}
-	return out
+		"invocation_id": inv.ID, "duration_ms": inv.DurationMS(), "side_effects": inv.SideEffectNames()}, nil
 }
 
 // output is the structured result when there is one, else the content.
