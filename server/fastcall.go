@@ -12,6 +12,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	capgate "github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
@@ -89,7 +90,7 @@ func (m *MCP) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.serve(w, r, 
 // not.
 func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int64) {
 	if r.Method == http.MethodPost {
-		body, ok := readBody(w, r, limit)
+		body, ok := httpadmit.ReadBody(w, r, limit)
 		if !ok {
 			return
 		}

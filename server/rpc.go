@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
@@ -89,7 +90,7 @@ func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if limit <= 0 {
 		limit = MaxRequestBytes
 	}
-	body, ok := readBody(w, r, limit)
+	body, ok := httpadmit.ReadBody(w, r, limit)
 	if !ok {
 		return
 	}
@@ -136,7 +137,7 @@ func (h *RPC) handle(r *http.Request, body []byte) rpcResponse {
 	if tok.ContextToken != nil {
 		raw = *tok.ContextToken
 	} else {
-		raw = bearer(r)
+		raw = httpadmit.Bearer(r)
 	}
 	caller, err := h.Router.Authenticate(raw)
 	if err != nil {
@@ -193,17 +194,6 @@ func rpcErrData(err error) *rpcData {
 		d.Gate, d.Required, d.Hint = te.Gate, te.Required, te.Hint
 	}
 	return d
-}
-
-// bearer is the token of an "Authorization: Bearer" header.
-func bearer(r *http.Request) string { return bearerToken(r.Header.Get("Authorization")) }
-
-// bearerToken is the token of an Authorization header value.
-func bearerToken(h string) string {
-	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
-	}
-	return ""
 }
 
 // Capability is one entry of capability.list: a bridge capability with its
