@@ -13,6 +13,7 @@ import (
 
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/harden"
+	"github.com/capgate/capgate/internal/mcpconv"
 	mcpsrc "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/tool"
 )
@@ -119,7 +120,7 @@ func remoteTool(d *tool.Descriptor) mcp.Tool {
 		schema = json.RawMessage(`{"type":"object"}`)
 	}
 	t := mcp.Tool{Name: d.Name, Title: d.Title, Description: d.Description, RawInputSchema: schema,
-		Annotations: annotations(d)}
+		Annotations: mcpconv.Annotations(d)}
 	if len(d.OutputSchema) > 0 {
 		t.RawOutputSchema = d.OutputSchema
 	}
@@ -128,53 +129,14 @@ func remoteTool(d *tool.Descriptor) mcp.Tool {
 
 func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		call := tool.Call{Tool: d, Input: rawArguments(req), Progress: progressSender(func() context.Context { return ctx }, req)}
+		call := tool.Call{Tool: d, Input: mcpconv.RawArguments(req), Progress: mcpconv.ProgressSender(func() context.Context { return ctx }, req)}
 		res, err := src.Call(ctx, call)
 		if err == nil {
 			err = harden.Output(d.ID, res) // the remote hardened it; so does this side
 		}
 		if err != nil {
-			return denial(err), nil
+			return mcpconv.Denial(err), nil
 		}
-		return toMCPResult(res)
+		return mcpconv.ToResult(res)
 	}
-}
-
-// progressSender relays progress to the client that asked for it with a
-// progress token, on the request current returns; nil when it did not.
-func progressSender(current func() context.Context, req mcp.CallToolRequest) func(progress, total float64, message string) {
-	meta := req.Params.Meta
-	if meta == nil || meta.ProgressToken == nil {
-		return nil
-	}
-	token := meta.ProgressToken
-	return func(progress, total float64, message string) {
-		ctx := current()
-		if ctx == nil {
-			return // between round trips: nobody is listening
-		}
-		srv := mcpserver.ServerFromContext(ctx)
-		p := map[string]any{"progressToken": token, "progress": progress}
-		if total > 0 {
-			p["total"] = total
-		}
-		if message != "" {
-			p["message"] = message
-		}
-		_ = srv.SendNotificationToClient(ctx, "notifications/progress", p)
-	}
-}
-
-// toMCPResult converts a tool result to mcp-go's form.
-func toMCPResult(res *tool.Result) (*mcp.CallToolResult, error) {
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	rm := json.RawMessage(raw)
-	out, err := mcp.ParseCallToolResult(&rm)
-	if err != nil {
-		return denial(tool.Wrap(err, tool.CodeInvalidOutput, "the tool's result is not a valid MCP result")), nil
-	}
-	return out, nil
 }

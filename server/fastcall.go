@@ -13,6 +13,7 @@ import (
 
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/httpadmit"
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
@@ -195,10 +196,10 @@ func plainString(v []byte) (string, bool) {
 func mcpResult(res *tool.Result, err error, inv router.Invocation, modern bool) []byte {
 	var result *mcp.CallToolResult
 	if err == nil {
-		result, err = toMCPResult(res)
+		result, err = mcpconv.ToResult(res)
 	}
 	if err != nil {
-		result = denial(err)
+		result = mcpconv.Denial(err)
 	}
 	withInvocation(result, inv)
 	if modern {
@@ -211,7 +212,7 @@ func mcpResult(res *tool.Result, err error, inv router.Invocation, modern bool) 
 	}
 	out, err := json.Marshal(result)
 	if err != nil {
-		out, _ = json.Marshal(denial(tool.Wrap(err, tool.CodeInternal, "capgate could not encode the result")))
+		out, _ = json.Marshal(mcpconv.Denial(tool.Wrap(err, tool.CodeInternal, "capgate could not encode the result")))
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -44,11 +45,11 @@ func shortJSON(v any) string {
 func mcpPlan(p *router.Plan, outputSchema bool) *mcp.CallToolResult {
 	b, err := json.Marshal(p)
 	if err != nil {
-		return denial(tool.Wrap(err, tool.CodeInternal, "internal error"))
+		return mcpconv.Denial(tool.Wrap(err, tool.CodeInternal, "internal error"))
 	}
 	var res *mcp.CallToolResult
 	if p.Denial != nil {
-		res = denial(&tool.Error{Code: p.Denial.Code, Gate: p.Denial.Gate, Required: p.Denial.Required,
+		res = mcpconv.Denial(&tool.Error{Code: p.Denial.Code, Gate: p.Denial.Gate, Required: p.Denial.Required,
 			Message: p.Denial.Message, Hint: p.Denial.Hint})
 		res.Content = append(res.Content, mcp.NewTextContent(string(b)))
 	} else {
