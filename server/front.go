@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/httpadmit"
+	"github.com/capgate/capgate/rpc"
 )
 
 // The front door is one net/http server for TCP and one for the Unix
@@ -73,7 +74,7 @@ func (s *Server) handler(fast bool) http.Handler {
 	})})
 	mux.Handle(metadataPath, metadataHandler(s.issuer))
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(s.issuer))
-	mux.Handle("/rpc", &RPC{Router: s.Router, MaxBody: max})
+	mux.Handle("/rpc", &rpc.Handler{Router: s.Router, MaxBody: max})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	return recoverPanics(s.logger, rejectRebinding(mux))

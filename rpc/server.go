@@ -1,4 +1,8 @@
-package server
+// Package rpc is the capability RPC: JSON-RPC 2.0 over HTTP with the
+// methods and shapes of Ash's capabilities spec, as a handler over a
+// router (served at /rpc by package server) and as a client (`capgate
+// capability`).
+package rpc
 
 import (
 	"encoding/json"
@@ -12,8 +16,7 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-// The capability RPC: JSON-RPC 2.0 with the methods and shapes of Ash's
-// capabilities spec. The caller's identity is the context_token in params
+// The caller's identity is the context_token in params
 // (or a bearer token); identity fields in params are never read.
 
 // JSON-RPC error codes.
@@ -62,25 +65,25 @@ type rpcResponse struct {
 	Error   *rpcError       `json:"error,omitempty"`
 }
 
-// RPC serves the capability RPC over HTTP (POST).
-type RPC struct {
+// Handler serves the capability RPC over HTTP (POST).
+type Handler struct {
 	Router *router.Router
-	// MaxBody bounds a request body (default MaxRequestBytes). The token
+	// MaxBody bounds a request body (default httpadmit.MaxRequestBytes). The token
 	// travels in the body (Ash's context_token), so the body is read,
 	// within this bound, before the caller is known.
 	MaxBody int64
 }
 
-type rpcMethod func(h *RPC, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
+type rpcMethod func(h *Handler, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
 
 var rpcMethods = map[string]rpcMethod{
-	"capability.list":          (*RPC).list,
-	"capability.invoke":        (*RPC).invoke,
-	"capability.auth.begin":    (*RPC).authBegin,
-	"capability.auth.complete": (*RPC).authComplete,
+	"capability.list":          (*Handler).list,
+	"capability.invoke":        (*Handler).invoke,
+	"capability.auth.begin":    (*Handler).authBegin,
+	"capability.auth.complete": (*Handler).authComplete,
 }
 
-func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "the capability RPC takes POST", http.StatusMethodNotAllowed)
@@ -88,7 +91,7 @@ func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := h.MaxBody
 	if limit <= 0 {
-		limit = MaxRequestBytes
+		limit = httpadmit.MaxRequestBytes
 	}
 	body, ok := httpadmit.ReadBody(w, r, limit)
 	if !ok {
@@ -106,7 +109,7 @@ func writeRPC(w http.ResponseWriter, resp rpcResponse) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-func (h *RPC) handle(r *http.Request, body []byte) rpcResponse {
+func (h *Handler) handle(r *http.Request, body []byte) rpcResponse {
 	var req rpcRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return rpcResponse{Error: &rpcError{Code: rpcParseError, Message: "parse error: " + err.Error()}}
@@ -220,7 +223,7 @@ type Operation struct {
 // tool (an extension command or an upstream MCP tool).
 const defaultOperation = "call"
 
-func (h *RPC) list(_ *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+func (h *Handler) list(_ *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
 	var p struct {
 		IncludeUnavailable bool `json:"include_unavailable"`
 	}
@@ -251,7 +254,7 @@ func (h *RPC) list(_ *http.Request, c *router.Caller, params json.RawMessage) (a
 	return map[string]any{"capabilities": caps}, nil
 }
 
-func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
 	var p struct {
 		Capability     string          `json:"capability"`
 		Operation      string          `json:"operation"`
@@ -310,7 +313,16 @@ func output(res *tool.Result) any {
 	return map[string]any{"content": res.Content}
 }
 
-func (h *RPC) authBegin(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+// shortJSON is v as JSON, cut to 64 bytes, to quote in an error.
+func shortJSON(v any) string {
+	b, _ := json.Marshal(v)
+	if len(b) > 64 {
+		return string(b[:64]) + "…"
+	}
+	return string(b)
+}
+
+func (h *Handler) authBegin(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
 	var p struct {
 		Capability  string `json:"capability"`
 		AccountHint string `json:"account_hint"`
@@ -321,7 +333,7 @@ func (h *RPC) authBegin(r *http.Request, c *router.Caller, params json.RawMessag
 	return h.Router.AuthBegin(r.Context(), c, p.Capability, p.AccountHint)
 }
 
-func (h *RPC) authComplete(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+func (h *Handler) authComplete(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
 	var p struct {
 		FlowID      string `json:"flow_id"`
 		CallbackURL string `json:"callback_url"`

@@ -1,4 +1,6 @@
-package server
+// Package connect is `capgate connect`: a stdio MCP server that mirrors a
+// remote capgate's /mcp endpoint, for a sandboxed runtime to reach the host.
+package connect
 
 import (
 	"context"
@@ -18,12 +20,12 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-// Connect serves over in and out, as a stdio MCP server, the tools,
+// Serve serves over in and out, as a stdio MCP server, the tools,
 // resources, resource templates and prompts (skills among them) of a remote
 // capgate at url (its /mcp endpoint), calling it with tok as the bearer
 // token: how a sandboxed runtime reaches the host. The remote decides
 // everything; this side only forwards, progress and completions included.
-func Connect(ctx context.Context, url, tok string, in io.Reader, out io.Writer, logger *slog.Logger) error {
+func Serve(ctx context.Context, url, tok string, in io.Reader, out io.Writer, logger *slog.Logger) error {
 	src, err := mcpsrc.New(mcpsrc.Options{Name: "remote", URL: url, Logger: logger,
 		Headers: map[string]string{"Authorization": "Bearer " + tok}})
 	if err != nil {
