@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
@@ -38,7 +39,7 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // admit verifies the request's bearer token and its claim on a session;
 // when it fails it has written the answer.
 func (a *bearerAuth) admit(w http.ResponseWriter, method, host string, h http.Header) (*router.Caller, bool) {
-	raw := bearerToken(h.Get("Authorization"))
+	raw := httpadmit.BearerToken(h.Get("Authorization"))
 	c, err := a.router.Authenticate(raw)
 	if err != nil {
 		metadata := "http://" + host + metadataPath

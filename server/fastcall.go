@@ -12,6 +12,8 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	capgate "github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/httpadmit"
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
@@ -89,7 +91,7 @@ func (m *MCP) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.serve(w, r, 
 // not.
 func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int64) {
 	if r.Method == http.MethodPost {
-		body, ok := readBody(w, r, limit)
+		body, ok := httpadmit.ReadBody(w, r, limit)
 		if !ok {
 			return
 		}
@@ -194,10 +196,10 @@ func plainString(v []byte) (string, bool) {
 func mcpResult(res *tool.Result, err error, inv router.Invocation, modern bool) []byte {
 	var result *mcp.CallToolResult
 	if err == nil {
-		result, err = toMCPResult(res)
+		result, err = mcpconv.ToResult(res)
 	}
 	if err != nil {
-		result = denial(err)
+		result = mcpconv.Denial(err)
 	}
 	withInvocation(result, inv)
 	if modern {
@@ -210,7 +212,7 @@ func mcpResult(res *tool.Result, err error, inv router.Invocation, modern bool) 
 	}
 	out, err := json.Marshal(result)
 	if err != nil {
-		out, _ = json.Marshal(denial(tool.Wrap(err, tool.CodeInternal, "capgate could not encode the result")))
+		out, _ = json.Marshal(mcpconv.Denial(tool.Wrap(err, tool.CodeInternal, "capgate could not encode the result")))
 	}
 	return out
 }
@@ -364,7 +366,7 @@ func appendInvocation(b []byte, inv *router.Invocation) []byte {
 	b = append(b, `"capgate/invocation_id":"`...)
 	b = append(b, inv.ID...)
 	b = append(b, `","capgate/duration_ms":`...)
-	b = strconv.AppendFloat(b, durationMS(inv.Duration), 'f', -1, 64)
+	b = strconv.AppendFloat(b, inv.DurationMS(), 'f', -1, 64)
 	b = append(b, `,"capgate/side_effects":[`...)
 	for i, e := range inv.SideEffects {
 		if i > 0 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
@@ -152,7 +153,7 @@ func TestAppendPlainResult(t *testing.T) {
 				if !plain {
 					return
 				}
-				slow, err := toMCPResult(tc.res)
+				slow, err := mcpconv.ToResult(tc.res)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,9 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate/internal/httpadmit"
+	"github.com/capgate/capgate/rpc"
 )
 
 // The front door is one net/http server for TCP and one for the Unix
@@ -25,14 +27,13 @@ import (
 // sets it once per request), so a client trickling bytes cannot hold a
 // connection past it. Bodies get their own deadline, set when a handler
 // starts reading and cleared after, because a server-wide ReadTimeout
-// would also end the long-lived streams of GET /mcp.
+// would also end the long-lived streams of GET /mcp (httpadmit.ReadBody).
 const (
-	bodyTimeout    = 30 * time.Second
 	idleTimeout    = 2 * time.Minute
 	maxHeaderBytes = 64 << 10
 	// MaxRequestBytes bounds one request body on /mcp and /rpc unless
 	// Limits say otherwise; a larger one gets 413 before capgate reads it.
-	MaxRequestBytes = 8 << 20
+	MaxRequestBytes = httpadmit.MaxRequestBytes
 )
 
 // Limits are the front door's bounds ([server] header_timeout and
@@ -73,7 +74,7 @@ func (s *Server) handler(fast bool) http.Handler {
 	})})
 	mux.Handle(metadataPath, metadataHandler(s.issuer))
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(s.issuer))
-	mux.Handle("/rpc", &RPC{Router: s.Router, MaxBody: max})
+	mux.Handle("/rpc", &rpc.Handler{Router: s.Router, MaxBody: max})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	return recoverPanics(s.logger, rejectRebinding(mux))
@@ -184,40 +185,6 @@ func rejectRebinding(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// readBody reads r's body up to limit bytes within bodyTimeout. A body
-// announced or found larger gets 413 and ok false, having read at most
-// limit+1 bytes; so does one that cannot be read.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
-	if r.ContentLength > limit {
-		tooLarge(w, limit)
-		return nil, false
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
-	defer rc.SetReadDeadline(time.Time{})
-	n := r.ContentLength
-	if n < 0 || n > 64<<10 {
-		n = 0 // unknown or large: grow as it comes, not as announced
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		tooLarge(w, limit)
-		return nil, false
-	case err != nil:
-		http.Error(w, "400 bad request: the body could not be read: "+err.Error(), http.StatusBadRequest)
-		return nil, false
-	}
-	return buf.Bytes(), true
-}
-
-func tooLarge(w http.ResponseWriter, limit int64) {
-	w.Header().Set("Connection", "close")
-	http.Error(w, fmt.Sprintf("413 request body too large: capgate takes at most %d bytes", limit), http.StatusRequestEntityTooLarge)
 }
 
 // readyz answers 200 when this capgate can serve calls: not draining, its

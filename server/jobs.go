@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -96,7 +97,7 @@ func (j *job) run(work func(ctx context.Context, ask askFunc) (*mcp.CallToolResu
 			if p := recover(); p != nil {
 				slog.Default().Error("tools/call job panicked", "job", j.id, "sub", j.sub,
 					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				j.done <- jobResult{res: denial(&tool.Error{Code: tool.CodeInternal,
+				j.done <- jobResult{res: mcpconv.Denial(&tool.Error{Code: tool.CodeInternal,
 					Message: "internal error: the call failed inside capgate"})}
 			}
 		}()
@@ -150,7 +151,7 @@ func (js *jobs) resume(state, sub string) *job {
 func (js *jobs) resumeCall(ctx context.Context, sub string, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	j := js.resume(req.Params.RequestState, sub)
 	if j == nil {
-		return denial(tool.Errorf(tool.CodeInvalidInput, "requestState is unknown or expired; call %s again", req.Params.Name)), nil
+		return mcpconv.Denial(tool.Errorf(tool.CodeInvalidInput, "requestState is unknown or expired; call %s again", req.Params.Name)), nil
 	}
 	j.deliver(req.Params.InputResponses)
 	return js.wait(ctx, j)
@@ -224,7 +225,7 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 			detach()
 			if err := js.park(j); err != nil {
 				j.cancel()
-				return denial(err), nil
+				return mcpconv.Denial(err), nil
 			}
 			if !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) {
 				// mcp-go asks a 2025-11-25 client within this request; if the

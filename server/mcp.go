@@ -4,17 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
@@ -157,7 +154,7 @@ func mcpTool(d *tool.Descriptor) mcp.Tool {
 		Title:          d.Title,
 		Description:    d.Description,
 		RawInputSchema: schema,
-		Annotations:    annotations(d),
+		Annotations:    mcpconv.Annotations(d),
 		Meta: &mcp.Meta{AdditionalFields: map[string]any{
 			"capgate/tool_id":      d.ID,
 			"capgate/risk":         d.Risk.Level.String(),
@@ -170,75 +167,31 @@ func mcpTool(d *tool.Descriptor) mcp.Tool {
 	return t
 }
 
-// annotations are MCP's hints as capgate shows them: per hint, the more
-// cautious of what the upstream said and what capgate's classification
-// says, since clients auto-approve on them. A hint the upstream did not
-// give reads as the MCP spec's default (readOnly false, destructive true,
-// idempotent false, openWorld true) unless the tool's side effects were
-// declared by the operator or by the source (an extension's side_effects):
-// that is evidence of what the tool does. Inferred effects and an
-// operator's level alone are not: the first come from the upstream's own
-// words, the second says how much to trust a call, not what it changes.
-func annotations(d *tool.Descriptor) mcp.ToolAnnotation {
-	writes, destructive, open := d.Mutating, false, false
-	for _, e := range d.Risk.Effects {
-		writes = writes || e.Writes()
-		switch e {
-		case risk.FSDelete, risk.DatabaseDelete, risk.CloudResourceDelete, risk.Payments, risk.SystemExec, risk.CloudKeyWrite:
-			destructive = true
-		case risk.NetworkHTTP, risk.NetworkSocket, risk.NetworkDNS:
-			open = true
-		}
-	}
-	destructive = destructive || d.Risk.Level >= risk.High
-	own := !writes && !destructive // capgate's read-only, and so idempotent
-	declared := d.Risk.EffectsFrom == risk.FromOperator || d.Risk.EffectsFrom == risk.FromSource
-	said := func(h *bool, spec, evidence bool) bool {
-		switch {
-		case h != nil:
-			return *h
-		case declared:
-			return evidence
-		}
-		return spec
-	}
-	a := d.Annotations
-	readOnly := said(a.ReadOnlyHint, false, own) && own
-	// The spec's destructive default is for tools that write; a tool both
-	// sides call read-only is not destructive unless one says so.
-	destructive = said(a.DestructiveHint, !readOnly, destructive) || destructive
-	readOnly = readOnly && !destructive
-	idempotent := said(a.IdempotentHint, false, own) && own
-	open = said(a.OpenWorldHint, true, open) || open
-	return mcp.ToolAnnotation{Title: d.Title, ReadOnlyHint: &readOnly, DestructiveHint: &destructive,
-		IdempotentHint: &idempotent, OpenWorldHint: &open}
-}
-
 // call runs a tools/call through the router, as a job so that the
 // upstream can ask the client things mid-call. A denial is a tool result
 // with isError, whose text an agent can explain to its user.
 func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	c := CallerFrom(ctx)
 	if c == nil {
-		return denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
+		return mcpconv.Denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
 	}
 	if req.Params.RequestState != "" {
 		return m.jobs.resumeCall(ctx, c.Sub, req)
 	}
-	r := router.Request{Tool: req.Params.Name, Input: rawArguments(req), Protocol: protocolOf(ctx)}
+	r := router.Request{Tool: req.Params.Name, Input: mcpconv.RawArguments(req), Protocol: protocolOf(ctx)}
 	if res, ok := m.plan(ctx, c, req, r); ok {
 		return res, nil
 	}
 	j := newJob(c.Sub)
-	r.Progress = progressSender(j.current, req)
+	r.Progress = mcpconv.ProgressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
 	j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
 		r.Ask = ask
 		res, inv, err := m.router.Invoke(ctx, c, r)
 		var out *mcp.CallToolResult
 		if err != nil {
-			out = denial(err)
-		} else if out, err = toMCPResult(res); err != nil {
+			out = mcpconv.Denial(err)
+		} else if out, err = mcpconv.ToResult(res); err != nil {
 			return nil, err
 		}
 		return withInvocation(out, inv), nil
@@ -257,26 +210,17 @@ func (m *MCP) plan(ctx context.Context, c *router.Caller, req mcp.CallToolReques
 	}
 	on, err := planning(mode, present, `_meta["`+metaMode+`"]`)
 	if err != nil {
-		return denial(err), true
+		return mcpconv.Denial(err), true
 	}
 	if !on {
 		return nil, false
 	}
 	p, err := m.router.Plan(ctx, c, r)
 	if err != nil {
-		return denial(err), true
+		return mcpconv.Denial(err), true
 	}
 	d, found := m.registry.Snapshot().Lookup(p.Tool)
 	return mcpPlan(p, found && len(d.OutputSchema) > 0), true
-}
-
-// rawArguments are the call's arguments as the client sent them.
-func rawArguments(req mcp.CallToolRequest) json.RawMessage {
-	if len(req.Params.RawArguments) == 0 && req.Params.Arguments != nil {
-		b, _ := json.Marshal(req.Params.Arguments)
-		return b
-	}
-	return req.Params.RawArguments
 }
 
 // relayLog passes an upstream's log message to the client of the call,
@@ -297,31 +241,6 @@ func (m *MCP) relayLog(ctx context.Context, params json.RawMessage) {
 	_ = m.srv.SendLogMessageToClient(ctx, n)
 }
 
-// denial turns a router error into an isError result: the code first,
-// then the message, the capability string and what would allow it.
-func denial(err error) *mcp.CallToolResult {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", tool.ErrorCode(err), tool.ErrorMessage(err))
-	meta := map[string]any{"code": string(tool.ErrorCode(err))}
-	var te *tool.Error
-	if errors.As(err, &te) {
-		if te.Required != "" {
-			fmt.Fprintf(&b, "\nrequired: %s", te.Required)
-			meta["required"] = te.Required
-		}
-		if te.Hint != "" {
-			fmt.Fprintf(&b, "\nto allow it: %s", te.Hint)
-			meta["hint"] = te.Hint
-		}
-		if te.Gate != "" {
-			meta["gate"] = te.Gate
-		}
-	}
-	res := mcp.NewToolResultError(b.String())
-	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"capgate/error": meta}}
-	return res
-}
-
 // withInvocation puts what happened in the result's _meta: the invocation
 // id (the audit records' request_id), the duration and the tool's declared
 // side effects. capgate's keys replace any an upstream wrote.
@@ -333,7 +252,7 @@ func withInvocation(res *mcp.CallToolResult, inv router.Invocation) *mcp.CallToo
 		res.Meta.AdditionalFields = map[string]any{}
 	}
 	res.Meta.AdditionalFields["capgate/invocation_id"] = inv.ID
-	res.Meta.AdditionalFields["capgate/duration_ms"] = durationMS(inv.Duration)
-	res.Meta.AdditionalFields["capgate/side_effects"] = sideEffects(inv.SideEffects)
+	res.Meta.AdditionalFields["capgate/duration_ms"] = inv.DurationMS()
+	res.Meta.AdditionalFields["capgate/side_effects"] = inv.SideEffectNames()
 	return res
 }

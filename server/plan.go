@@ -4,14 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 	"github.com/mark3labs/mcp-go/mcp"
 )
-
-// ModePlanning is the mode of a planning call: capability.invoke's mode
-// param, or _meta["capgate/mode"] on an MCP tools/call.
-const ModePlanning = "planning"
 
 // metaMode is where an MCP tools/call asks for a mode.
 const metaMode = "capgate/mode"
@@ -22,11 +19,11 @@ func planning(v any, present bool, where string) (bool, error) {
 	if !present {
 		return false, nil
 	}
-	if s, ok := v.(string); ok && s == ModePlanning {
+	if s, ok := v.(string); ok && s == router.ModePlanning {
 		return true, nil
 	}
 	return false, &tool.Error{Code: tool.CodeInvalidInput, Gate: router.GateInput,
-		Message: fmt.Sprintf("%s must be %q or absent, not %s", where, ModePlanning, shortJSON(v)),
+		Message: fmt.Sprintf("%s must be %q or absent, not %s", where, router.ModePlanning, shortJSON(v)),
 		Hint:    "leave it out to make the call; set it to \"planning\" to see what the gates decide without running it"}
 }
 
@@ -48,11 +45,11 @@ func shortJSON(v any) string {
 func mcpPlan(p *router.Plan, outputSchema bool) *mcp.CallToolResult {
 	b, err := json.Marshal(p)
 	if err != nil {
-		return denial(tool.Wrap(err, tool.CodeInternal, "internal error"))
+		return mcpconv.Denial(tool.Wrap(err, tool.CodeInternal, "internal error"))
 	}
 	var res *mcp.CallToolResult
 	if p.Denial != nil {
-		res = denial(&tool.Error{Code: p.Denial.Code, Gate: p.Denial.Gate, Required: p.Denial.Required,
+		res = mcpconv.Denial(&tool.Error{Code: p.Denial.Code, Gate: p.Denial.Gate, Required: p.Denial.Required,
 			Message: p.Denial.Message, Hint: p.Denial.Hint})
 		res.Content = append(res.Content, mcp.NewTextContent(string(b)))
 	} else {

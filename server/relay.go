@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
@@ -99,15 +97,15 @@ func (m *MCP) syncRelay() {
 	)
 	for i := range m.relay.ups {
 		up := &m.relay.ups[i]
-		l := listUpstream(ctx, up.src)
-		for _, r := range l.resources {
+		l := up.src.Lists(ctx)
+		for _, r := range l.Resources {
 			if _, dup := owners[r.URI]; dup {
 				continue // the first source to serve a URI keeps it
 			}
 			owners[r.URI] = up
 			resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: m.readResource(up)})
 		}
-		for _, t := range l.templates {
+		for _, t := range l.Templates {
 			raw := t.URITemplate.Raw()
 			if _, dup := towners[raw]; dup {
 				continue
@@ -116,7 +114,7 @@ func (m *MCP) syncRelay() {
 			h := m.readResource(up)
 			templates = append(templates, mcpserver.ServerResourceTemplate{Template: t, Handler: mcpserver.ResourceTemplateHandlerFunc(h)})
 		}
-		for _, p := range l.prompts {
+		for _, p := range l.Prompts {
 			exposed := registry.ExposedName(up.prefix, p.Name)
 			if _, dup := pmap[exposed]; dup {
 				continue
@@ -135,57 +133,6 @@ func (m *MCP) syncRelay() {
 	m.srv.SetPrompts(append(prompts, m.relay.skills...)...)
 }
 
-// upstreamLists are an upstream's resources, resource templates (those
-// with a URI template) and prompts.
-type upstreamLists struct {
-	resources []mcp.Resource
-	templates []mcp.ResourceTemplate
-	prompts   []mcp.Prompt
-}
-
-// listUpstream lists what src serves of the kinds it says it serves;
-// nothing while it is not connected.
-func listUpstream(ctx context.Context, src *mcpsrc.Source) upstreamLists {
-	var l upstreamLists
-	caps, ok := src.Capabilities()
-	if !ok {
-		return l
-	}
-	if caps.Resources != nil {
-		l.resources = listAll[mcp.Resource](ctx, src, "resources/list", "resources")
-		for _, t := range listAll[mcp.ResourceTemplate](ctx, src, "resources/templates/list", "resourceTemplates") {
-			if t.URITemplate != nil {
-				l.templates = append(l.templates, t)
-			}
-		}
-	}
-	if caps.Prompts != nil {
-		l.prompts = listAll[mcp.Prompt](ctx, src, "prompts/list", "prompts")
-	}
-	return l
-}
-
-// listAll reads every page of a list method; a failing upstream lists
-// what it gave until the next sync.
-func listAll[T any](ctx context.Context, src *mcpsrc.Source, method, field string) []T {
-	var out []T
-	src.Pages(ctx, method, func(raw json.RawMessage) (string, error) {
-		var page map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return "", err
-		}
-		var items []T
-		if err := json.Unmarshal(page[field], &items); err != nil {
-			return "", err
-		}
-		out = append(out, items...)
-		var next string
-		json.Unmarshal(page["nextCursor"], &next)
-		return next, nil
-	})
-	return out
-}
-
 func protocolOf(ctx context.Context) string {
 	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ProtocolVersion != "" {
 		return "mcp/" + info.ProtocolVersion
@@ -200,24 +147,8 @@ func (m *MCP) readResource(up *upstream) mcpserver.ResourceHandlerFunc {
 		if err := m.router.Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
 			return nil, errors.New(tool.ErrorMessage(err))
 		}
-		return readUpstream(ctx, up.src, uri)
+		return up.src.ReadResource(ctx, uri)
 	}
-}
-
-// readUpstream reads uri from src.
-func readUpstream(ctx context.Context, src *mcpsrc.Source, uri string) ([]mcp.ResourceContents, error) {
-	raw, err := src.Request(ctx, "resources/read", map[string]any{"uri": uri})
-	if err != nil {
-		return nil, upstreamError(err)
-	}
-	if f, ok := harden.JSON(raw); ok {
-		return nil, harden.Withheld("resource "+uri, f)
-	}
-	res, err := mcp.ParseReadResourceResult(&raw)
-	if err != nil {
-		return nil, fmt.Errorf("resource %s: the upstream's answer: %w", uri, err)
-	}
-	return res.Contents, nil
 }
 
 // getPrompt gates a prompts/get and forwards it under the upstream's name.
@@ -226,40 +157,10 @@ func (m *MCP) getPrompt(rp relayedPrompt) mcpserver.PromptHandlerFunc {
 		if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+req.Params.Name, protocolOf(ctx)); err != nil {
 			return nil, errors.New(tool.ErrorMessage(err))
 		}
-		return getUpstreamPrompt(ctx, rp.up.src, rp.name, req.Params.Arguments)
+		return rp.up.src.GetPrompt(ctx, rp.name, req.Params.Arguments)
 	}
 }
 
-// getUpstreamPrompt gets the prompt src calls name.
-func getUpstreamPrompt(ctx context.Context, src *mcpsrc.Source, name string, args map[string]string) (*mcp.GetPromptResult, error) {
-	params := map[string]any{"name": name}
-	if len(args) > 0 {
-		params["arguments"] = args
-	}
-	raw, err := src.Request(ctx, "prompts/get", params)
-	if err != nil {
-		return nil, upstreamError(err)
-	}
-	if f, ok := harden.JSON(raw); ok {
-		return nil, harden.Withheld("prompt "+name, f)
-	}
-	return mcp.ParseGetPromptResult(&raw)
-}
-
-// upstreamError passes on the upstream's own message (the source has
-// hardened it), or says with its code why it was withheld.
-func upstreamError(err error) error {
-	var re *mcpsrc.RPCError
-	if errors.As(err, &re) {
-		return errors.New(re.Message)
-	}
-	if tool.ErrorCode(err) == tool.CodeInvalidOutput {
-		return fmt.Errorf("%s: %s", tool.CodeInvalidOutput, tool.ErrorMessage(err))
-	}
-	return errors.New(tool.ErrorMessage(err))
-}
-
-// filterPrompts shows a caller the prompts it may fetch.
 func (m *MCP) filterPrompts(ctx context.Context, prompts []mcp.Prompt) []mcp.Prompt {
 	c := CallerFrom(ctx)
 	sampling, _ := clientSampling(ctx)
@@ -324,7 +225,7 @@ func (m *MCP) CompletePromptArgument(ctx context.Context, name string, arg mcp.C
 	if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+name, protocolOf(ctx)); err != nil {
 		return nil, errors.New(tool.ErrorMessage(err))
 	}
-	return complete(ctx, rp.up.src, map[string]any{"type": "ref/prompt", "name": rp.name}, arg, cc)
+	return rp.up.src.Complete(ctx, map[string]any{"type": "ref/prompt", "name": rp.name}, arg, cc)
 }
 
 // CompleteResourceArgument forwards completion/complete for a resource
@@ -342,31 +243,7 @@ func (m *MCP) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.
 	if err := m.router.Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
 		return nil, errors.New(tool.ErrorMessage(err))
 	}
-	return complete(ctx, up.src, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
-}
-
-func complete(ctx context.Context, src *mcpsrc.Source, ref map[string]any, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	params := map[string]any{"ref": ref, "argument": arg}
-	if len(cc.Arguments) > 0 {
-		params["context"] = cc
-	}
-	raw, err := src.Request(ctx, "completion/complete", params)
-	if err != nil {
-		return nil, upstreamError(err)
-	}
-	if f, ok := harden.JSON(raw); ok {
-		return nil, harden.Withheld("completion", f)
-	}
-	var res struct {
-		Completion mcp.Completion `json:"completion"`
-	}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return nil, fmt.Errorf("completion: the upstream's answer: %w", err)
-	}
-	if res.Completion.Values == nil {
-		res.Completion.Values = []string{}
-	}
-	return &res.Completion, nil
+	return up.src.Complete(ctx, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
 }
 
 // subscribed records a client's subscription and subscribes upstream once

@@ -1,6 +1,6 @@
-// Package server is capgate's front door: it serves a router's capability
-// RPC and MCP endpoint over HTTP and a Unix socket. Package app builds the
-// parts from the config.
+// Package server is capgate's front door: it serves a router's MCP
+// endpoint and capability RPC (package rpc, mounted at /rpc) over HTTP and
+// a Unix socket. Package app builds the parts from the config.
 package server
 
 import (

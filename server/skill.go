@@ -11,6 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
@@ -111,7 +112,7 @@ func useSkillBase() mcp.Tool {
 func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	c := CallerFrom(ctx)
 	if c == nil {
-		return denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
+		return mcpconv.Denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
 	}
 	if req.Params.RequestState != "" {
 		return m.jobs.resumeCall(ctx, c.Sub, req)
@@ -121,28 +122,28 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 		Message string `json:"message"`
 		Context string `json:"context"`
 	}
-	if err := json.Unmarshal(rawArguments(req), &in); err != nil {
-		return denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input: %v", err)), nil
+	if err := json.Unmarshal(mcpconv.RawArguments(req), &in); err != nil {
+		return mcpconv.Denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input: %v", err)), nil
 	}
 	if strings.TrimSpace(in.Message) == "" {
-		return denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input.message: is required")), nil
+		return mcpconv.Denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input.message: is required")), nil
 	}
 	proto := protocolOf(ctx)
 	run, err := m.router.BeginSkill(c, in.Skill, proto)
 	if err != nil {
-		return denial(err), nil
+		return mcpconv.Denial(err), nil
 	}
 	sampling, samplingTools := clientSampling(ctx)
 	if !sampling {
 		err := &tool.Error{Code: tool.CodeInvalidInput, Message: UseSkill + " " + noSampling,
 			Hint: "connect with a client that declares the sampling capability"}
 		run.Deny(err)
-		return denial(err), nil
+		return mcpconv.Denial(err), nil
 	}
 	s, scope, err := m.skillAccess(c, in.Skill)
 	if err != nil {
 		run.Deny(err)
-		return denial(err), nil
+		return mcpconv.Denial(err), nil
 	}
 	var tools []mcp.Tool
 	if samplingTools {
@@ -178,15 +179,15 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 					if ctx.Err() != nil {
 						return nil, ctx.Err()
 					}
-					return denial(err), nil
+					return mcpconv.Denial(err), nil
 				}
-				return toMCPResult(res)
+				return mcpconv.ToResult(res)
 			},
 		})
 		if err != nil {
 			err := tool.Wrap(err, tool.CodeBackendUnavailable, "%v", err)
 			run.End(iterations, toolCalls, false, err)
-			return denial(err), nil
+			return mcpconv.Denial(err), nil
 		}
 		run.End(res.Iterations, res.ToolCalls, res.Partial, nil)
 		out := mcp.NewToolResultText(skills.Wrap(s.Name, res))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/capgate/capgate/server"
+	"github.com/capgate/capgate/rpc"
 )
 
 // DefaultRPCURL is where `capgate serve` answers with the default config.
@@ -35,7 +35,7 @@ CAPGATE_URL, else ` + DefaultRPCURL + `. An endpoint may be unix:///path/rpc.soc
 		if endpoint == "" {
 			endpoint = DefaultRPCURL
 		}
-		client, err := server.NewRPCClient(endpoint)
+		client, err := rpc.NewClient(endpoint)
 		if err != nil {
 			return usageError("%v", err)
 		}
@@ -48,7 +48,7 @@ CAPGATE_URL, else ` + DefaultRPCURL + `. An endpoint may be unix:///path/rpc.soc
 		}
 		params["context_token"] = tok
 		res, err := client.Call(context.Background(), method, params)
-		var rpcErr *server.RPCError
+		var rpcErr *rpc.Error
 		if errors.As(err, &rpcErr) {
 			msg := rpcErr.Message
 			if h := rpcErr.Hint(); h != "" {

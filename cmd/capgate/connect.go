@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/capgate/capgate/server"
+	"github.com/capgate/capgate/connect"
 )
 
 func newConnectCmd() *cobra.Command {
@@ -34,7 +34,7 @@ credential, and the host's router decides every call.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			if err := server.Connect(ctx, args[0], tok, cmd.InOrStdin(), cmd.OutOrStdout(), logger); err != nil && ctx.Err() == nil {
+			if err := connect.Serve(ctx, args[0], tok, cmd.InOrStdin(), cmd.OutOrStdout(), logger); err != nil && ctx.Err() == nil {
 				return &exitError{code: exitDenied, err: err}
 			}
 			return nil

@@ -1,4 +1,4 @@
-package server
+package rpc
 
 import (
 	"bytes"
@@ -12,34 +12,34 @@ import (
 	"sync/atomic"
 )
 
-// RPCError is a JSON-RPC error answer.
-type RPCError struct {
+// Error is a JSON-RPC error answer.
+type Error struct {
 	Code    int      `json:"code"`
 	Message string   `json:"message"`
 	Data    *rpcData `json:"data,omitempty"`
 }
 
-func (e *RPCError) Error() string { return e.Message }
+func (e *Error) Error() string { return e.Message }
 
 // Hint is what the server said would allow the call, if anything.
-func (e *RPCError) Hint() string {
+func (e *Error) Hint() string {
 	if e.Data == nil {
 		return ""
 	}
 	return e.Data.Hint
 }
 
-// RPCClient calls a capgate capability RPC endpoint: an http(s) URL, or
+// Client calls a capgate capability RPC endpoint: an http(s) URL, or
 // unix:///path/to/rpc.sock.
-type RPCClient struct {
+type Client struct {
 	url    string
 	client *http.Client
 	id     atomic.Int64
 }
 
-// NewRPCClient returns a client for endpoint.
-func NewRPCClient(endpoint string) (*RPCClient, error) {
-	c := &RPCClient{url: endpoint, client: &http.Client{}}
+// NewClient returns a client for endpoint.
+func NewClient(endpoint string) (*Client, error) {
+	c := &Client{url: endpoint, client: &http.Client{}}
 	if path, ok := strings.CutPrefix(endpoint, "unix://"); ok {
 		if path == "" {
 			return nil, fmt.Errorf("%q names no socket", endpoint)
@@ -61,8 +61,8 @@ func NewRPCClient(endpoint string) (*RPCClient, error) {
 // bounded by the sources' limits, well below it.
 const maxRPCAnswer = 64 << 20
 
-// Call sends one request. An error answer is returned as *RPCError.
-func (c *RPCClient) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+// Call sends one request. An error answer is returned as *Error.
+func (c *Client) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.id.Add(1), "method": method, "params": params})
 	if err != nil {
 		return nil, err
@@ -83,7 +83,7 @@ func (c *RPCClient) Call(ctx context.Context, method string, params any) (json.R
 	}
 	var out struct {
 		Result json.RawMessage `json:"result"`
-		Error  *RPCError       `json:"error"`
+		Error  *Error          `json:"error"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, fmt.Errorf("%s answered %s, not JSON-RPC: %s", c.url, resp.Status, bytes.TrimSpace(b[:min(len(b), 200)]))

@@ -1,20 +1,22 @@
-package server
+// Package rpc is the capability RPC: JSON-RPC 2.0 over HTTP with the
+// methods and shapes of Ash's capabilities spec, as a handler over a
+// router (served at /rpc by package server) and as a client (`capgate
+// capability`).
+package rpc
 
 import (
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 
+	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
 
-// The capability RPC: JSON-RPC 2.0 with the methods and shapes of Ash's
-// capabilities spec. The caller's identity is the context_token in params
+// The caller's identity is the context_token in params
 // (or a bearer token); identity fields in params are never read.
 
 // JSON-RPC error codes.
@@ -63,25 +65,25 @@ type rpcResponse struct {
 	Error   *rpcError       `json:"error,omitempty"`
 }
 
-// RPC serves the capability RPC over HTTP (POST).
-type RPC struct {
+// Handler serves the capability RPC over HTTP (POST).
+type Handler struct {
 	Router *router.Router
-	// MaxBody bounds a request body (default MaxRequestBytes). The token
+	// MaxBody bounds a request body (default httpadmit.MaxRequestBytes). The token
 	// travels in the body (Ash's context_token), so the body is read,
 	// within this bound, before the caller is known.
 	MaxBody int64
 }
 
-type rpcMethod func(h *RPC, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
+type rpcMethod func(h *Handler, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
 
 var rpcMethods = map[string]rpcMethod{
-	"capability.list":          (*RPC).list,
-	"capability.invoke":        (*RPC).invoke,
-	"capability.auth.begin":    (*RPC).authBegin,
-	"capability.auth.complete": (*RPC).authComplete,
+	"capability.list":          (*Handler).list,
+	"capability.invoke":        (*Handler).invoke,
+	"capability.auth.begin":    (*Handler).authBegin,
+	"capability.auth.complete": (*Handler).authComplete,
 }
 
-func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "the capability RPC takes POST", http.StatusMethodNotAllowed)
@@ -89,9 +91,9 @@ func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := h.MaxBody
 	if limit <= 0 {
-		limit = MaxRequestBytes
+		limit = httpadmit.MaxRequestBytes
 	}
-	body, ok := readBody(w, r, limit)
+	body, ok := httpadmit.ReadBody(w, r, limit)
 	if !ok {
 		return
 	}
@@ -107,7 +109,7 @@ func writeRPC(w http.ResponseWriter, resp rpcResponse) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-func (h *RPC) handle(r *http.Request, body []byte) rpcResponse {
+func (h *Handler) handle(r *http.Request, body []byte) rpcResponse {
 	var req rpcRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return rpcResponse{Error: &rpcError{Code: rpcParseError, Message: "parse error: " + err.Error()}}
@@ -138,7 +140,7 @@ func (h *RPC) handle(r *http.Request, body []byte) rpcResponse {
 	if tok.ContextToken != nil {
 		raw = *tok.ContextToken
 	} else {
-		raw = bearer(r)
+		raw = httpadmit.Bearer(r)
 	}
 	caller, err := h.Router.Authenticate(raw)
 	if err != nil {
@@ -197,17 +199,6 @@ func rpcErrData(err error) *rpcData {
 	return d
 }
 
-// bearer is the token of an "Authorization: Bearer" header.
-func bearer(r *http.Request) string { return bearerToken(r.Header.Get("Authorization")) }
-
-// bearerToken is the token of an Authorization header value.
-func bearerToken(h string) string {
-	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
-	}
-	return ""
-}
-
 // Capability is one entry of capability.list: a bridge capability with its
 // operations, or any other tool as a capability of its own.
 type Capability struct {
@@ -232,7 +223,7 @@ type Operation struct {
 // tool (an extension command or an upstream MCP tool).
 const defaultOperation = "call"
 
-func (h *RPC) list(_ *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+func (h *Handler) list(_ *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
 	var p struct {
 		IncludeUnavailable bool `json:"include_unavailable"`
 	}
@@ -263,7 +254,7 @@ func (h *RPC) list(_ *http.Request, c *router.Caller, params json.RawMessage) (a
 	return map[string]any{"capabilities": caps}, nil
 }
 
-func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
 	var p struct {
 		Capability     string          `json:"capability"`
 		Operation      string          `json:"operation"`
@@ -278,8 +269,8 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 	if strings.TrimSpace(p.Capability) == "" {
 		return nil, paramsError{"invalid params: capability is required"}
 	}
-	if p.Mode != nil && *p.Mode != ModePlanning {
-		return nil, paramsError{`invalid params: mode must be "` + ModePlanning + `" or absent, not ` + shortJSON(*p.Mode)}
+	if p.Mode != nil && *p.Mode != router.ModePlanning {
+		return nil, paramsError{`invalid params: mode must be "` + router.ModePlanning + `" or absent, not ` + shortJSON(*p.Mode)}
 	}
 	name := p.Capability
 	if p.Operation != "" && p.Operation != defaultOperation {
@@ -301,7 +292,7 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"ok": plan.Allowed, "mode": ModePlanning, "plan": plan, "request_id": requestID}, nil
+		return map[string]any{"ok": plan.Allowed, "mode": router.ModePlanning, "plan": plan, "request_id": requestID}, nil
 	}
 	// The RPC names tools by id only: an MCP exposed name is not an id.
 	res, inv, err := h.Router.Invoke(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
@@ -311,21 +302,7 @@ func (h *RPC) invoke(r *http.Request, c *router.Caller, params json.RawMessage) 
 	}
 	// request_id is the invocation id, under the name Ash's spec gives it.
 	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
-		"invocation_id": inv.ID, "duration_ms": durationMS(inv.Duration), "side_effects": sideEffects(inv.SideEffects)}, nil
-}
-
-// durationMS is d in milliseconds, to the microsecond.
-func durationMS(d time.Duration) float64 {
-	return float64(d.Microseconds()) / 1000
-}
-
-// sideEffects are the declared side effects as strings, never null.
-func sideEffects(effects []risk.SideEffect) []string {
-	out := make([]string, len(effects))
-	for i, e := range effects {
-		out[i] = string(e)
-	}
-	return out
+		"invocation_id": inv.ID, "duration_ms": inv.DurationMS(), "side_effects": inv.SideEffectNames()}, nil
 }
 
 // output is the structured result when there is one, else the content.
@@ -336,7 +313,16 @@ func output(res *tool.Result) any {
 	return map[string]any{"content": res.Content}
 }
 
-func (h *RPC) authBegin(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+// shortJSON is v as JSON, cut to 64 bytes, to quote in an error.
+func shortJSON(v any) string {
+	b, _ := json.Marshal(v)
+	if len(b) > 64 {
+		return string(b[:64]) + "…"
+	}
+	return string(b)
+}
+
+func (h *Handler) authBegin(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
 	var p struct {
 		Capability  string `json:"capability"`
 		AccountHint string `json:"account_hint"`
@@ -347,7 +333,7 @@ func (h *RPC) authBegin(r *http.Request, c *router.Caller, params json.RawMessag
 	return h.Router.AuthBegin(r.Context(), c, p.Capability, p.AccountHint)
 }
 
-func (h *RPC) authComplete(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+func (h *Handler) authComplete(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
 	var p struct {
 		FlowID      string `json:"flow_id"`
 		CallbackURL string `json:"callback_url"`

@@ -1,4 +1,4 @@
-package server
+package mcpconv
 
 import (
 	"testing"
@@ -31,7 +31,7 @@ func TestAnnotationsMerge(t *testing.T) {
 		{"read-only upstream, operator says it deletes", tool.Annotations{ReadOnlyHint: &yes, DestructiveHint: &no, OpenWorldHint: &no}, low(risk.FromOperator, risk.FSDelete), hints{false, true, false, false}},
 		{"closed upstream, capgate sees network", tool.Annotations{ReadOnlyHint: &yes, DestructiveHint: &no, OpenWorldHint: &no}, low(risk.FromOperator, risk.NetworkHTTP), hints{true, false, true, true}},
 	} {
-		a := annotations(&tool.Descriptor{Annotations: tc.a, Risk: tc.risk})
+		a := Annotations(&tool.Descriptor{Annotations: tc.a, Risk: tc.risk})
 		got := hints{*a.ReadOnlyHint, *a.DestructiveHint, *a.IdempotentHint, *a.OpenWorldHint}
 		if got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)

@@ -1,4 +1,6 @@
-package server
+// Package connect is `capgate connect`: a stdio MCP server that mirrors a
+// remote capgate's /mcp endpoint, for a sandboxed runtime to reach the host.
+package connect
 
 import (
 	"context"
@@ -13,16 +15,17 @@ import (
 
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/harden"
+	"github.com/capgate/capgate/internal/mcpconv"
 	mcpsrc "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/tool"
 )
 
-// Connect serves over in and out, as a stdio MCP server, the tools,
+// Serve serves over in and out, as a stdio MCP server, the tools,
 // resources, resource templates and prompts (skills among them) of a remote
 // capgate at url (its /mcp endpoint), calling it with tok as the bearer
 // token: how a sandboxed runtime reaches the host. The remote decides
 // everything; this side only forwards, progress and completions included.
-func Connect(ctx context.Context, url, tok string, in io.Reader, out io.Writer, logger *slog.Logger) error {
+func Serve(ctx context.Context, url, tok string, in io.Reader, out io.Writer, logger *slog.Logger) error {
 	src, err := mcpsrc.New(mcpsrc.Options{Name: "remote", URL: url, Logger: logger,
 		Headers: map[string]string{"Authorization": "Bearer " + tok}})
 	if err != nil {
@@ -76,17 +79,17 @@ func (mr *mirror) sync(ctx context.Context) {
 	if _, ok := mr.src.Capabilities(); !ok {
 		return // keep the last lists until the remote is back
 	}
-	l := listUpstream(ctx, mr.src)
-	resources := make([]mcpserver.ServerResource, 0, len(l.resources))
-	for _, r := range l.resources {
+	l := mr.src.Lists(ctx)
+	resources := make([]mcpserver.ServerResource, 0, len(l.Resources))
+	for _, r := range l.Resources {
 		resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: mr.read})
 	}
-	templates := make([]mcpserver.ServerResourceTemplate, 0, len(l.templates))
-	for _, t := range l.templates {
+	templates := make([]mcpserver.ServerResourceTemplate, 0, len(l.Templates))
+	for _, t := range l.Templates {
 		templates = append(templates, mcpserver.ServerResourceTemplate{Template: t, Handler: mr.read})
 	}
-	prompts := make([]mcpserver.ServerPrompt, 0, len(l.prompts))
-	for _, p := range l.prompts {
+	prompts := make([]mcpserver.ServerPrompt, 0, len(l.Prompts))
+	for _, p := range l.Prompts {
 		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: mr.getPrompt})
 	}
 	mr.srv.SetResources(resources...)
@@ -95,19 +98,19 @@ func (mr *mirror) sync(ctx context.Context) {
 }
 
 func (mr *mirror) read(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	return readUpstream(ctx, mr.src, req.Params.URI)
+	return mr.src.ReadResource(ctx, req.Params.URI)
 }
 
 func (mr *mirror) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	return getUpstreamPrompt(ctx, mr.src, req.Params.Name, req.Params.Arguments)
+	return mr.src.GetPrompt(ctx, req.Params.Name, req.Params.Arguments)
 }
 
 func (mr *mirror) CompletePromptArgument(ctx context.Context, name string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	return complete(ctx, mr.src, map[string]any{"type": "ref/prompt", "name": name}, arg, cc)
+	return mr.src.Complete(ctx, map[string]any{"type": "ref/prompt", "name": name}, arg, cc)
 }
 
 func (mr *mirror) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	return complete(ctx, mr.src, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
+	return mr.src.Complete(ctx, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
 }
 
 // remoteTool lists a remote tool as the remote listed it, its hints
@@ -119,7 +122,7 @@ func remoteTool(d *tool.Descriptor) mcp.Tool {
 		schema = json.RawMessage(`{"type":"object"}`)
 	}
 	t := mcp.Tool{Name: d.Name, Title: d.Title, Description: d.Description, RawInputSchema: schema,
-		Annotations: annotations(d)}
+		Annotations: mcpconv.Annotations(d)}
 	if len(d.OutputSchema) > 0 {
 		t.RawOutputSchema = d.OutputSchema
 	}
@@ -128,53 +131,14 @@ func remoteTool(d *tool.Descriptor) mcp.Tool {
 
 func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		call := tool.Call{Tool: d, Input: rawArguments(req), Progress: progressSender(func() context.Context { return ctx }, req)}
+		call := tool.Call{Tool: d, Input: mcpconv.RawArguments(req), Progress: mcpconv.ProgressSender(func() context.Context { return ctx }, req)}
 		res, err := src.Call(ctx, call)
 		if err == nil {
 			err = harden.Output(d.ID, res) // the remote hardened it; so does this side
 		}
 		if err != nil {
-			return denial(err), nil
+			return mcpconv.Denial(err), nil
 		}
-		return toMCPResult(res)
+		return mcpconv.ToResult(res)
 	}
-}
-
-// progressSender relays progress to the client that asked for it with a
-// progress token, on the request current returns; nil when it did not.
-func progressSender(current func() context.Context, req mcp.CallToolRequest) func(progress, total float64, message string) {
-	meta := req.Params.Meta
-	if meta == nil || meta.ProgressToken == nil {
-		return nil
-	}
-	token := meta.ProgressToken
-	return func(progress, total float64, message string) {
-		ctx := current()
-		if ctx == nil {
-			return // between round trips: nobody is listening
-		}
-		srv := mcpserver.ServerFromContext(ctx)
-		p := map[string]any{"progressToken": token, "progress": progress}
-		if total > 0 {
-			p["total"] = total
-		}
-		if message != "" {
-			p["message"] = message
-		}
-		_ = srv.SendNotificationToClient(ctx, "notifications/progress", p)
-	}
-}
-
-// toMCPResult converts a tool result to mcp-go's form.
-func toMCPResult(res *tool.Result) (*mcp.CallToolResult, error) {
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	rm := json.RawMessage(raw)
-	out, err := mcp.ParseCallToolResult(&rm)
-	if err != nil {
-		return denial(tool.Wrap(err, tool.CodeInvalidOutput, "the tool's result is not a valid MCP result")), nil
-	}
-	return out, nil
 }

@@ -1,0 +1,67 @@
+// Package httpadmit holds what every front-door route of capgate does to a
+// request before its handler reads it: the bearer token from the header,
+// and the body, read within a size and a time bound.
+package httpadmit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+const (
+	// MaxRequestBytes is the default bound of one request body.
+	MaxRequestBytes = 8 << 20
+	// bodyTimeout bounds reading one body. It is set when a handler starts
+	// reading and cleared after, because a server-wide ReadTimeout would
+	// also end the long-lived streams of GET /mcp.
+	bodyTimeout = 30 * time.Second
+)
+
+// ReadBody reads r's body up to limit bytes within bodyTimeout. A body
+// announced or found larger gets 413 and ok false, having read at most
+// limit+1 bytes; so does one that cannot be read.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
+	if r.ContentLength > limit {
+		tooLarge(w, limit)
+		return nil, false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	n := r.ContentLength
+	if n < 0 || n > 64<<10 {
+		n = 0 // unknown or large: grow as it comes, not as announced
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		tooLarge(w, limit)
+		return nil, false
+	case err != nil:
+		http.Error(w, "400 bad request: the body could not be read: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+func tooLarge(w http.ResponseWriter, limit int64) {
+	w.Header().Set("Connection", "close")
+	http.Error(w, fmt.Sprintf("413 request body too large: capgate takes at most %d bytes", limit), http.StatusRequestEntityTooLarge)
+}
+
+// Bearer is the token of r's "Authorization: Bearer" header.
+func Bearer(r *http.Request) string { return BearerToken(r.Header.Get("Authorization")) }
+
+// BearerToken is the token of an Authorization header value.
+func BearerToken(h string) string {
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}

@@ -1,0 +1,135 @@
+// Package mcpconv converts between capgate's tool vocabulary and mcp-go's
+// for the two MCP servers capgate runs, the front door (package server)
+// and `capgate connect`: results, denials, hints, arguments, progress.
+package mcpconv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/tool"
+)
+
+// Annotations are MCP's hints as capgate shows them: per hint, the more
+// cautious of what the upstream said and what capgate's classification
+// says, since clients auto-approve on them. A hint the upstream did not
+// give reads as the MCP spec's default (readOnly false, destructive true,
+// idempotent false, openWorld true) unless the tool's side effects were
+// declared by the operator or by the source (an extension's side_effects):
+// that is evidence of what the tool does. Inferred effects and an
+// operator's level alone are not: the first come from the upstream's own
+// words, the second says how much to trust a call, not what it changes.
+func Annotations(d *tool.Descriptor) mcp.ToolAnnotation {
+	writes, destructive, open := d.Mutating, false, false
+	for _, e := range d.Risk.Effects {
+		writes = writes || e.Writes()
+		switch e {
+		case risk.FSDelete, risk.DatabaseDelete, risk.CloudResourceDelete, risk.Payments, risk.SystemExec, risk.CloudKeyWrite:
+			destructive = true
+		case risk.NetworkHTTP, risk.NetworkSocket, risk.NetworkDNS:
+			open = true
+		}
+	}
+	destructive = destructive || d.Risk.Level >= risk.High
+	own := !writes && !destructive // capgate's read-only, and so idempotent
+	declared := d.Risk.EffectsFrom == risk.FromOperator || d.Risk.EffectsFrom == risk.FromSource
+	said := func(h *bool, spec, evidence bool) bool {
+		switch {
+		case h != nil:
+			return *h
+		case declared:
+			return evidence
+		}
+		return spec
+	}
+	a := d.Annotations
+	readOnly := said(a.ReadOnlyHint, false, own) && own
+	// The spec's destructive default is for tools that write; a tool both
+	// sides call read-only is not destructive unless one says so.
+	destructive = said(a.DestructiveHint, !readOnly, destructive) || destructive
+	readOnly = readOnly && !destructive
+	idempotent := said(a.IdempotentHint, false, own) && own
+	open = said(a.OpenWorldHint, true, open) || open
+	return mcp.ToolAnnotation{Title: d.Title, ReadOnlyHint: &readOnly, DestructiveHint: &destructive,
+		IdempotentHint: &idempotent, OpenWorldHint: &open}
+}
+
+// RawArguments are the call's arguments as the client sent them.
+func RawArguments(req mcp.CallToolRequest) json.RawMessage {
+	if len(req.Params.RawArguments) == 0 && req.Params.Arguments != nil {
+		b, _ := json.Marshal(req.Params.Arguments)
+		return b
+	}
+	return req.Params.RawArguments
+}
+
+// Denial turns a router error into an isError result: the code first,
+// then the message, the capability string and what would allow it.
+func Denial(err error) *mcp.CallToolResult {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", tool.ErrorCode(err), tool.ErrorMessage(err))
+	meta := map[string]any{"code": string(tool.ErrorCode(err))}
+	var te *tool.Error
+	if errors.As(err, &te) {
+		if te.Required != "" {
+			fmt.Fprintf(&b, "\nrequired: %s", te.Required)
+			meta["required"] = te.Required
+		}
+		if te.Hint != "" {
+			fmt.Fprintf(&b, "\nto allow it: %s", te.Hint)
+			meta["hint"] = te.Hint
+		}
+		if te.Gate != "" {
+			meta["gate"] = te.Gate
+		}
+	}
+	res := mcp.NewToolResultError(b.String())
+	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"capgate/error": meta}}
+	return res
+}
+
+// ProgressSender relays progress to the client that asked for it with a
+// progress token, on the request current returns; nil when it did not.
+func ProgressSender(current func() context.Context, req mcp.CallToolRequest) func(progress, total float64, message string) {
+	meta := req.Params.Meta
+	if meta == nil || meta.ProgressToken == nil {
+		return nil
+	}
+	token := meta.ProgressToken
+	return func(progress, total float64, message string) {
+		ctx := current()
+		if ctx == nil {
+			return // between round trips: nobody is listening
+		}
+		srv := mcpserver.ServerFromContext(ctx)
+		p := map[string]any{"progressToken": token, "progress": progress}
+		if total > 0 {
+			p["total"] = total
+		}
+		if message != "" {
+			p["message"] = message
+		}
+		_ = srv.SendNotificationToClient(ctx, "notifications/progress", p)
+	}
+}
+
+// ToResult converts a tool result to mcp-go's form.
+func ToResult(res *tool.Result) (*mcp.CallToolResult, error) {
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	rm := json.RawMessage(raw)
+	out, err := mcp.ParseCallToolResult(&rm)
+	if err != nil {
+		return Denial(tool.Wrap(err, tool.CodeInvalidOutput, "the tool's result is not a valid MCP result")), nil
+	}
+	return out, nil
+}
