@@ -2,8 +2,8 @@ package ext
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate/tool/sourcetest"
 )
@@ -12,8 +12,8 @@ import (
 // honours.
 func TestContract(t *testing.T) {
 	sourcetest.Run(t, func(t *testing.T) sourcetest.Harness {
-		t.Setenv("PIDFILE", filepath.Join(t.TempDir(), "pid")) // slow records its child there
-		p := discover(t, Options{MaxOutput: 1000, Env: []string{"PIDFILE"}})["tools.echo"]
+		// wait outlasts the cancel the contract makes, well under Timeout.
+		p := discover(t, Options{MaxOutput: 1000, Timeout: 20 * time.Second})["tools.echo"]
 		return sourcetest.Harness{
 			Source: p,
 			Echo:   "echo",
@@ -22,7 +22,7 @@ func TestContract(t *testing.T) {
 				return b
 			},
 			Fail:    sourcetest.Case{Tool: "fail"},
-			Slow:    sourcetest.Case{Tool: "slow"},
+			Slow:    sourcetest.Case{Tool: "wait"},
 			Big:     sourcetest.Case{Tool: "big"},
 			Environ: sourcetest.Case{Tool: "environ"},
 		}
