@@ -23,7 +23,7 @@ func TestContract(t *testing.T) {
 			},
 			Fail:    sourcetest.Case{Tool: "fail"},
 			Slow:    sourcetest.Case{Tool: "wait"},
-			Big:     sourcetest.Case{Tool: "big"},
+			Big:     sourcetest.Case{Tool: "bigjson"},
 			Environ: sourcetest.Case{Tool: "environ"},
 		}
 	})

@@ -20,8 +20,9 @@
 //     within cancelBound of the cancel, and the source answers again
 //     within usableBound.
 //   - Concurrent calls each get their own answer.
-//   - An answer over the source's output limit is capability_invalid_output,
-//     and the source answers again afterwards.
+//   - An answer over the source's output limit is capability_invalid_output
+//     whose message names the limit and whose hint names its setting, and
+//     the source answers again afterwards.
 //   - A process the source starts does not see the host's other variables:
 //     a secret set in the host environment never appears in an answer.
 //   - A tool.Closer's Close can be called twice, and a call after it fails
@@ -361,6 +362,10 @@ func checkLimit(t *testing.T, h Harness) {
 			got = fmt.Sprintf(" (an answer of %d bytes)", len(answer(r)))
 		}
 		t.Fatalf("over the limit: error %v%s, want %s", err, got, tool.CodeInvalidOutput)
+	}
+	// The caller learns it was the limit, and the operator where to set it.
+	if e := checkCoded(t, "over the limit", err); !strings.Contains(e.Message, "limit") || e.Hint == "" {
+		t.Errorf("over the limit: message %q and hint %q do not name the limit and its setting", e.Message, e.Hint)
 	}
 	usable(t, h, "an answer over the limit")
 }
