@@ -8,12 +8,15 @@ import (
 	"github.com/capgate/capgate/tool/sourcetest"
 )
 
-// TestContract runs the tools.echo pack through the contract every source
-// honours.
+// TestContract runs the conformance pack (testdata/contract) through the
+// contract every source honours.
 func TestContract(t *testing.T) {
 	sourcetest.Run(t, func(t *testing.T) sourcetest.Harness {
 		// wait outlasts the cancel the contract makes, well under Timeout.
-		p := discover(t, Options{MaxOutput: 1000, Timeout: 20 * time.Second})["tools.echo"]
+		p, err := Load("testdata/contract/conformance", Options{MaxOutput: 1000, Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
 		return sourcetest.Harness{
 			Source: p,
 			Echo:   "echo",
