@@ -81,7 +81,8 @@ type Harness struct {
 
 // Run runs the contract. open is called once per subtest, after Run has
 // set SecretVar in the environment, and must return a started source
-// (closing it at the test's cleanup).
+// (closing it at the test's cleanup). Run sets environment variables, so
+// its test must not be parallel.
 func Run(t *testing.T, open func(t *testing.T) Harness) {
 	start := func(t *testing.T) (Harness, string) {
 		t.Helper()
