@@ -3,6 +3,10 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,14 +53,34 @@ func connected(t *testing.T, o Options) *Source {
 	return s
 }
 
+// running reports whether the process whose id is in pidFile runs (a
+// zombie does not: it waits only for its parent to reap it).
+func running(t *testing.T, pidFile string) bool {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the fixture wrote no pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file: %v", err)
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err == nil && !strings.Contains(string(stat), ") Z ")
+}
+
 // TestContract runs the fixture upstream, over stdio and streamable HTTP,
 // through the contract every source honours.
 func TestContract(t *testing.T) {
 	t.Run("stdio", func(t *testing.T) {
 		bin := testkit.Build(t, fixturePkg)
 		sourcetest.Run(t, func(t *testing.T) sourcetest.Harness {
-			s := connected(t, Options{Command: bin, Env: map[string]string{"MCPFIXTURE_BOUNDS": "1", "MCPFIXTURE_CONFORMANCE": "1"}})
-			return fixtureHarness(s, true)
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			s := connected(t, Options{Command: bin, Env: map[string]string{
+				"MCPFIXTURE_BOUNDS": "1", "MCPFIXTURE_CONFORMANCE": "1", "FIXTURE_PID_FILE": pidFile,
+			}})
+			h := fixtureHarness(s, true)
+			h.Running = func() bool { return running(t, pidFile) }
+			return h
 		})
 	})
 	t.Run("streamable-http", func(t *testing.T) {

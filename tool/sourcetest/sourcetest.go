@@ -25,8 +25,9 @@
 //     the source answers again afterwards.
 //   - A process the source starts does not see the host's other variables:
 //     a secret set in the host environment never appears in an answer.
-//   - A tool.Closer's Close can be called twice, and a call after it fails
-//     promptly with capability_backend_unavailable.
+//   - A tool.Closer's Close can be called twice, ends the process the
+//     source started (when the harness can tell), and a call after it
+//     fails promptly with capability_backend_unavailable.
 package sourcetest
 
 import (
@@ -77,6 +78,9 @@ type Harness struct {
 	// that ran it ("K=V" strings); zero when the source does not start the
 	// process (an HTTP upstream), which Run then skips.
 	Environ Case
+	// Running, when set, reports whether the process the source started
+	// still runs; Close must end it.
+	Running func() bool
 }
 
 // Run runs the contract. open is called once per subtest, after Run has
@@ -392,11 +396,24 @@ func checkClose(t *testing.T, h Harness) {
 		t.Skip("the source holds nothing to close")
 	}
 	d := describe(t, h.Source, h.Echo)
+	ranBefore := h.Running != nil && h.Running()
 	if err := c.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+	if h.Running != nil {
+		if !ranBefore {
+			t.Error("the source's process did not run before Close, so Close's end of it is not checked")
+		}
+		deadline := time.Now().Add(cancelBound)
+		for h.Running() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the source's process still runs %s after Close", cancelBound)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	done := make(chan error, 1)
 	go func() {

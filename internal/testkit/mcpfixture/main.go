@@ -12,6 +12,7 @@
 // also fail (an isError result) and environ (its environment), for the
 // source contract of tool/sourcetest.
 //
+// With FIXTURE_PID_FILE set it writes its process id there when it starts.
 // With FIXTURE_ENV_FILE set it writes its environment there ("K=V" lines
 // as JSON) when it starts, so tests see what an upstream is given.
 //
@@ -27,6 +28,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +44,11 @@ func main() {
 	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
 	hostile := flag.Bool("hostile", false, "serve only the hostile tools, resources and prompts of hostile.go")
 	flag.Parse()
+	if f := os.Getenv("FIXTURE_PID_FILE"); f != "" {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			log.Fatal(err)
+		}
+	}
 	if f := os.Getenv("FIXTURE_ENV_FILE"); f != "" {
 		b, _ := json.Marshal(os.Environ())
 		if err := os.WriteFile(f, b, 0o600); err != nil {
