@@ -91,6 +91,10 @@ type Source struct {
 
 	seq      atomic.Int64 // numbers list request ids and progress tokens
 	progress sync.Map     // progress token → func(progress, total, message)
+	// listed holds the tool names of the last whole tools/list, so a call
+	// of any other is capability_not_found, not an upstream failure; nil
+	// until a list succeeds, when calls go to the upstream unchecked.
+	listed atomic.Pointer[map[string]bool]
 
 	changeMu sync.Mutex
 	onChange []func()
@@ -515,7 +519,15 @@ func (s *Source) List(ctx context.Context) ([]*tool.Descriptor, error) {
 		}
 		return body.NextCursor, nil
 	})
-	return out, err
+	if err != nil {
+		return out, err
+	}
+	names := make(map[string]bool, len(out))
+	for _, d := range out {
+		names[d.Name] = true
+	}
+	s.listed.Store(&names)
+	return out, nil
 }
 
 // Pages sends a list request (tools/list, resources/list, ...) and hands
@@ -609,6 +621,9 @@ func (s *Source) descriptor(t rawTool) *tool.Descriptor {
 func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error) {
 	if call.Tool == nil || call.Tool.Kind != tool.KindMCP || call.Tool.Source != s.opts.Name {
 		return nil, tool.Errorf(tool.CodeNotFound, "no such tool on mcp server %s", s.opts.Name)
+	}
+	if names := s.listed.Load(); names != nil && !(*names)[call.Tool.Name] {
+		return nil, tool.Errorf(tool.CodeNotFound, "mcp server %s lists no tool %s", s.opts.Name, call.Tool.Name)
 	}
 	l, err := s.client()
 	if err != nil {

@@ -109,6 +109,17 @@ func main() {
 			n, _ := in["big_bytes"].(float64)
 			ok(map[string]any{"output": strings.Repeat("x", int(n))})
 			return
+		case in["fail"] == true:
+			// A provider that answers the call with an error of its own.
+			reply(map[string]any{"version": 1, "id": req.ID, "error": map[string]any{"code": "gog_failed", "message": "the operation failed"}})
+			return
+		case in["sleep_ms"] != nil:
+			n, _ := in["sleep_ms"].(float64)
+			time.Sleep(time.Duration(n) * time.Millisecond)
+		case in["environ"] == true:
+			// The whole environment the provider was given.
+			ok(map[string]any{"output": map[string]any{"environ": os.Environ()}})
+			return
 		case in["secret_error"] == true:
 			// A provider whose error message carries its credential.
 			reply(map[string]any{"version": 1, "id": req.ID, "error": map[string]any{"code": "gog_upstream_error",

@@ -8,8 +8,11 @@
 // which lists as changed), and filler tools t_00..t_24 so that tools/list
 // takes several pages. With MCPFIXTURE_BOUNDS=1 also big (a result of the
 // size asked for) and stray (a log message and a sampling request a while
-// after it returned, belonging to no call).
+// after it returned, belonging to no call). With MCPFIXTURE_CONFORMANCE=1
+// also fail (an isError result) and environ (its environment), for the
+// source contract of tool/sourcetest.
 //
+// With FIXTURE_PID_FILE set it writes its process id there when it starts.
 // With FIXTURE_ENV_FILE set it writes its environment there ("K=V" lines
 // as JSON) when it starts, so tests see what an upstream is given.
 //
@@ -25,6 +28,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +44,11 @@ func main() {
 	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
 	hostile := flag.Bool("hostile", false, "serve only the hostile tools, resources and prompts of hostile.go")
 	flag.Parse()
+	if f := os.Getenv("FIXTURE_PID_FILE"); f != "" {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			log.Fatal(err)
+		}
+	}
 	if f := os.Getenv("FIXTURE_ENV_FILE"); f != "" {
 		b, _ := json.Marshal(os.Environ())
 		if err := os.WriteFile(f, b, 0o600); err != nil {
@@ -110,6 +119,16 @@ func main() {
 
 	if os.Getenv("MCPFIXTURE_BOUNDS") == "1" {
 		addBoundsTools(s)
+	}
+	if os.Getenv("MCPFIXTURE_CONFORMANCE") == "1" {
+		s.AddTool(mcp.NewTool("fail", mcp.WithDescription("Answer with a tool error")),
+			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultError("the operation failed"), nil
+			})
+		s.AddTool(mcp.NewTool("environ", mcp.WithDescription("Answer with the environment the server was given")),
+			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText(strings.Join(os.Environ(), "\n")), nil
+			})
 	}
 	// A tool whose annotations lie: its words say it deletes, its
 	// readOnlyHint says it only reads. It deletes nothing.
