@@ -57,24 +57,41 @@ func TestFastCallMatchesMCPGo(t *testing.T) {
 		{"white space everywhere", tok, "fx__echo", " " + strings.NewReplacer(`":`, `" : `, `,"`, ` , "`).Replace(call("fx__echo", `"arguments":{"message":"hi"},`)) + "\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := s.MCP.fastCalls.Load()
-			st1, ct1, b1 := testkit.PostMCP(t, front, tc.tok, tc.mcpName, tc.body)
-			took := s.MCP.fastCalls.Load() - before
-			st2, ct2, b2 := testkit.PostMCP(t, hs.URL, tc.tok, tc.mcpName, tc.body)
-			if took != map[bool]int64{true: 1, false: 0}[tc.fast] {
-				t.Errorf("fast call taken %d times, want fast=%v", took, tc.fast)
-			}
-			if st1 != st2 || ct1 != ct2 {
-				t.Errorf("front: %d %s; mcp-go: %d %s", st1, ct1, st2, ct2)
-			}
-			d1, d2 := decode(t, b1), decode(t, b2)
-			for _, d := range [][]any{d1, d2} {
-				sameInvocation(t, d)
-			}
-			if !reflect.DeepEqual(d1, d2) {
-				t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
-			}
+			sameAnswer(t, s, tc.fast, func(base string) (int, string, []byte) {
+				return testkit.PostMCP(t, base, tc.tok, tc.mcpName, tc.body)
+			}, front, hs.URL)
 		})
+	}
+}
+
+// sameAnswer posts one request to the front door and to mcp-go alone and
+// checks that the fast call took it (or not, as fast says) and that both
+// answered alike: status, type, and JSON but for the invocation's own id
+// and duration (byte for byte when not 200).
+func sameAnswer(t *testing.T, s *testServer, fast bool, post func(base string) (int, string, []byte), front, mcpGo string) {
+	t.Helper()
+	before := s.MCP.fastCalls.Load()
+	st1, ct1, b1 := post(front)
+	took := s.MCP.fastCalls.Load() - before
+	st2, ct2, b2 := post(mcpGo)
+	if took != map[bool]int64{true: 1, false: 0}[fast] {
+		t.Errorf("fast call taken %d times, want fast=%v", took, fast)
+	}
+	if st1 != st2 || ct1 != ct2 {
+		t.Errorf("front: %d %s; mcp-go: %d %s", st1, ct1, st2, ct2)
+	}
+	if st1 != http.StatusOK {
+		if !bytes.Equal(b1, b2) {
+			t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
+		}
+		return
+	}
+	d1, d2 := decode(t, b1), decode(t, b2)
+	for _, d := range [][]any{d1, d2} {
+		sameInvocation(t, d)
+	}
+	if !reflect.DeepEqual(d1, d2) {
+		t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
 	}
 }
 
@@ -212,29 +229,9 @@ func TestFastCallInASessionMatchesMCPGo(t *testing.T) {
 		{"another subject's session", narrow, plain, echo, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := s.MCP.fastCalls.Load()
-			st1, ct1, b1 := testkit.PostSession(t, front, tc.tok, tc.sid, tc.body)
-			took := s.MCP.fastCalls.Load() - before
-			st2, ct2, b2 := testkit.PostSession(t, hs.URL, tc.tok, tc.sid, tc.body)
-			if took != map[bool]int64{true: 1, false: 0}[tc.fast] {
-				t.Errorf("fast call taken %d times, want fast=%v", took, tc.fast)
-			}
-			if st1 != st2 || ct1 != ct2 {
-				t.Errorf("front: %d %s; mcp-go: %d %s", st1, ct1, st2, ct2)
-			}
-			if st1 != http.StatusOK {
-				if !bytes.Equal(b1, b2) {
-					t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
-				}
-				return
-			}
-			d1, d2 := decode(t, b1), decode(t, b2)
-			for _, d := range [][]any{d1, d2} {
-				sameInvocation(t, d)
-			}
-			if !reflect.DeepEqual(d1, d2) {
-				t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
-			}
+			sameAnswer(t, s, tc.fast, func(base string) (int, string, []byte) {
+				return testkit.PostSession(t, base, tc.tok, tc.sid, tc.body)
+			}, front, hs.URL)
 		})
 	}
 }

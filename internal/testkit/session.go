@@ -3,7 +3,6 @@ package testkit
 import (
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 )
 
@@ -37,31 +36,17 @@ func OpenSession(tb testing.TB, base, tok, caps string) string {
 // status, the content type and the body.
 func PostSession(tb testing.TB, base, tok, sid, body string) (int, string, []byte) {
 	tb.Helper()
-	resp := postSession(tb, base, tok, sid, body)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+	return post(tb, base, tok, body, sessionHeaders(sid))
 }
 
 func postSession(tb testing.TB, base, tok, sid, body string) *http.Response {
 	tb.Helper()
-	req, err := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
-	if err != nil {
-		tb.Fatal(err)
+	return postMCP(tb, base, tok, body, sessionHeaders(sid))
+}
+
+func sessionHeaders(sid string) map[string]string {
+	if sid == "" {
+		return nil
 	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if sid != "" {
-		req.Header.Set("Mcp-Session-Id", sid)
-		req.Header.Set("MCP-Protocol-Version", SessionProtocol)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return resp
+	return map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": SessionProtocol}
 }

@@ -215,6 +215,26 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // with the token and returns the status, the content type and the body.
 func PostMCP(tb testing.TB, base, tok, name, body string) (int, string, []byte) {
 	tb.Helper()
+	return post(tb, base, tok, body, map[string]string{
+		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": name,
+	})
+}
+
+// post posts body to base+"/mcp" as an MCP client with the token and the
+// headers, and reads the answer: status, content type, body.
+func post(tb testing.TB, base, tok, body string, headers map[string]string) (int, string, []byte) {
+	tb.Helper()
+	resp := postMCP(tb, base, tok, body, headers)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+func postMCP(tb testing.TB, base, tok, body string, headers map[string]string) *http.Response {
+	tb.Helper()
 	req, err := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
 	if err != nil {
 		tb.Fatal(err)
@@ -222,17 +242,12 @@ func PostMCP(tb testing.TB, base, tok, name, body string) (int, string, []byte) 
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", name)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+	return resp
 }
