@@ -209,6 +209,38 @@ func TestNoGuaranteesStillConfinesWrites(t *testing.T) {
 	want(t, got, "env-other", "denied")
 }
 
+// TestCarvingSurvivesVanishingEntries: the launcher lists the directories
+// around a deny path and allows each entry; an entry removed before the
+// trampoline applies the rules (another process's temp dir) must not fail
+// the launch. It failed in CI while other tests' temp dirs came and went.
+func TestCarvingSurvivesVanishingEntries(t *testing.T) {
+	f := Probe()
+	needs(t, f, guarantee(NoFilesystemRead))
+	w := newWorld(t)
+	parent := filepath.Dir(w.data)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			d := filepath.Join(parent, fmt.Sprintf("churn-%d", i%8))
+			os.Mkdir(d, 0o755)
+			os.Remove(d)
+		}
+	}()
+	for range 20 {
+		got := launch(t, w, Spec{Deny: []string{w.data}}, f)
+		want(t, got, "read-key", "denied")
+	}
+	close(stop)
+	<-done
+}
+
 func TestFilesystemNone(t *testing.T) {
 	f := Probe()
 	g := guarantee(NoFilesystemRead, NoFilesystemWrite)

@@ -54,15 +54,18 @@ func (p plan) apply() error {
 		if !p.NoTCP {
 			cfg.HandledAccessNet = 0
 		}
+		// The paths were listed before exec (carving around deny paths
+		// lists whole directories); one removed since grants nothing, so
+		// it is skipped, not fatal.
 		rules := []landlock.Rule{}
 		if len(p.ReadDirs) > 0 {
-			rules = append(rules, landlock.RODirs(p.ReadDirs...))
+			rules = append(rules, landlock.RODirs(p.ReadDirs...).IgnoreIfMissing())
 		}
 		if len(p.ReadFiles) > 0 {
-			rules = append(rules, landlock.ROFiles(p.ReadFiles...))
+			rules = append(rules, landlock.ROFiles(p.ReadFiles...).IgnoreIfMissing())
 		}
 		if len(p.WriteDirs) > 0 {
-			rules = append(rules, landlock.RWDirs(p.WriteDirs...))
+			rules = append(rules, landlock.RWDirs(p.WriteDirs...).IgnoreIfMissing())
 		}
 		if len(p.WriteFiles) > 0 {
 			rules = append(rules, landlock.RWFiles(p.WriteFiles...).IgnoreIfMissing())
