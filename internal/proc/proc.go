@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/capgate/capgate/sandbox"
 )
 
 // Spec is one run.
@@ -23,6 +25,11 @@ type Spec struct {
 	Stdin     []byte
 	Timeout   time.Duration
 	MaxOutput int64 // stdout cap in bytes
+	// Confine is what the process guarantees; the zero value, nothing,
+	// starts it directly. Protocol holds capgate's own "K=V" values for it,
+	// which reach it whatever its env guarantees.
+	Confine  sandbox.Confinement
+	Protocol []string
 }
 
 // StderrTail is how much of stderr errors keep.
@@ -54,17 +61,25 @@ func (e *StartError) Error() string { return "could not start: " + e.Err.Error()
 func (e *StartError) Unwrap() error { return e.Err }
 
 // Run runs spec and returns its stdout and the tail of its stderr. It
-// fails with ErrTimeout, ErrCancelled, ErrOutputTooLarge, *ExitError or
-// *StartError. Nothing the command started outlives Run.
+// fails with ErrTimeout, ErrCancelled, ErrOutputTooLarge, *ExitError,
+// *StartError or *sandbox.UnenforceableError (not run: its guarantees
+// cannot be enforced here). Nothing the command started outlives Run.
 func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
-	cmd.Dir = spec.Dir
-	cmd.Env = spec.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{} // nil would inherit ours, secrets and all
+	env := spec.Env
+	if env == nil {
+		env = []string{} // nil would inherit ours, secrets and all
 	}
+	cmd, cleanup, err := spec.Confine.Command(ctx, spec.Argv, spec.Dir, env, spec.Protocol)
+	var unenforceable *sandbox.UnenforceableError
+	switch {
+	case errors.As(err, &unenforceable):
+		return nil, "", err
+	case err != nil:
+		return nil, "", &StartError{Err: err}
+	}
+	defer cleanup()
 	cmd.Stdin = bytes.NewReader(spec.Stdin)
 	// A command that writes past the cap is killed at once: its answer is
 	// refused anyway, and draining it would keep it running to the timeout.
