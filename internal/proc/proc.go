@@ -11,10 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/capgate/capgate/sandbox"
 )
 
 // Spec is one run.
@@ -25,11 +24,17 @@ type Spec struct {
 	Stdin     []byte
 	Timeout   time.Duration
 	MaxOutput int64 // stdout cap in bytes
-	// Confine is what the process guarantees; the zero value, nothing,
-	// starts it directly. Protocol holds capgate's own "K=V" values for it,
-	// which reach it whatever its env guarantees.
-	Confine  sandbox.Confinement
+	// Launcher starts it confined (a sandbox.Confinement); nil starts it
+	// directly. Protocol holds capgate's own "K=V" values for it, which
+	// reach it whatever its env guarantees.
+	Launcher Launcher
 	Protocol []string
+}
+
+// Launcher builds the command that runs argv, ended when ctx is; cleanup
+// is called once it has ended. sandbox.Confinement is one.
+type Launcher interface {
+	Command(ctx context.Context, argv []string, dir string, env, protocol []string) (cmd *exec.Cmd, cleanup func(), err error)
 }
 
 // StderrTail is how much of stderr errors keep.
@@ -61,9 +66,9 @@ func (e *StartError) Error() string { return "could not start: " + e.Err.Error()
 func (e *StartError) Unwrap() error { return e.Err }
 
 // Run runs spec and returns its stdout and the tail of its stderr. It
-// fails with ErrTimeout, ErrCancelled, ErrOutputTooLarge, *ExitError,
-// *StartError or *sandbox.UnenforceableError (not run: its guarantees
-// cannot be enforced here). Nothing the command started outlives Run.
+// fails with ErrTimeout, ErrCancelled, ErrOutputTooLarge, *ExitError or
+// *StartError (wrapping the launcher's refusal, such as
+// *sandbox.UnenforceableError). Nothing the command started outlives Run.
 func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
@@ -71,13 +76,13 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 	if env == nil {
 		env = []string{} // nil would inherit ours, secrets and all
 	}
-	cmd, cleanup, err := spec.Confine.Command(ctx, spec.Argv, spec.Dir, env, spec.Protocol)
-	var unenforceable *sandbox.UnenforceableError
-	switch {
-	case errors.As(err, &unenforceable):
-		return nil, "", err
-	case err != nil:
-		return nil, "", &StartError{Err: err}
+	cmd, cleanup := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...), func() {}
+	cmd.Dir, cmd.Env = spec.Dir, append(slices.Clip(env), spec.Protocol...) // never nil: env is not
+	if spec.Launcher != nil {
+		var err error
+		if cmd, cleanup, err = spec.Launcher.Command(ctx, spec.Argv, spec.Dir, env, spec.Protocol); err != nil {
+			return nil, "", &StartError{Err: err}
+		}
 	}
 	defer cleanup()
 	cmd.Stdin = bytes.NewReader(spec.Stdin)

@@ -124,7 +124,7 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
 		Protocol: []string{"ASH_CONTEXT_TOKEN_SECRET=" + base64.RawURLEncoding.EncodeToString(p.opts.Secret)},
-		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Confine: p.opts.Confine})
+		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.opts.Confine})
 	ns := p.opts.Namespace
 	if err != nil && stderr != "" {
 		// The tail goes to the operator, never to the caller: a provider

@@ -320,7 +320,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
-		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Confine: p.confine[c.Tool.Name],
+		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.confine[c.Tool.Name],
 	})
 	id := c.Tool.ID
 	if err != nil && stderr != "" {
