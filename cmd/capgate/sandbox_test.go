@@ -54,7 +54,7 @@ func TestDeclaredGuaranteesConfineEverySource(t *testing.T) {
 			name, hostile, tcp, caps)
 	}
 	manifest := "id: probe\nname: Probe\ndescription: Hostile commands\ncommands:\n" +
-		cmd("sealed", "    capabilities:\n      network: none\n") + cmd("open", "")
+		cmd("sealed", "    capabilities:\n      network: none\n") + cmd("open", "") + cmd("tightened", "")
 	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +72,14 @@ acknowledge = ["elevated"]
 
 [extensions]
 paths = [%q]
+
+# The operator tightens one undeclared command, and cannot loosen one
+# that declared network none.
+[capability_overrides."ext:probe:tightened"]
+no_network = true
+
+[capability_overrides."ext:probe:sealed"]
+no_network = false
 
 [capabilities.providers.gog]
 command = [%q]
@@ -102,6 +110,13 @@ capabilities = { subprocess = "none" }
 	}
 	if out := invoke("ext:probe:open"); !strings.Contains(out, `"`+tcp+`": "ok hello"`) || !strings.Contains(out, `"spawn=/bin/true": "ok `) {
 		t.Errorf("the undeclared command could not connect and spawn:\n%s", out)
+	}
+
+	if out := invoke("ext:probe:tightened"); !strings.Contains(out, `"`+tcp+`": "denied`) {
+		t.Errorf("the operator's no_network did not hold:\n%s", out)
+	}
+	if logs := s.logs(); !strings.Contains(logs, "no_network = false would loosen a guarantee set by tool; ignored") {
+		t.Errorf("the loosening override was not reported:\n%s", logs)
 	}
 
 	// A stdio MCP server declaring filesystem none cannot read capgate's
