@@ -9,9 +9,11 @@ import (
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sandbox"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/ext"
 	"github.com/capgate/capgate/sources/mcp"
+	"github.com/capgate/capgate/tool"
 )
 
 // LockPath is where the definition pins of a config live: capgate.lock
@@ -23,11 +25,12 @@ func LockPath(cfg *config.Config) string { return filepath.Join(cfg.Dir, registr
 // operator's overrides, and its lock. The caller sets BridgeKey, Logger
 // and LookupEnv; LockPath = "" ignores the lock.
 func RegistryOptions(cfg *config.Config) registry.BuildOptions {
+	policy := SandboxPolicy(cfg)
 	bo := registry.BuildOptions{
 		ExtPaths: cfg.Extensions.Paths,
 		Ext: ext.Options{
 			Timeout: cfg.Extensions.Timeout.Std(), MaxOutput: int64(cfg.Extensions.MaxOutputBytes),
-			Env: cfg.Extensions.Env,
+			Env: cfg.Extensions.Env, Policy: policy,
 		},
 		RequireLock: cfg.Policy.RequireLock,
 		LockPath:    LockPath(cfg),
@@ -37,19 +40,28 @@ func RegistryOptions(cfg *config.Config) registry.BuildOptions {
 		if !p.IsEnabled() {
 			continue
 		}
+		// One declaration for the provider's whole process.
+		conf, notes := policy.For(string(tool.KindBridge)+":"+p.Namespace, declared(p.Capabilities))
+		bo.Notes = append(bo.Notes, prefixed(p.Key, notes)...)
 		bo.Bridges = append(bo.Bridges, registry.Bridge{Key: p.Key, Options: bridge.Options{
 			Namespace: p.Namespace, Command: p.Command, Timeout: time.Duration(p.TimeoutSeconds) * time.Second,
-			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Env: p.Env,
+			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Env: p.Env, Confine: conf,
 		}})
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCP.Servers)) {
 		sc := cfg.MCP.Servers[name]
+		var conf sandbox.Confinement
+		if sc.Command != "" {
+			var notes []string
+			conf, notes = policy.For(string(tool.KindMCP)+":"+name, declared(sc.Capabilities))
+			bo.Notes = append(bo.Notes, prefixed("mcp.servers."+name, notes)...)
+		}
 		s := registry.MCPServer{
 			Key: "mcp.servers." + name,
 			Options: mcp.Options{
 				Name: name, Command: sc.Command, Args: sc.Args, Env: sc.Env, Cwd: sc.Cwd,
 				URL: sc.URL, Transport: sc.Transport, Headers: sc.Headers, TrustAnnotations: sc.TrustAnnotations,
-				Timeout: sc.Timeout.Std(), MaxMessage: int64(sc.MaxResultBytes),
+				Timeout: sc.Timeout.Std(), MaxMessage: int64(sc.MaxResultBytes), Confine: conf,
 			},
 			Prefix:  *sc.Prefix,
 			Default: override(sc.Risk, sc.SideEffects, config.ToolOverride{}),
@@ -61,6 +73,14 @@ func RegistryOptions(cfg *config.Config) registry.BuildOptions {
 		bo.MCP = append(bo.MCP, s)
 	}
 	return bo
+}
+
+func prefixed(key string, notes []string) []string {
+	out := make([]string, len(notes))
+	for i, n := range notes {
+		out[i] = key + ": " + n
+	}
+	return out
 }
 
 // override turns config words (already validated by config) into an

@@ -33,6 +33,11 @@ type Config struct {
 	MCP          MCP              `toml:"mcp"`
 	Capabilities Capabilities     `toml:"capabilities"`
 	Skills       map[string]Skill `toml:"skills"`
+	// CapabilityOverrides are the operator's guarantees per tool id (or
+	// "kind:source" for a stdio MCP server's or bridge provider's whole
+	// process): they only tighten (sandbox.ParseOverrides).
+	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
+	Trust               Trust                     `toml:"trust"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
 	SkillDirs []string `toml:"-"`
@@ -168,6 +173,17 @@ type MCPServer struct {
 	TrustAnnotations bool `toml:"trust_annotations"`
 
 	Tools map[string]ToolOverride `toml:"tools"`
+
+	// Capabilities declares what a stdio server's process needs
+	// (sandbox.ParseDeclared); what it leaves out, it is denied.
+	Capabilities map[string]any `toml:"capabilities"`
+}
+
+// Trust is [trust]: the ceiling of every tool's guarantees.
+type Trust struct {
+	// AllowedCapabilities has the shape of a declaration: network =
+	// "none" here makes every tool no_network.
+	AllowedCapabilities map[string]any `toml:"allowed_capabilities"`
 }
 
 // ToolOverride is an operator's word on one tool; it always wins.
@@ -195,6 +211,9 @@ type Provider struct {
 	// Env names host variables passed through to the provider, beyond
 	// the small allow list every subprocess gets.
 	Env []string `toml:"env"`
+	// Capabilities declares what the provider's process needs
+	// (sandbox.ParseDeclared); what it leaves out, it is denied.
+	Capabilities map[string]any `toml:"capabilities"`
 }
 
 // IsEnabled reports whether the provider is on.

@@ -132,6 +132,9 @@ func (c *Config) mergeSkillProviders() {
 		if over.Env != nil {
 			m.Env = over.Env
 		}
+		if over.Capabilities != nil {
+			m.Capabilities = over.Capabilities
+		}
 		if m.Namespace == "" {
 			m.Namespace = name
 		}

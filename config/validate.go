@@ -159,6 +159,7 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		s := c.MCP.Servers[name]
 		c.validateServer("mcp.servers."+name, name, s, fail)
 	}
+	c.validateGuarantees(fail)
 	namespaces := map[string]string{}
 	for _, p := range c.Providers() {
 		if len(p.Command) == 0 || p.Command[0] == "" {

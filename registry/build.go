@@ -35,6 +35,9 @@ type BuildOptions struct {
 	// Origin names what the sources came from (the config's path) in
 	// errors.
 	Origin string
+	// Notes are what the config asked that was not applied (an override
+	// that would loosen a guarantee); Build logs each.
+	Notes []string
 	// Logger and LookupEnv are the default of every source's own.
 	Logger    *slog.Logger
 	LookupEnv func(string) (string, bool)
@@ -69,6 +72,9 @@ func Build(ctx context.Context, bo BuildOptions) (*Registry, error) {
 	}
 	if bo.LookupEnv == nil {
 		bo.LookupEnv = os.LookupEnv
+	}
+	for _, n := range bo.Notes {
+		bo.Logger.Warn("capability override ignored", "origin", bo.Origin, "note", n)
 	}
 	var sources []tool.Source
 	if len(bo.ExtPaths) > 0 {

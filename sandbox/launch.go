@@ -23,6 +23,7 @@ type Spec struct {
 	Secrets    map[string]string // secret values; only names in Guarantees.SecretsAllowed reach the tool
 	Guarantees Guarantees
 	ReadPaths  []string // operator-listed paths the tool may read (filesystem read and write)
+	Own        []string // the tool's own files (its pack's dir): readable under every guarantee
 	WritePaths []string // operator-listed paths the tool may write (filesystem write)
 	Deny       []string // never readable, whatever else allows: capgate's data dir, key files, config
 	// Credential runs the tool as another user (nil: capgate's own). A
@@ -47,19 +48,6 @@ var SystemDirs = []string{"/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "
 
 // deviceFiles are readable and writable by every confined tool.
 var deviceFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
-
-// UnenforceableError is the launcher's refusal to start a tool whose
-// guarantees this kernel cannot prove. The router reports it as
-// capability_backend_unavailable, naming the features.
-type UnenforceableError struct{ Missing []Missing }
-
-func (e *UnenforceableError) Error() string {
-	parts := make([]string, len(e.Missing))
-	for i, m := range e.Missing {
-		parts[i] = fmt.Sprintf("%s needs %s", m.Key, m.Feature)
-	}
-	return "sandbox: guarantees not enforceable on this kernel: " + strings.Join(parts, "; ")
-}
 
 // specEnv carries the plan from capgate to its trampoline.
 const specEnv = "CAPGATE_SANDBOX_SPEC"
@@ -215,7 +203,7 @@ func (p *plan) filesystem(spec Spec, tmp string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: deny path: %w", err)
 	}
-	reads := append(slices.Clone(SystemDirs), filepath.Dir(spec.Path))
+	reads := append(append(slices.Clone(SystemDirs), filepath.Dir(spec.Path)), spec.Own...)
 	var writes []string
 	switch {
 	case g.Has(NoFilesystemRead):

@@ -36,12 +36,6 @@ func Probe() Features {
 	return f
 }
 
-// Missing is one guarantee this kernel cannot enforce, and why.
-type Missing struct {
-	Key     Key
-	Feature string // the missing kernel feature, e.g. "Landlock (ABI >= 1)"
-}
-
 // Check reports every guarantee of g that the launcher could not have the
 // kernel enforce here. An empty result means all of g is enforced.
 func (f Features) Check(g Guarantees) []Missing {

@@ -12,6 +12,7 @@ import (
 )
 
 func main() {
+	trampoline()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -23,6 +24,17 @@ type Spec struct {
 	Stdin     []byte
 	Timeout   time.Duration
 	MaxOutput int64 // stdout cap in bytes
+	// Launcher starts it confined (a sandbox.Confinement); nil starts it
+	// directly. Protocol holds capgate's own "K=V" values for it, which
+	// reach it whatever its env guarantees.
+	Launcher Launcher
+	Protocol []string
+}
+
+// Launcher builds the command that runs argv, ended when ctx is; cleanup
+// is called once it has ended. sandbox.Confinement is one.
+type Launcher interface {
+	Command(ctx context.Context, argv []string, dir string, env, protocol []string) (cmd *exec.Cmd, cleanup func(), err error)
 }
 
 // StderrTail is how much of stderr errors keep.
@@ -55,16 +67,24 @@ func (e *StartError) Unwrap() error { return e.Err }
 
 // Run runs spec and returns its stdout and the tail of its stderr. It
 // fails with ErrTimeout, ErrCancelled, ErrOutputTooLarge, *ExitError or
-// *StartError. Nothing the command started outlives Run.
+// *StartError (wrapping the launcher's refusal, such as
+// *sandbox.UnenforceableError). Nothing the command started outlives Run.
 func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
-	cmd.Dir = spec.Dir
-	cmd.Env = spec.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{} // nil would inherit ours, secrets and all
+	env := spec.Env
+	if env == nil {
+		env = []string{} // nil would inherit ours, secrets and all
 	}
+	cmd, cleanup := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...), func() {}
+	cmd.Dir, cmd.Env = spec.Dir, append(slices.Clip(env), spec.Protocol...) // never nil: env is not
+	if spec.Launcher != nil {
+		var err error
+		if cmd, cleanup, err = spec.Launcher.Command(ctx, spec.Argv, spec.Dir, env, spec.Protocol); err != nil {
+			return nil, "", &StartError{Err: err}
+		}
+	}
+	defer cleanup()
 	cmd.Stdin = bytes.NewReader(spec.Stdin)
 	// A command that writes past the cap is killed at once: its answer is
 	// refused anyway, and draining it would keep it running to the timeout.

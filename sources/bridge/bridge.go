@@ -24,6 +24,7 @@ import (
 	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sandbox"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -48,6 +49,9 @@ type Options struct {
 	Env       []string // host variables passed through beyond proc.BaseEnv
 	LookupEnv func(string) (string, bool)
 	MaxOutput int64 // default 4 MiB
+	// Confine is what the provider's process guarantees (its whole
+	// process's declaration); the zero value, nothing.
+	Confine sandbox.Confinement
 	// Logger receives the stderr tails of failing commands, which are
 	// never returned to a caller; default discards.
 	Logger *slog.Logger
@@ -118,9 +122,9 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 	if err != nil {
 		return nil, err
 	}
-	env := proc.Env(p.opts.LookupEnv, p.opts.Env,
-		"ASH_CONTEXT_TOKEN_SECRET="+base64.RawURLEncoding.EncodeToString(p.opts.Secret))
-	out, stderr, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: env, Stdin: in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput})
+	out, stderr, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
+		Protocol: []string{"ASH_CONTEXT_TOKEN_SECRET=" + base64.RawURLEncoding.EncodeToString(p.opts.Secret)},
+		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.opts.Confine})
 	ns := p.opts.Namespace
 	if err != nil && stderr != "" {
 		// The tail goes to the operator, never to the caller: a provider
@@ -129,8 +133,13 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 	}
 	var exit *proc.ExitError
 	var start *proc.StartError
+	var unenforceable *sandbox.UnenforceableError
 	switch {
 	case err == nil:
+	case errors.As(err, &unenforceable):
+		e := tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: not run: %v", ns, err)
+		e.Hint = fmt.Sprintf("[capability_overrides.\"bridge:%s\"] allow_unsafe_execution = true runs it without that proof", ns)
+		return nil, e
 	case errors.Is(err, proc.ErrTimeout):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: %s timed out after %s", ns, method, p.opts.Timeout)
 	case errors.Is(err, proc.ErrCancelled):

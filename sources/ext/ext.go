@@ -23,6 +23,7 @@ import (
 
 	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sandbox"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -48,6 +49,9 @@ type Command struct {
 	SideEffects  []string `yaml:"side_effects"` // nil: not declared
 	Mutating     bool     `yaml:"mutating"`
 	Timeout      string   `yaml:"timeout"` // overrides the source's, e.g. "5s"
+	// Capabilities declares what the command needs (filesystem, network,
+	// env, subprocess, secrets); what it leaves out, it is denied.
+	Capabilities map[string]any `yaml:"capabilities"`
 }
 
 // Options bound every call of every pack.
@@ -58,6 +62,9 @@ type Options struct {
 	Env []string
 	// LookupEnv reads the host environment; default os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// Policy is the operator's overrides (by tool id), trust ceiling and
+	// deny paths, applied to each command's declared capabilities.
+	Policy sandbox.Policy
 	// Logger receives the stderr tails of failing commands, which are
 	// never returned to a caller; default discards.
 	Logger *slog.Logger
@@ -75,6 +82,7 @@ type Pack struct {
 	opts     Options
 	tools    []*tool.Descriptor
 	timeouts map[string]time.Duration
+	confine  map[string]sandbox.Confinement // by command name
 }
 
 var _ tool.Source = (*Pack)(nil)
@@ -148,7 +156,8 @@ func Load(dir string, opts Options) (*Pack, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, yamlError(file, err)
 	}
-	p := &Pack{Dir: dir, Manifest: m, opts: opts, timeouts: map[string]time.Duration{}}
+	p := &Pack{Dir: dir, Manifest: m, opts: opts, timeouts: map[string]time.Duration{},
+		confine: map[string]sandbox.Confinement{}}
 	if err := p.build(file); err != nil {
 		return nil, err
 	}
@@ -226,8 +235,18 @@ func (p *Pack) build(file string) error {
 				fail(key, "%v", err)
 			}
 		}
+		id := tool.ID(tool.KindExt, m.ID, name)
+		decl, err := sandbox.ParseDeclared(c.Capabilities, key+".capabilities")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", file, err))
+		}
+		conf, notes := p.opts.Policy.For(id, decl, p.Dir)
+		for _, n := range notes {
+			p.opts.Logger.Warn("capability override ignored", "tool", id, "note", n)
+		}
+		p.confine[name] = conf
 		d := &tool.Descriptor{
-			ID:           tool.ID(tool.KindExt, m.ID, name),
+			ID:           id,
 			Kind:         tool.KindExt,
 			Source:       m.ID,
 			Name:         name,
@@ -301,7 +320,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
-		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput,
+		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.confine[c.Tool.Name],
 	})
 	id := c.Tool.ID
 	if err != nil && stderr != "" {
@@ -310,9 +329,14 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		p.opts.Logger.Warn("extension command failed", "tool", id, "err", err, "stderr", stderr)
 	}
 	var exit *proc.ExitError
+	var unenforceable *sandbox.UnenforceableError
 	switch {
 	case err == nil:
 		return parseOutput(id, out)
+	case errors.As(err, &unenforceable):
+		e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s not run: %v", id, err)
+		e.Hint = fmt.Sprintf("[capability_overrides.%q] allow_unsafe_execution = true runs it without that proof", id)
+		return nil, e
 	case errors.Is(err, proc.ErrTimeout):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s timed out after %s", id, timeout)
 	case errors.Is(err, proc.ErrCancelled):

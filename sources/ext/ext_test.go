@@ -213,6 +213,10 @@ func TestManifestErrors(t *testing.T) {
 		{"id: x\ncommands:\n  \"a b\": {run: [a]}\n", []string{`command name "a b"`}},
 		{"id: x\ncommands:\n  get: {run: [a], timeout: soon}\n", []string{`commands.get.timeout: "soon" is not a positive duration`}},
 		{"id: [x\n", []string{"extension.yaml:"}},
+		{"id: x\ncommands:\n  get: {run: [a], capabilities: {network: sometimes}}\n",
+			[]string{`extension.yaml: commands.get.capabilities.network: "sometimes" is not one of none|outbound`}},
+		{"id: x\ncommands:\n  get: {run: [a], capabilities: {disk: none}}\n",
+			[]string{`extension.yaml: commands.get.capabilities: unknown key "disk"`}},
 	}
 	for _, tt := range tests {
 		dir := t.TempDir()

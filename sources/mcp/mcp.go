@@ -26,6 +26,7 @@ import (
 	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/internal/proc"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sandbox"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -55,6 +56,9 @@ type Options struct {
 	Args    []string
 	Env     map[string]string // added to proc.BaseEnv
 	Cwd     string
+	// Confine is what a stdio server's process guarantees; the zero
+	// value, nothing.
+	Confine sandbox.Confinement
 
 	URL       string
 	Transport string // "streamable-http" (default for URL) or "sse"
@@ -317,7 +321,7 @@ func (s *Source) newClient(g *guard) (*client.Client, error) {
 		// values, never capgate's own (mcp-go would append os.Environ()).
 		env := proc.Env(s.opts.LookupEnv, nil, extra...)
 		// The process lives as long as the source (see dial).
-		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g)
+		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g, s.opts.Confine)
 		if err != nil {
 			return nil, fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/proc"
+	"github.com/capgate/capgate/sandbox"
 	"github.com/mark3labs/mcp-go/client/transport"
 )
 
@@ -18,9 +19,12 @@ import (
 // at it, and one unbounded line would be held whole. A line over the
 // limit trips g and kills the upstream at once; the stream is out of step
 // from there, so the caller starts a new connection (see restart).
-func startStdio(ctx context.Context, command string, env, args []string, cwd string, limit int64, g *guard) (*transport.Stdio, error) {
-	cmd := exec.CommandContext(ctx, command, args...)
-	cmd.Env, cmd.Dir = env, cwd
+// It starts through the sandbox launcher when conf guarantees anything.
+func startStdio(ctx context.Context, command string, env, args []string, cwd string, limit int64, g *guard, conf sandbox.Confinement) (*transport.Stdio, error) {
+	cmd, cleanup, err := conf.Command(ctx, append([]string{command}, args...), cwd, env, nil)
+	if err != nil {
+		return nil, err
+	}
 	// Its own process group, so ending it ends what it started too.
 	proc.NewGroup(cmd)
 	cmd.Cancel = func() error { return proc.KillGroup(cmd.Process) }
@@ -35,11 +39,12 @@ func startStdio(ctx context.Context, command string, env, args []string, cwd str
 	}
 	// stderr goes nowhere (the null device), as mcp-go's drain did.
 	if err := cmd.Start(); err != nil {
+		cleanup()
 		return nil, fmt.Errorf("start %s: %w", command, err)
 	}
 	kill := func() { _ = proc.KillGroup(cmd.Process) }
 	out := &limitReader{r: stdout, max: limit, frame: frameLine, over: func() { kill(); g.trip() }}
-	in := &stdioInput{WriteCloser: stdin, cmd: cmd, kill: kill}
+	in := &stdioInput{WriteCloser: stdin, cmd: cmd, kill: kill, cleanup: cleanup}
 	return transport.NewIO(out, in, nil), nil
 }
 
@@ -47,8 +52,9 @@ func startStdio(ctx context.Context, command string, env, args []string, cwd str
 // first, as MCP's stdio shutdown asks, then SIGKILL if it lingers.
 type stdioInput struct {
 	io.WriteCloser
-	cmd  *exec.Cmd
-	kill func()
+	cmd     *exec.Cmd
+	kill    func()
+	cleanup func() // the launcher's private temp dir
 }
 
 func (in *stdioInput) Close() error {
@@ -61,6 +67,7 @@ func (in *stdioInput) Close() error {
 		in.kill()
 		<-done
 	}
+	in.cleanup()
 	if errors.Is(err, io.ErrClosedPipe) {
 		err = nil
 	}

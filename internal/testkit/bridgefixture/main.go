@@ -7,6 +7,8 @@
 package main
 
 import (
+	"github.com/capgate/capgate/internal/testkit/attempt"
+
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -116,6 +118,12 @@ func main() {
 		case in["sleep_ms"] != nil:
 			n, _ := in["sleep_ms"].(float64)
 			time.Sleep(time.Duration(n) * time.Millisecond)
+		case in["attempt"] != nil:
+			// A provider turned hostile: one attempt (read=PATH,
+			// spawn=PROGRAM, ...) and what the kernel allowed.
+			a, _ := in["attempt"].(string)
+			ok(map[string]any{"output": map[string]any{"attempt": attempt.Try(a)}})
+			return
 		case in["environ"] == true:
 			// The whole environment the provider was given.
 			ok(map[string]any{"output": map[string]any{"environ": os.Environ()}})

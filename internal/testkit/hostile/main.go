@@ -2,67 +2,29 @@
 // one attempt (write=PATH, writetmp=, read=PATH, tcp=ADDR, udp=ADDR, spawn=PROGRAM,
 // env=NAME, id) and it prints one line per attempt, "<attempt> ok <detail>"
 // or "<attempt> denied <error>", so a test sees what the kernel allowed.
+// With --json first it writes one JSON object instead, attempt → result,
+// as an extension command must.
 package main
 
 import (
+	"encoding/json"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"time"
+
+	"github.com/capgate/capgate/internal/testkit/attempt"
 )
 
 func main() {
-	for _, a := range os.Args[1:] {
-		kind, arg, _ := strings.Cut(a, "=")
-		detail, err := attempt(kind, arg)
-		if err != nil {
-			fmt.Printf("%s denied %v\n", a, err)
-			continue
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "--json" {
+		out := map[string]string{}
+		for _, a := range args[1:] {
+			out[a] = attempt.Try(a)
 		}
-		fmt.Printf("%s ok %s\n", a, detail)
+		json.NewEncoder(os.Stdout).Encode(out)
+		return
 	}
-}
-
-func attempt(kind, arg string) (string, error) {
-	switch kind {
-	case "write":
-		return "", os.WriteFile(arg, []byte("hostile"), 0o644)
-	case "writetmp": // into $TMPDIR, the tool's private temp dir
-		return os.TempDir(), os.WriteFile(filepath.Join(os.TempDir(), "scratch"), []byte("hostile"), 0o644)
-	case "read":
-		b, err := os.ReadFile(arg)
-		return strings.TrimSpace(string(b)), err
-	case "tcp":
-		c, err := net.DialTimeout("tcp", arg, 2*time.Second)
-		if err != nil {
-			return "", err
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		b := make([]byte, 16)
-		n, err := c.Read(b)
-		return string(b[:n]), err
-	case "udp":
-		c, err := net.Dial("udp", arg)
-		if err != nil {
-			return "", err
-		}
-		defer c.Close()
-		_, err = c.Write([]byte("hostile"))
-		return "", err
-	case "spawn":
-		return "", exec.Command(arg).Run()
-	case "env":
-		v, ok := os.LookupEnv(arg)
-		if !ok {
-			return "", fmt.Errorf("unset")
-		}
-		return v, nil
-	case "id":
-		return fmt.Sprintf("uid=%d", os.Getuid()), nil
+	for _, a := range args {
+		fmt.Printf("%s %s\n", a, attempt.Try(a))
 	}
-	return "", fmt.Errorf("unknown attempt %q", kind)
 }

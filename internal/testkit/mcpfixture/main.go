@@ -21,6 +21,8 @@
 package main
 
 import (
+	"github.com/capgate/capgate/internal/testkit/attempt"
+
 	"context"
 	"encoding/json"
 	"flag"
@@ -119,6 +121,14 @@ func main() {
 
 	if os.Getenv("MCPFIXTURE_BOUNDS") == "1" {
 		addBoundsTools(s)
+	}
+	// A server turned hostile: each call makes one attempt (read=PATH,
+	// tcp=ADDR, spawn=PROGRAM, ...) and answers what the kernel allowed.
+	if os.Getenv("MCPFIXTURE_ATTEMPTS") == "1" {
+		s.AddTool(mcp.NewTool("attempt", mcp.WithDescription("Try one thing and say whether it was allowed"), mcp.WithString("try")),
+			func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText(attempt.Try(req.GetString("try", ""))), nil
+			})
 	}
 	if os.Getenv("MCPFIXTURE_CONFORMANCE") == "1" {
 		s.AddTool(mcp.NewTool("fail", mcp.WithDescription("Answer with a tool error")),

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package main
+
+// trampoline: the launcher is Linux only; elsewhere there is none.
+func trampoline() {}

@@ -1,0 +1,67 @@
+// Package attempt is what the hostile test tools try (the hostile
+// command, the MCP and bridge fixtures): one attempt such as read=PATH or
+// tcp=ADDR, and whether the kernel let it happen.
+package attempt
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Try makes one attempt, "kind=arg" (write=PATH, writetmp=, read=PATH,
+// tcp=ADDR, udp=ADDR, spawn=PROGRAM, env=NAME, id), and says
+// "ok <detail>" or "denied <error>".
+func Try(a string) string {
+	kind, arg, _ := strings.Cut(a, "=")
+	detail, err := attempt(kind, arg)
+	if err != nil {
+		return fmt.Sprintf("denied %v", err)
+	}
+	return "ok " + detail
+}
+
+func attempt(kind, arg string) (string, error) {
+	switch kind {
+	case "write":
+		return "", os.WriteFile(arg, []byte("hostile"), 0o644)
+	case "writetmp": // into $TMPDIR, the tool's private temp dir
+		return os.TempDir(), os.WriteFile(filepath.Join(os.TempDir(), "scratch"), []byte("hostile"), 0o644)
+	case "read":
+		b, err := os.ReadFile(arg)
+		return strings.TrimSpace(string(b)), err
+	case "tcp":
+		c, err := net.DialTimeout("tcp", arg, 2*time.Second)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		b := make([]byte, 16)
+		n, err := c.Read(b)
+		return string(b[:n]), err
+	case "udp":
+		c, err := net.Dial("udp", arg)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("hostile"))
+		return "", err
+	case "spawn":
+		return "", exec.Command(arg).Run()
+	case "env":
+		v, ok := os.LookupEnv(arg)
+		if !ok {
+			return "", fmt.Errorf("unset")
+		}
+		return v, nil
+	case "id":
+		return fmt.Sprintf("uid=%d", os.Getuid()), nil
+	}
+	return "", fmt.Errorf("unknown attempt %q", kind)
+}

@@ -1,0 +1,76 @@
+package sandbox
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Policy is the operator's side of every tool's derivation: overrides by
+// key, the trust ceiling, and the paths no tool may ever read (capgate's
+// data dir, config and key files).
+type Policy struct {
+	// Overrides by tool id ("ext:pack:cmd"); a process that serves many
+	// tools (a stdio MCP server, a bridge provider) by "kind:source"
+	// ("mcp:files", "bridge:gog").
+	Overrides map[string]Overrides
+	Trust     Declared
+	Deny      []string
+}
+
+// Confinement is how one process starts: its effective guarantees, the
+// paths it must never read, and its own files, which it may.
+type Confinement struct {
+	Guarantees Guarantees
+	Deny       []string
+	Own        []string
+	// AllowUnsafe runs it even where its guarantees cannot be enforced.
+	AllowUnsafe bool
+}
+
+// For derives the confinement of a process with declaration decl, whose
+// overrides are under key. notes say what an override asked that was
+// ignored because it would loosen.
+func (p Policy) For(key string, decl Declared, own ...string) (Confinement, []string) {
+	over := p.Overrides[key]
+	g, notes := Derive(decl, over, p.Trust)
+	return Confinement{Guarantees: g, Deny: slices.Clone(p.Deny), Own: own, AllowUnsafe: over.AllowUnsafe}, notes
+}
+
+// Confined reports whether c guarantees anything. A process that
+// guarantees nothing starts directly, as it did before the launcher: the
+// launcher's plan for no guarantee still narrows writes to the work dir,
+// which would change what an undeclared tool may do, and it needs Landlock
+// for the deny paths, which would stop every tool on older kernels.
+func (c Confinement) Confined() bool {
+	for _, v := range c.Guarantees.Set {
+		if v {
+			return true
+		}
+	}
+	return false
+}
+
+// direct is the unconfined start: exactly what the sources did before.
+func direct(argv []string, dir string, env []string) *exec.Cmd {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir, cmd.Env = dir, env
+	return cmd
+}
+
+// program resolves argv[0] to the absolute path the launcher needs: a
+// path with a slash is relative to dir, a bare name is looked up in PATH.
+func program(name, dir string) (string, error) {
+	if strings.ContainsRune(name, filepath.Separator) {
+		if !filepath.IsAbs(name) && dir != "" {
+			name = filepath.Join(dir, name)
+		}
+		return filepath.Abs(name)
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(p)
+}

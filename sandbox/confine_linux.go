@@ -1,0 +1,49 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+)
+
+// Command builds the command that runs argv confined by c, ended when ctx
+// is: through the launcher when c guarantees anything, else directly.
+// protocol holds capgate's own "K=V" values for the tool (a bridge's
+// context-token key): they reach it whatever its env guarantees. cleanup
+// is to be called once the command has ended. A tool whose guarantees
+// cannot be enforced here fails with *UnenforceableError, unless
+// AllowUnsafe.
+func (c Confinement) Command(ctx context.Context, argv []string, dir string, env, protocol []string) (cmd *exec.Cmd, cleanup func(), err error) {
+	if !c.Confined() {
+		return withContext(ctx, direct(argv, dir, append(slices.Clone(env), protocol...))), func() {}, nil
+	}
+	path, err := program(argv[0], dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: %s: %w", argv[0], err)
+	}
+	g := c.Guarantees
+	g.SecretsAllowed = slices.Clone(g.SecretsAllowed)
+	secrets := map[string]string{}
+	for _, kv := range protocol {
+		name, v, _ := strings.Cut(kv, "=")
+		secrets[name] = v
+		g.SecretsAllowed = append(g.SecretsAllowed, name)
+	}
+	launch, cleanup, err := Command(Spec{Path: path, Args: argv[1:], Dir: dir, Env: env, Secrets: secrets,
+		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe})
+	if err != nil {
+		return nil, nil, err
+	}
+	return withContext(ctx, launch), cleanup, nil
+}
+
+// withContext rebuilds cmd (not yet started) so that ctx ends it.
+func withContext(ctx context.Context, cmd *exec.Cmd) *exec.Cmd {
+	out := exec.CommandContext(ctx, cmd.Path)
+	out.Args, out.Env, out.Dir, out.SysProcAttr, out.Err = cmd.Args, cmd.Env, cmd.Dir, cmd.SysProcAttr, cmd.Err
+	return out
+}
