@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -76,8 +77,12 @@ type plan struct {
 // cleanup removes the tool's private temporary directory; call it after the
 // command has ended. Stdio, context and process group are the caller's to set.
 func Command(spec Spec) (cmd *exec.Cmd, cleanup func(), err error) {
-	return command(spec, Probe())
+	return command(spec, probed())
 }
+
+// probed is Probe, asked once: what the kernel supports does not change
+// while capgate runs, and an extension command starts on every call.
+var probed = sync.OnceValue(Probe)
 
 func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	if !filepath.IsAbs(spec.Path) {
