@@ -117,12 +117,19 @@ func (s *Store) RequestApproval(ctx context.Context, sub, toolID, inputHash stri
 	now := s.nowMS()
 	// The transaction begins IMMEDIATE (see the DSN): two requests for one
 	// binding are serialised and the second finds the first's row.
-	// PostgreSQL would need a pg_advisory_xact_lock on the binding instead.
+	// PostgreSQL takes a pg_advisory_xact_lock on the binding instead (two
+	// bindings that share a lock key only wait for each other).
 	tx, err := s.ops.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("store: request approval: %w", err)
 	}
 	defer tx.Rollback()
+	if s.dialect == dialectPG {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(?, 0))`,
+			sub+" "+toolID+" "+inputHash); err != nil {
+			return nil, fmt.Errorf("store: request approval: %w", err)
+		}
+	}
 	a, err := scanApproval(tx.QueryRowContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
 		WHERE sub = ? AND tool_id = ? AND input_hash = ? AND used_at IS NULL AND expires_at > ?
 		ORDER BY created_at DESC, id DESC LIMIT 1`), sub, toolID, inputHash, now))
@@ -232,12 +239,18 @@ func (s *Store) UseApproval(ctx context.Context, sub, toolID, inputHash string) 
 }
 
 // Approvals lists the live approvals (not used, not expired), pending and
-// approved, newest first; requests made in the same millisecond in the
-// order they were made (the row id), not by their random ids.
+// approved, newest first; on SQLite, requests made in the same millisecond
+// in the order they were made (the row id), not by their random ids.
+// PostgreSQL has no row id: there the tie goes by id, as replicas' clocks
+// would not order such requests anyway.
 func (s *Store) Approvals(ctx context.Context) ([]Approval, error) {
+	tie := "rowid"
+	if s.dialect == dialectPG {
+		tie = "id"
+	}
 	rows, err := s.ops.QueryContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
 		WHERE used_at IS NULL AND expires_at > ?
-		ORDER BY created_at DESC, rowid DESC`), s.nowMS())
+		ORDER BY created_at DESC, `+tie+` DESC`), s.nowMS())
 	if err != nil {
 		return nil, fmt.Errorf("store: approvals: %w", err)
 	}

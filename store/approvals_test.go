@@ -374,6 +374,9 @@ func TestApproveFromAnotherProcess(t *testing.T) {
 	})
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperApprove$")
 	cmd.Env = append(os.Environ(), "STORE_HELPER_DIR="+dir, "STORE_HELPER_ID="+a.ID)
+	if backend == "postgres" {
+		cmd.Env = append(cmd.Env, "STORE_HELPER_URL="+pgFor(t, dir).url)
+	}
 	out, err := cmd.CombinedOutput()
 	close(stop)
 	wg.Wait()
@@ -391,7 +394,7 @@ func TestHelperApprove(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process only")
 	}
-	s, err := Open(context.Background(), dir, Options{WithoutVault: true})
+	s, err := Open(context.Background(), dir, Options{WithoutVault: true, URL: os.Getenv("STORE_HELPER_URL")})
 	if err != nil {
 		t.Fatal(err)
 	}

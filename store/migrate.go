@@ -93,10 +93,14 @@ var vaultMigrations = []migration{
 // transaction. name is the file, for messages. A database with a version
 // beyond list is refused: it was written by a newer capgate.
 //
-// The transaction begins IMMEDIATE (see the DSN), so two processes opening
-// the same file at once apply the migrations once. PostgreSQL would take a
-// pg_advisory_xact_lock first for the same effect.
-func migrate(ctx context.Context, db *sql.DB, name string, list []migration, now func() time.Time) error {
+// The versions are kept in table (schema_migrations in each SQLite file;
+// PostgreSQL holds both lists in one database, so each has its own).
+//
+// On SQLite the transaction begins IMMEDIATE (see the DSN), so two
+// processes opening the same file at once apply the migrations once. On
+// PostgreSQL it first takes a transaction-scoped advisory lock, for the
+// same effect among replicas starting together.
+func migrate(ctx context.Context, db *sql.DB, d dialect, name, table string, list []migration, now func() time.Time) error {
 	for i, m := range list {
 		if m.version != i+1 {
 			panic(fmt.Sprintf("store: %s migration %d has version %d", name, i, m.version))
@@ -107,7 +111,7 @@ func migrate(ctx context.Context, db *sql.DB, name string, list []migration, now
 	// write lock, so opening beside a busy server does not wait for one.
 	// An error here (no schema_migrations yet) is for the write path.
 	var cur sql.NullInt64
-	if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&cur); err == nil {
+	if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM `+table).Scan(&cur); err == nil {
 		if err := checkVersion(name, cur.Int64, latest); err != nil || cur.Int64 == latest {
 			return err
 		}
@@ -118,14 +122,21 @@ func migrate(ctx context.Context, db *sql.DB, name string, list []migration, now
 		return fmt.Errorf("store: %s: %w", name, err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if d == dialectPG {
+		// Held until commit: a replica that waited here finds the schema
+		// current below. (CREATE TABLE IF NOT EXISTS alone races.)
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(migrateLock)); err != nil {
+			return fmt.Errorf("store: %s: migration lock: %w", name, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, d.ddl(`CREATE TABLE IF NOT EXISTS `+table+` (
 		version    INTEGER PRIMARY KEY,
 		applied_at INTEGER NOT NULL
-	)`); err != nil {
-		return fmt.Errorf("store: %s: schema_migrations: %w", name, err)
+	)`)); err != nil {
+		return fmt.Errorf("store: %s: %s: %w", name, table, err)
 	}
 	// Again, under the write lock: another process may have migrated.
-	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&cur); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM `+table).Scan(&cur); err != nil {
 		return fmt.Errorf("store: %s: schema version: %w", name, err)
 	}
 	if err := checkVersion(name, cur.Int64, latest); err != nil || cur.Int64 == latest {
@@ -133,11 +144,11 @@ func migrate(ctx context.Context, db *sql.DB, name string, list []migration, now
 	}
 	for _, m := range list[cur.Int64:] {
 		for _, stmt := range m.stmts {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			if _, err := tx.ExecContext(ctx, d.ddl(stmt)); err != nil {
 				return fmt.Errorf("store: %s: migration %d: %w", name, m.version, err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, rebind(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`),
+		if _, err := tx.ExecContext(ctx, rebind(`INSERT INTO `+table+` (version, applied_at) VALUES (?, ?)`),
 			m.version, ms(now())); err != nil {
 			return fmt.Errorf("store: %s: migration %d: %w", name, m.version, err)
 		}

@@ -13,11 +13,14 @@
 // Each file carries its own schema_migrations table; Open applies what is
 // missing and refuses a file whose schema is newer than this code.
 //
+// With Options.URL the backend is PostgreSQL instead (see pg.go): one
+// database that several replicas share, holding both files' tables.
+//
 // The SQL is kept portable to PostgreSQL: plain TEXT, INTEGER and BLOB
 // columns, times as unix milliseconds, ON CONFLICT upserts and RETURNING
 // (both understood by SQLite 3.35+ and PostgreSQL). Statements use ?
-// placeholders; a PostgreSQL backend would rebind them to $1, $2, ... (see
-// rebind) and swap BLOB for BYTEA.
+// placeholders; the PostgreSQL connection numbers them ($1, $2, ...) and
+// its migrations swap BLOB for BYTEA and INTEGER for BIGINT.
 package store
 
 import (
@@ -81,6 +84,11 @@ type Options struct {
 	// operation data only (capgate approve), so they work in a shell that
 	// lacks the server's CAPGATE_STORE_KEY.
 	WithoutVault bool
+	// URL, a postgres:// URL, selects the PostgreSQL backend; the data
+	// directory is then unused. The vault key must come from Key or
+	// CAPGATE_STORE_KEY: every replica shares it, and a store.key made by
+	// each would split the vault.
+	URL string
 }
 
 // Store is capgate's state. It is safe for concurrent use, and several
@@ -93,6 +101,10 @@ type Store struct {
 	// keyFrom says where the key came from, for messages.
 	keyFrom string
 	now     func() time.Time
+	dialect dialect
+	// where names the database for messages: the data directory, or the
+	// URL without its password.
+	where string
 }
 
 // rebind adapts a statement written with ? placeholders to the backend.
@@ -104,6 +116,9 @@ func rebind(query string) string { return query }
 // with mode 0700, capgate.db and, unless opts.WithoutVault, the key and
 // vault.db. It applies pending schema migrations.
 func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
+	if opts.URL != "" {
+		return openShared(ctx, opts)
+	}
 	if dir == "" {
 		return nil, errors.New("store: no data directory given")
 	}
@@ -125,7 +140,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: data directory: %w", err)
 	}
-	s := &Store{dir: dir, now: opts.Now}
+	s := &Store{dir: dir, now: opts.Now, where: dir}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -157,6 +172,50 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Store, err error) {
 	return s, nil
 }
 
+// openShared opens the PostgreSQL store at opts.URL.
+func openShared(ctx context.Context, opts Options) (_ *Store, err error) {
+	if !IsPostgresURL(opts.URL) {
+		return nil, fmt.Errorf("store: url %s: want a postgres:// or postgresql:// URL", RedactURL(opts.URL))
+	}
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Store{now: opts.Now, dialect: dialectPG, where: RedactURL(opts.URL)}
+	if !opts.WithoutVault {
+		if opts.Key == nil {
+			if _, ok := opts.LookupEnv(KeyEnv); !ok {
+				return nil, fmt.Errorf("store: url %s is a shared store: set %s to the vault key every replica shares "+
+					"(openssl rand -hex 32 makes one); a %s per replica would split the vault", s.where, KeyEnv, KeyFile)
+			}
+		}
+		key, from, err := loadKey("", opts)
+		if err != nil {
+			return nil, err
+		}
+		if s.aead, err = newAEAD(key); err != nil {
+			return nil, err
+		}
+		s.keyFrom = from
+	}
+	if s.ops, err = openPG(ctx, opts.URL, opts.WithoutVault, s.now); err != nil {
+		return nil, err
+	}
+	if !opts.WithoutVault {
+		s.vault = s.ops // one database holds both
+		if err := s.checkKey(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Shared says whether the store is shared among replicas (PostgreSQL).
+func (s *Store) Shared() bool { return s.dialect == dialectPG }
+
 // Ping says whether the store answers a query: what a replica's
 // readiness reports.
 func (s *Store) Ping(ctx context.Context) error {
@@ -173,7 +232,7 @@ func (s *Store) Close() error {
 	if s.ops != nil {
 		errs = append(errs, s.ops.Close())
 	}
-	if s.vault != nil {
+	if s.vault != nil && s.vault != s.ops {
 		errs = append(errs, s.vault.Close())
 	}
 	return errors.Join(errs...)
@@ -212,7 +271,7 @@ func openDB(ctx context.Context, path string, migrations []migration, now func()
 	// connections, so the pragmas run once per connection, not per query.
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
-	if err := migrate(ctx, db, filepath.Base(path), migrations, now); err != nil {
+	if err := migrate(ctx, db, dialectSQLite, filepath.Base(path), "schema_migrations", migrations, now); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func mustOpen(tb testing.TB, dir string, c *clock) *Store {
 	if c != nil {
 		opts.Now = c.Now
 	}
-	s, err := Open(context.Background(), dir, opts)
+	s, err := testOpen(tb, dir, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -71,9 +71,9 @@ type migrationRow struct {
 	version, appliedAt int64
 }
 
-func migrationRows(t *testing.T, db *sql.DB) []migrationRow {
+func migrationRows(t *testing.T, db *sql.DB, table string) []migrationRow {
 	t.Helper()
-	rows, err := db.Query(`SELECT version, applied_at FROM schema_migrations ORDER BY version`)
+	rows, err := db.Query(`SELECT version, applied_at FROM ` + table + ` ORDER BY version`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestMigrationsApplyOnce(t *testing.T) {
 	dir := t.TempDir()
 	c := newClock()
 	s := mustOpen(t, dir, c)
-	ops, vault := migrationRows(t, s.ops), migrationRows(t, s.vault)
+	ops, vault := migrationRows(t, s.ops, "schema_migrations"), migrationRows(t, s.vault, vaultVersions())
 	if len(ops) != len(opsMigrations) || len(vault) != len(vaultMigrations) {
 		t.Fatalf("capgate.db versions %v, vault.db versions %v; want %d and %d", ops, vault, len(opsMigrations), len(vaultMigrations))
 	}
@@ -112,10 +112,10 @@ func TestMigrationsApplyOnce(t *testing.T) {
 
 	c.Advance(time.Hour)
 	s = mustOpen(t, dir, c)
-	if got := migrationRows(t, s.ops); !equalRows(got, ops) {
+	if got := migrationRows(t, s.ops, "schema_migrations"); !equalRows(got, ops) {
 		t.Errorf("after reopening, capgate.db schema_migrations %v, want unchanged %v", got, ops)
 	}
-	if got := migrationRows(t, s.vault); !equalRows(got, vault) {
+	if got := migrationRows(t, s.vault, vaultVersions()); !equalRows(got, vault) {
 		t.Errorf("after reopening, vault.db schema_migrations %v, want unchanged %v", got, vault)
 	}
 	var n int
@@ -139,6 +139,7 @@ func equalRows(a, b []migrationRow) bool {
 // TestMigrateAddsPending runs migrate on a plain database with growing
 // lists, as successive capgate versions would.
 func TestMigrateAddsPending(t *testing.T) {
+	sqliteOnly(t) // the same migrate runs on PostgreSQL in TestMigrationsApplyOnce
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "m.db")
 	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_txlock=immediate")
@@ -151,7 +152,7 @@ func TestMigrateAddsPending(t *testing.T) {
 	v2 := migration{2, []string{`CREATE TABLE b (y INTEGER)`, `INSERT INTO b VALUES (2)`}}
 	v3bad := migration{3, []string{`CREATE TABLE c (z INTEGER)`, `INSERT INTO nowhere VALUES (1)`}}
 
-	if err := migrate(ctx, db, "m.db", []migration{v1}, c.Now); err != nil {
+	if err := migrate(ctx, db, dialectSQLite, "m.db", "schema_migrations", []migration{v1}, c.Now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`INSERT INTO a VALUES (1)`); err != nil {
@@ -159,18 +160,18 @@ func TestMigrateAddsPending(t *testing.T) {
 	}
 	t0 := ms(c.Now())
 	c.Advance(time.Minute)
-	if err := migrate(ctx, db, "m.db", []migration{v1, v2}, c.Now); err != nil {
+	if err := migrate(ctx, db, dialectSQLite, "m.db", "schema_migrations", []migration{v1, v2}, c.Now); err != nil {
 		t.Fatal(err)
 	}
 	want := []migrationRow{{1, t0}, {2, t0 + 60_000}}
-	if got := migrationRows(t, db); !equalRows(got, want) {
+	if got := migrationRows(t, db, "schema_migrations"); !equalRows(got, want) {
 		t.Fatalf("schema_migrations %v, want %v", got, want)
 	}
 	c.Advance(time.Minute)
-	if err := migrate(ctx, db, "m.db", []migration{v1, v2}, c.Now); err != nil {
+	if err := migrate(ctx, db, dialectSQLite, "m.db", "schema_migrations", []migration{v1, v2}, c.Now); err != nil {
 		t.Fatal(err)
 	}
-	if got := migrationRows(t, db); !equalRows(got, want) {
+	if got := migrationRows(t, db, "schema_migrations"); !equalRows(got, want) {
 		t.Fatalf("a second run changed schema_migrations to %v", got)
 	}
 	var x, y int
@@ -179,11 +180,11 @@ func TestMigrateAddsPending(t *testing.T) {
 	}
 
 	// A failing migration leaves nothing of itself behind.
-	err = migrate(ctx, db, "m.db", []migration{v1, v2, v3bad}, c.Now)
+	err = migrate(ctx, db, dialectSQLite, "m.db", "schema_migrations", []migration{v1, v2, v3bad}, c.Now)
 	if err == nil || !strings.Contains(err.Error(), "m.db: migration 3") {
 		t.Fatalf("bad migration: %v", err)
 	}
-	if got := migrationRows(t, db); !equalRows(got, want) {
+	if got := migrationRows(t, db, "schema_migrations"); !equalRows(got, want) {
 		t.Errorf("after a failed migration schema_migrations %v, want %v", got, want)
 	}
 	if _, err := db.Exec(`SELECT * FROM c`); err == nil {
@@ -200,15 +201,22 @@ func TestFutureSchemaRefused(t *testing.T) {
 			if file == VaultFile {
 				db = s.vault
 			}
-			if _, err := db.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)`); err != nil {
+			table, name := "schema_migrations", file
+			if file == VaultFile {
+				table = vaultVersions()
+			}
+			if backend == "postgres" {
+				name = map[string]string{OpsFile: "ops", VaultFile: "vault"}[file] + " schema at postgres://"
+			}
+			if _, err := db.Exec(`INSERT INTO ` + table + ` (version, applied_at) VALUES (99, 0)`); err != nil {
 				t.Fatal(err)
 			}
 			s.Close()
-			_, err := Open(context.Background(), dir, Options{LookupEnv: noEnv})
+			_, err := testOpen(t, dir, Options{LookupEnv: noEnv})
 			if err == nil {
 				t.Fatal("opened a database with schema version 99")
 			}
-			for _, want := range []string{file + " has schema version 99", "newer than this capgate knows"} {
+			for _, want := range []string{name, " has schema version 99", "newer than this capgate knows"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q lacks %q", err, want)
 				}
@@ -218,6 +226,7 @@ func TestFutureSchemaRefused(t *testing.T) {
 }
 
 func TestKeyFileCreated(t *testing.T) {
+	sqliteOnly(t)
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data", "capgate")
 	s := mustOpen(t, dir, nil)
@@ -258,6 +267,7 @@ func TestKeyFileCreated(t *testing.T) {
 }
 
 func TestKeyFileModeRefused(t *testing.T) {
+	sqliteOnly(t)
 	if runtime.GOOS == "windows" {
 		t.Skip("no Unix modes")
 	}
@@ -268,7 +278,7 @@ func TestKeyFileModeRefused(t *testing.T) {
 		if err := os.Chmod(keyPath, mode); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Open(context.Background(), dir, Options{LookupEnv: noEnv})
+		_, err := testOpen(t, dir, Options{LookupEnv: noEnv})
 		if err == nil || !strings.Contains(err.Error(), "chmod 600 "+keyPath) {
 			t.Errorf("key file mode %04o: %v, want a refusal that says chmod 600 %s", mode, err, keyPath)
 		}
@@ -280,13 +290,14 @@ func TestKeyFileModeRefused(t *testing.T) {
 }
 
 func TestKeyFileMalformed(t *testing.T) {
+	sqliteOnly(t)
 	dir := t.TempDir()
 	keyPath := filepath.Join(dir, KeyFile)
 	secret := strings.Repeat("zq", 32)
 	if err := os.WriteFile(keyPath, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(context.Background(), dir, Options{LookupEnv: noEnv})
+	_, err := testOpen(t, dir, Options{LookupEnv: noEnv})
 	if err == nil || !strings.Contains(err.Error(), "want 64 hex characters") || strings.Contains(err.Error(), secret) {
 		t.Errorf("malformed key file: %v", err)
 	}
@@ -307,7 +318,7 @@ func TestKeyEnv(t *testing.T) {
 	for name, v := range forms {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := Open(ctx, dir, Options{LookupEnv: env(map[string]string{KeyEnv: v})})
+			s, err := testOpen(t, dir, Options{LookupEnv: env(map[string]string{KeyEnv: v})})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -319,7 +330,7 @@ func TestKeyEnv(t *testing.T) {
 				t.Errorf("with %s set, store.key was made (%v)", KeyEnv, err)
 			}
 			// The same 32 bytes, given directly, open what the variable sealed.
-			s, err = Open(ctx, dir, Options{Key: key, LookupEnv: noEnv})
+			s, err = testOpen(t, dir, Options{Key: key, LookupEnv: noEnv})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -342,7 +353,7 @@ func TestKeyEnv(t *testing.T) {
 	for name, v := range bad {
 		t.Run("bad "+name, func(t *testing.T) {
 			dir := t.TempDir()
-			_, err := Open(ctx, dir, Options{LookupEnv: env(map[string]string{KeyEnv: v})})
+			_, err := testOpen(t, dir, Options{LookupEnv: env(map[string]string{KeyEnv: v})})
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -361,7 +372,7 @@ func TestKeyEnv(t *testing.T) {
 }
 
 func TestOptionsKeyLength(t *testing.T) {
-	_, err := Open(context.Background(), t.TempDir(), Options{Key: make([]byte, 16)})
+	_, err := testOpen(t, t.TempDir(), Options{Key: make([]byte, 16)})
 	if err == nil || !strings.Contains(err.Error(), "want 32") {
 		t.Errorf("16-byte key: %v", err)
 	}
@@ -371,7 +382,7 @@ func TestWrongKeyRefused(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	keyA, keyB := randomKey(t), randomKey(t)
-	s, err := Open(ctx, dir, Options{Key: keyA})
+	s, err := testOpen(t, dir, Options{Key: keyA})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,13 +390,13 @@ func TestWrongKeyRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	_, err = Open(ctx, dir, Options{Key: keyB})
+	_, err = testOpen(t, dir, Options{Key: keyB})
 	if err == nil || !strings.Contains(err.Error(), "does not open") {
 		t.Fatalf("open with another key: %v", err)
 	}
 
 	// Past the check at Open, a row still refuses another key.
-	s, err = Open(ctx, dir, Options{Key: keyA})
+	s, err = testOpen(t, dir, Options{Key: keyA})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +413,7 @@ func TestWrongKeyRefused(t *testing.T) {
 func TestWithoutVault(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := Open(ctx, dir, Options{WithoutVault: true, LookupEnv: env(map[string]string{KeyEnv: "garbage"})})
+	s, err := testOpen(t, dir, Options{WithoutVault: true, LookupEnv: env(map[string]string{KeyEnv: "garbage"})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,8 +168,12 @@ func (s *Store) checkKey(ctx context.Context) error {
 		return fmt.Errorf("store: %s: key check: malformed", VaultFile)
 	}
 	if _, err := s.aead.Open(nil, value[:n], value[n:], keyCheckAD); err != nil {
+		where := filepath.Join(s.dir, VaultFile)
+		if s.Shared() {
+			where = "the vault at " + s.where
+		}
 		return fmt.Errorf("store: the key from %s does not open %s: the vault was created with another key "+
-			"(was %s changed, or %s replaced?)", s.keyFrom, filepath.Join(s.dir, VaultFile), KeyEnv, KeyFile)
+			"(was %s changed, or %s replaced?)", s.keyFrom, where, KeyEnv, KeyFile)
 	}
 	return nil
 }
