@@ -104,7 +104,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if err != nil {
 		return nil, fmt.Errorf("%s: auth: %w", cfg.Path, err)
 	}
-	if a.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{LookupEnv: opts.LookupEnv}); err != nil {
+	if a.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{LookupEnv: opts.LookupEnv, URL: cfg.Store.URL}); err != nil {
 		return nil, err
 	}
 	if a.Audit, err = audit.Open(cfg.Audit.Path, auditOptions(cfg, opts.Logger)); err != nil {

@@ -38,6 +38,7 @@ type Config struct {
 	// process): they only tighten (sandbox.ParseOverrides).
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
+	Store               Store                     `toml:"store"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
 	SkillDirs []string `toml:"-"`
@@ -117,6 +118,13 @@ type RateLimit struct {
 type Subject struct {
 	Grants      []string `toml:"grants"`
 	Acknowledge []string `toml:"acknowledge"`
+}
+
+// Store is where shared state lives. Without a URL it is SQLite under
+// server.data_dir; with one, PostgreSQL that replicas share (the vault key
+// then comes only from CAPGATE_STORE_KEY).
+type Store struct {
+	URL string `toml:"url"` // postgres://user:pass@host/db; ${ENV} expands
 }
 
 type Audit struct {

@@ -111,6 +111,7 @@ func TestErrors(t *testing.T) {
 		{"[skills.s]\nenv = {lower = \"x\"}\n", nil, []string{"skills.s.env.lower: environment names are UPPER_CASE"}},
 		{"[skills.defaults]\nmodel = \"m\"\n", nil, []string{"skills.defaults: only allow_chat_ids"}},
 		{"[auth.anonymous]\ngrants = [\"rye.fetch.*\"]\n", nil, []string{"auth.anonymous.sub: required"}},
+		{"[store]\nurl = \"mysql://u:pw@h/db\"\n", nil, []string{"capgate.toml: store.url: want a postgres:// or postgresql:// URL"}},
 	}
 	for _, tt := range tests {
 		_, err := parse(t, tt.src, tt.vars)
@@ -123,6 +124,20 @@ func TestErrors(t *testing.T) {
 				t.Errorf("%q:\n error %v\n want %q", tt.src, err, w)
 			}
 		}
+	}
+}
+
+// TestStoreURL: [store] url expands ${ENV}, as a password would come.
+func TestStoreURL(t *testing.T) {
+	c, err := parse(t, "[store]\nurl = \"postgres://capgate:${PGPASS}@db:5432/capgate\"\n", map[string]string{"PGPASS": "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.URL != "postgres://capgate:pw@db:5432/capgate" {
+		t.Errorf("store.url = %q", c.Store.URL)
+	}
+	if _, err := parse(t, "[store]\nurl = \"mysql://u:s3cret@h/db\"\n", nil); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("a bad url's error %v shows the password or is missing", err)
 	}
 }
 

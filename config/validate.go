@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/capgate/capgate/permissions"
@@ -51,6 +52,10 @@ func sortProviders(p []NamedProvider) {
 }
 
 func (c *Config) validate(fail func(key, format string, args ...any)) {
+	if u := c.Store.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		// Not quoted: it may hold a password.
+		fail("store.url", "want a postgres:// or postgresql:// URL")
+	}
 	if _, _, err := net.SplitHostPort(c.Server.Listen); err != nil {
 		fail("server.listen", "%q is not host:port", c.Server.Listen)
 	}

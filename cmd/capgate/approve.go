@@ -102,7 +102,7 @@ func openOpsStore(ctx context.Context, configPath string) (*store.Store, error) 
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
-	st, err := store.Open(ctx, cfg.Server.DataDir, store.Options{WithoutVault: true})
+	st, err := store.Open(ctx, cfg.Server.DataDir, store.Options{WithoutVault: true, URL: cfg.Store.URL})
 	if err != nil {
 		return nil, &exitError{code: exitDenied, err: fmt.Errorf("%s: server.data_dir: %w", cfg.Path, err)}
 	}
