@@ -104,7 +104,11 @@ func openOpsStore(ctx context.Context, configPath string) (*store.Store, error) 
 	}
 	st, err := store.Open(ctx, cfg.Server.DataDir, store.Options{WithoutVault: true, URL: cfg.Store.URL})
 	if err != nil {
-		return nil, &exitError{code: exitDenied, err: fmt.Errorf("%s: server.data_dir: %w", cfg.Path, err)}
+		key := "server.data_dir"
+		if cfg.Store.URL != "" {
+			key = "store.url" // the error shows the URL without its password
+		}
+		return nil, &exitError{code: exitDenied, err: fmt.Errorf("%s: %s: %w", cfg.Path, key, err)}
 	}
 	return st, nil
 }
