@@ -66,6 +66,21 @@ var opsMigrations = []migration{
 		`ALTER TABLE approvals ADD COLUMN input BLOB`,
 		`ALTER TABLE approvals ADD COLUMN input_size INTEGER`,
 	}},
+	{3, []string{
+		// A rate limit's buckets, when replicas share the store (see
+		// limits.go). A bucket keeps its rate, so that a take refills it
+		// in one statement.
+		`CREATE TABLE rate_buckets (
+			sub        TEXT NOT NULL,
+			tool_id    TEXT NOT NULL,
+			tokens     DOUBLE PRECISION NOT NULL,
+			updated_at INTEGER NOT NULL,
+			per_ms     DOUBLE PRECISION NOT NULL,
+			burst      DOUBLE PRECISION NOT NULL,
+			PRIMARY KEY (sub, tool_id)
+		)`,
+		`CREATE INDEX rate_buckets_updated ON rate_buckets (updated_at)`,
+	}},
 }
 
 // vaultMigrations build vault.db.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,14 +57,15 @@ func RedactURL(u string) string {
 
 // openPG opens the database at rawURL and migrates it: the ops tables,
 // and the vault's unless withoutVault.
-func openPG(ctx context.Context, rawURL string, withoutVault bool, now func() time.Time) (*sql.DB, error) {
+// Every statement sent is counted in stmts.
+func openPG(ctx context.Context, rawURL string, withoutVault bool, now func() time.Time, stmts *atomic.Int64) (*sql.DB, error) {
 	shown := RedactURL(rawURL)
 	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
 		// pgx's message may quote the URL; say only which one, redacted.
 		return nil, fmt.Errorf("store: url %s: not a valid PostgreSQL connection URL", shown)
 	}
-	db := sql.OpenDB(pgConnector{stdlib.GetConnector(*cfg)})
+	db := sql.OpenDB(pgConnector{stdlib.GetConnector(*cfg), stmts})
 	db.SetMaxOpenConns(pgPoolSize)
 	db.SetMaxIdleConns(pgPoolSize)
 	db.SetConnMaxIdleTime(5 * time.Minute)
@@ -155,7 +157,10 @@ func numbered(query string) string {
 // pgConnector is pgx's database/sql connector with numbered placeholders:
 // every statement through a *sql.DB or *sql.Tx from it is rebound, so the
 // store's methods (and any added later) run unchanged.
-type pgConnector struct{ driver.Connector }
+type pgConnector struct {
+	driver.Connector
+	stmts *atomic.Int64
+}
 
 func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	conn, err := c.Connector.Connect(ctx)
@@ -167,14 +172,22 @@ func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, errors.New("store: pgx connector gave an unexpected connection type")
 	}
-	return pgConn{sc}, nil
+	return pgConn{sc, c.stmts}, nil
 }
 
-// pgConn forwards to pgx's connection, rebinding each statement.
-type pgConn struct{ c *stdlib.Conn }
+// pgConn forwards to pgx's connection, rebinding and counting each
+// statement.
+type pgConn struct {
+	c     *stdlib.Conn
+	stmts *atomic.Int64
+}
 
-func (p pgConn) Prepare(q string) (driver.Stmt, error) { return p.c.Prepare(numbered(q)) }
+func (p pgConn) Prepare(q string) (driver.Stmt, error) {
+	p.stmts.Add(1)
+	return p.c.Prepare(numbered(q))
+}
 func (p pgConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	p.stmts.Add(1)
 	return p.c.PrepareContext(ctx, numbered(q))
 }
 func (p pgConn) Close() error              { return p.c.Close() }
@@ -183,9 +196,11 @@ func (p pgConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx, err
 	return p.c.BeginTx(ctx, o)
 }
 func (p pgConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	p.stmts.Add(1)
 	return p.c.ExecContext(ctx, numbered(q), args)
 }
 func (p pgConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	p.stmts.Add(1)
 	return p.c.QueryContext(ctx, numbered(q), args)
 }
 func (p pgConn) Ping(ctx context.Context) error             { return p.c.Ping(ctx) }

@@ -34,6 +34,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -105,6 +106,9 @@ type Store struct {
 	// where names the database for messages: the data directory, or the
 	// URL without its password.
 	where string
+	// stmts counts the statements sent to PostgreSQL: how a test proves a
+	// call made no round trip.
+	stmts atomic.Int64
 }
 
 // rebind adapts a statement written with ? placeholders to the backend.
@@ -200,7 +204,7 @@ func openShared(ctx context.Context, opts Options) (_ *Store, err error) {
 		}
 		s.keyFrom = from
 	}
-	if s.ops, err = openPG(ctx, opts.URL, opts.WithoutVault, s.now); err != nil {
+	if s.ops, err = openPG(ctx, opts.URL, opts.WithoutVault, s.now, &s.stmts); err != nil {
 		return nil, err
 	}
 	if !opts.WithoutVault {
@@ -212,6 +216,10 @@ func openShared(ctx context.Context, opts Options) (_ *Store, err error) {
 	}
 	return s, nil
 }
+
+// Statements is how many statements this Store has sent to PostgreSQL
+// (0 on SQLite, which has no round trips to count).
+func (s *Store) Statements() int64 { return s.stmts.Load() }
 
 // Shared says whether the store is shared among replicas (PostgreSQL).
 func (s *Store) Shared() bool { return s.dialect == dialectPG }
@@ -238,13 +246,17 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Prune deletes expired auth flows, idempotency records and approvals.
+// Prune deletes expired auth flows, idempotency records and approvals,
+// and rate-limit buckets untouched for a day.
 func (s *Store) Prune(ctx context.Context) error {
 	now := s.nowMS()
 	for _, table := range []string{"auth_flows", "idempotency", "approvals"} {
 		if _, err := s.ops.ExecContext(ctx, rebind(`DELETE FROM `+table+` WHERE expires_at <= ?`), now); err != nil {
 			return fmt.Errorf("store: prune %s: %w", table, err)
 		}
+	}
+	if _, err := s.ops.ExecContext(ctx, rebind(`DELETE FROM rate_buckets WHERE updated_at <= ?`), now-bucketTTL.Milliseconds()); err != nil {
+		return fmt.Errorf("store: prune rate_buckets: %w", err)
 	}
 	return nil
 }

@@ -466,4 +466,21 @@ func TestPrune(t *testing.T) {
 	if n := count(); n != [3]int{0, 1, 0} {
 		t.Errorf("after expiry, rows left (flows, idempotency, approvals) = %v, want [0 1 0]", n)
 	}
+	buckets := func() (n int) {
+		if err := s.ops.QueryRow(`SELECT COUNT(*) FROM rate_buckets`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := s.TakeToken(ctx, "alice", "tool", 1, 5); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(bucketTTL - time.Minute)
+	if err := s.Prune(ctx); err != nil || buckets() != 1 {
+		t.Fatalf("Prune removed a bucket used within a day (%v)", err)
+	}
+	c.Advance(time.Minute)
+	if err := s.Prune(ctx); err != nil || buckets() != 0 {
+		t.Errorf("a bucket untouched for a day was kept (%v)", err)
+	}
 }
