@@ -116,9 +116,15 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if a.Registry, err = registry.Build(ctx, bo); err != nil {
 		return nil, err
 	}
+	// With a shared store, the rate limit is one budget across replicas.
+	var buckets router.RateBuckets
+	if a.Store.Shared() {
+		buckets = a.Store
+	}
 	a.Router, err = router.New(router.Options{
 		Registry: a.Registry, Verifier: verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: master, Logger: opts.Logger,
+		RateBuckets: buckets,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)

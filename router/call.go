@@ -182,7 +182,10 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	}
 	c, d, input, inputHash, account, needApproval := ch.c, ch.d, ch.input, ch.inputHash, ch.account, ch.needApproval
 	// (f) rate limit. From here on, a refusal gives the token back.
-	tok, ok := r.limits.take(c.Sub, d.ID)
+	tok, ok, err := r.limits.take(ctx, c.Sub, d.ID)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, rateLimited(c, d)
 	}
@@ -365,7 +368,10 @@ func (r *Router) claimKey(ctx context.Context, c *Caller, d *tool.Descriptor, ke
 		claim, rec, err := r.opts.State.ClaimIdempotency(ctx, c.Sub, d.ID, key, inputHash, claimTTL)
 		switch {
 		case err != nil:
-			return "", nil, err
+			// Fail closed: without the claim the call could run twice.
+			te := tool.Wrap(err, tool.CodeBackendUnavailable, "the idempotency store did not answer")
+			te.Gate, te.Hint = GateIdempotency, "retry with the same key when the store is back"
+			return "", nil, te
 		case claim != "":
 			return claim, nil, nil
 		case rec.InputHash != inputHash:

@@ -1,9 +1,22 @@
 package router
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate/tool"
 )
+
+// RateBuckets keeps the rate limit's buckets where every replica sees
+// them (a shared store): one take is one atomic statement. Without it the
+// buckets live in this process's memory.
+type RateBuckets interface {
+	TakeToken(ctx context.Context, sub, toolID string, perSec, burst float64) (bool, error)
+	RefundToken(ctx context.Context, sub, toolID string, burst float64) error
+	PeekToken(ctx context.Context, sub, toolID string, perSec, burst float64) (bool, error)
+}
 
 // limiter is a token bucket per (caller, tool). A call takes its token
 // once every gate but the last steps has passed, and gets it back when a
@@ -14,6 +27,8 @@ type limiter struct {
 	perSec  float64
 	burst   float64
 	now     func() time.Time
+	shared  RateBuckets // nil: the buckets below
+	log     *slog.Logger
 	mu      sync.Mutex
 	buckets map[[2]string]*bucket
 }
@@ -24,7 +39,7 @@ type bucket struct {
 	last   time.Time
 }
 
-func (l *limiter) init(rl RateLimit, now func() time.Time) {
+func (l *limiter) init(rl RateLimit, now func() time.Time, shared RateBuckets, log *slog.Logger) {
 	if rl.PerMinute <= 0 {
 		return
 	}
@@ -32,14 +47,26 @@ func (l *limiter) init(rl RateLimit, now func() time.Time) {
 	if burst == 0 {
 		burst = max(1, int(rl.PerMinute/6)) // ten seconds' worth
 	}
-	l.on, l.perSec, l.burst, l.now = true, rl.PerMinute/60, float64(burst), now
+	l.on, l.perSec, l.burst, l.now, l.shared, l.log = true, rl.PerMinute/60, float64(burst), now, shared, log
 	l.buckets = map[[2]string]*bucket{}
 }
 
 // take takes one token from the bucket of (sub, toolID), if it has one.
-func (l *limiter) take(sub, toolID string) (taken, bool) {
+// Only a shared bucket can fail: then the call is refused (fail closed),
+// as its budget cannot be known.
+func (l *limiter) take(ctx context.Context, sub, toolID string) (taken, bool, error) {
 	if !l.on {
-		return taken{}, true
+		return taken{}, true, nil
+	}
+	if l.shared != nil {
+		ok, err := l.shared.TakeToken(ctx, sub, toolID, l.perSec, l.burst)
+		if err != nil {
+			return taken{}, false, storeDown(err)
+		}
+		if !ok {
+			return taken{}, false, nil
+		}
+		return taken{l: l, ctx: context.WithoutCancel(ctx), sub: sub, toolID: toolID}, true, nil
 	}
 	key := [2]string{sub, toolID}
 	l.mu.Lock()
@@ -53,28 +80,35 @@ func (l *limiter) take(sub, toolID string) (taken, bool) {
 	defer b.mu.Unlock()
 	l.refill(b)
 	if b.tokens < 1 {
-		return taken{}, false
+		return taken{}, false, nil
 	}
 	b.tokens--
-	return taken{b: b, burst: l.burst}, true
+	return taken{b: b, burst: l.burst}, true, nil
 }
 
 // wouldTake reports whether take would succeed now, taking nothing and
 // making no bucket: planning asks it.
-func (l *limiter) wouldTake(sub, toolID string) bool {
+func (l *limiter) wouldTake(ctx context.Context, sub, toolID string) (bool, error) {
 	if !l.on {
-		return true
+		return true, nil
+	}
+	if l.shared != nil {
+		ok, err := l.shared.PeekToken(ctx, sub, toolID, l.perSec, l.burst)
+		if err != nil {
+			return false, storeDown(err)
+		}
+		return ok, nil
 	}
 	l.mu.Lock()
 	b, ok := l.buckets[[2]string{sub, toolID}]
 	l.mu.Unlock()
 	if !ok {
-		return l.burst >= 1
+		return l.burst >= 1, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	l.refill(b) // as take would: the same tokens, whenever counted
-	return b.tokens >= 1
+	return b.tokens >= 1, nil
 }
 
 // refill adds the tokens earned since the bucket was last counted; b.mu
@@ -90,14 +124,32 @@ func (l *limiter) refill(b *bucket) {
 type taken struct {
 	b     *bucket
 	burst float64
+	// a shared bucket's
+	l           *limiter
+	ctx         context.Context
+	sub, toolID string
 }
 
 // refund gives the token back.
 func (t taken) refund() {
+	if t.l != nil {
+		// A lost refund costs the caller one token, never more calls.
+		if err := t.l.shared.RefundToken(t.ctx, t.sub, t.toolID, t.l.burst); err != nil {
+			t.l.log.Warn("rate-limit token not refunded", "tool", t.toolID, "err", err)
+		}
+		return
+	}
 	if t.b == nil {
 		return
 	}
 	t.b.mu.Lock()
 	t.b.tokens = min(t.burst, t.b.tokens+1)
 	t.b.mu.Unlock()
+}
+
+// storeDown is the refusal of a call whose shared bucket cannot be read.
+func storeDown(err error) *tool.Error {
+	te := tool.Wrap(err, tool.CodeBackendUnavailable, "the rate limit's shared store did not answer")
+	te.Gate, te.Hint = GateRateLimit, "retry when the store is back"
+	return te
 }

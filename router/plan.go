@@ -124,7 +124,11 @@ func (r *Router) recoverPlan(ctx context.Context, c *Caller, req *Request, ev *a
 		return err
 	}
 	// The rate limit, looked at: the real call would take a token here.
-	if !r.limits.wouldTake(ch.c.Sub, ch.d.ID) {
+	ok, err := r.limits.wouldTake(ctx, ch.c.Sub, ch.d.ID)
+	if err != nil {
+		return err
+	}
+	if !ok {
 		p.RateLimit = "limited"
 		return rateLimited(ch.c, ch.d)
 	}

@@ -104,6 +104,10 @@ type Options struct {
 	CallTimeout    time.Duration // default 2m
 	ApprovalTTL    time.Duration // default 10m
 	IdempotencyTTL time.Duration // default 24h
+
+	// RateBuckets, when set, holds the rate limit's buckets for every
+	// replica (a shared store); nil keeps them in memory.
+	RateBuckets RateBuckets
 }
 
 // Router decides and runs calls. It is safe for concurrent use.
@@ -223,7 +227,7 @@ func New(opts Options) (*Router, error) {
 	r := &Router{opts: opts, subjects: map[string]*grantSet{}}
 	r.admitter, _ = opts.Audit.(audit.Admitter)
 	r.health, _ = opts.Audit.(audit.Health)
-	r.limits.init(opts.Policy.RateLimit, opts.Now)
+	r.limits.init(opts.Policy.RateLimit, opts.Now, opts.RateBuckets, opts.Logger)
 	var err error
 	if r.base, err = r.compile("policy", opts.Policy.Grants, opts.Policy.Acknowledge); err != nil {
 		return nil, err
