@@ -15,6 +15,10 @@ import (
 // root (initdb and postgres refuse root), and returns that user's ids for
 // chown; -1 when no switch is needed.
 func asPostgres(cmd *exec.Cmd) (uid, gid int, err error) {
+	if cmd != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+		dieWithParent(cmd.SysProcAttr)
+	}
 	if os.Geteuid() != 0 {
 		return -1, -1, nil
 	}
@@ -25,7 +29,7 @@ func asPostgres(cmd *exec.Cmd) (uid, gid int, err error) {
 	uid, _ = strconv.Atoi(u.Uid)
 	gid, _ = strconv.Atoi(u.Gid)
 	if cmd != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
 	return uid, gid, nil
 }
