@@ -369,9 +369,7 @@ func (r *Router) claimKey(ctx context.Context, c *Caller, d *tool.Descriptor, ke
 		switch {
 		case err != nil:
 			// Fail closed: without the claim the call could run twice.
-			te := tool.Wrap(err, tool.CodeBackendUnavailable, "the idempotency store did not answer")
-			te.Gate, te.Hint = GateIdempotency, "retry with the same key when the store is back"
-			return "", nil, te
+			return "", nil, storeUnavailable(err, GateIdempotency, "the idempotency record")
 		case claim != "":
 			return claim, nil, nil
 		case rec.InputHash != inputHash:
@@ -582,7 +580,7 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 			return true, nil
 		}
 		if !errors.Is(err, store.ErrNotFound) {
-			return false, err
+			return false, storeUnavailable(err, GateApproval, "the approval")
 		}
 		if !request {
 			return false, approvalPlanned(d, tier)
@@ -601,7 +599,10 @@ func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor,
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
-	return a, err
+	if err != nil {
+		return nil, storeUnavailable(err, GateApproval, "the approval")
+	}
+	return a, nil
 }
 
 // approvalRequired requests an operator's approval of the call (or finds
@@ -613,7 +614,7 @@ func (r *Router) approvalRequired(ctx context.Context, c *Caller, d *tool.Descri
 	}
 	a, err := r.opts.State.RequestApproval(ctx, c.Sub, d.ID, inputHash, input, r.opts.ApprovalTTL)
 	if err != nil {
-		return err
+		return storeUnavailable(err, GateApproval, "the approval")
 	}
 	return &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
 		Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (approval %s, valid until %s)",
@@ -661,12 +662,15 @@ func (r *Router) authGate(ctx context.Context, c *Caller, d *tool.Descriptor, ac
 			need.Message = fmt.Sprintf("%s: no linked account %q for %s", d.ID, account, capID)
 			return "", need
 		}
-		return account, err
+		if err != nil {
+			return "", storeUnavailable(err, GateAuth, "the linked account")
+		}
+		return account, nil
 	}
 	accounts, err := r.opts.State.Accounts(ctx, c.Sub, capID)
 	switch {
 	case err != nil:
-		return "", err
+		return "", storeUnavailable(err, GateAuth, "the linked accounts")
 	case len(accounts) == 0:
 		return "", need
 	case len(accounts) == 1:

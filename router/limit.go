@@ -61,7 +61,7 @@ func (l *limiter) take(ctx context.Context, sub, toolID string) (taken, bool, er
 	if l.shared != nil {
 		ok, err := l.shared.TakeToken(ctx, sub, toolID, l.perSec, l.burst)
 		if err != nil {
-			return taken{}, false, storeDown(err)
+			return taken{}, false, storeUnavailable(err, GateRateLimit, "the rate limit")
 		}
 		if !ok {
 			return taken{}, false, nil
@@ -95,7 +95,7 @@ func (l *limiter) wouldTake(ctx context.Context, sub, toolID string) (bool, erro
 	if l.shared != nil {
 		ok, err := l.shared.PeekToken(ctx, sub, toolID, l.perSec, l.burst)
 		if err != nil {
-			return false, storeDown(err)
+			return false, storeUnavailable(err, GateRateLimit, "the rate limit")
 		}
 		return ok, nil
 	}
@@ -147,9 +147,11 @@ func (t taken) refund() {
 	t.b.mu.Unlock()
 }
 
-// storeDown is the refusal of a call whose shared bucket cannot be read.
-func storeDown(err error) *tool.Error {
-	te := tool.Wrap(err, tool.CodeBackendUnavailable, "the rate limit's shared store did not answer")
-	te.Gate, te.Hint = GateRateLimit, "retry when the store is back"
+// storeUnavailable is the refusal of a call whose state (what, at gate)
+// the store could not read or write: it fails closed, as whether the call
+// may run cannot be known.
+func storeUnavailable(err error, gate, what string) *tool.Error {
+	te := tool.Wrap(err, tool.CodeBackendUnavailable, "the store did not answer for %s", what)
+	te.Gate, te.Hint = gate, "retry when the store is back"
 	return te
 }

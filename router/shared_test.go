@@ -14,18 +14,23 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-// countSource is an in-process source of two tools, plain (reads) and
-// write (mutating), that counts the calls it runs.
+// countSource is an in-process source of tools that counts the calls it
+// runs: plain (reads), write (mutating), danger (CRITICAL: approval) and
+// linked (needs a linked account).
 type countSource struct{ calls atomic.Int64 }
 
 func (*countSource) ID() string      { return "cnt" }
 func (*countSource) Kind() tool.Kind { return tool.KindMCP }
 func (*countSource) List(context.Context) ([]*tool.Descriptor, error) {
 	var out []*tool.Descriptor
-	for _, n := range []string{"plain", "write"} {
+	for _, n := range []string{"plain", "write", "danger", "linked"} {
+		level := risk.Low
+		if n == "danger" {
+			level = risk.Critical
+		}
 		out = append(out, &tool.Descriptor{ID: tool.ID(tool.KindMCP, "cnt", n), Kind: tool.KindMCP, Source: "cnt",
 			Name: n, Available: true, InputSchema: json.RawMessage(`{"type":"object"}`),
-			Risk: risk.Assessment{Level: risk.Low}, Mutating: n == "write"})
+			Risk: risk.Assessment{Level: level}, Mutating: n == "write", RequiresAuth: n == "linked"})
 	}
 	return out, nil
 }
@@ -151,6 +156,8 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	ran := src.calls.Load()
 	denied(t, callTool(r, "write", "k1"), tool.CodeBackendUnavailable, GateIdempotency)
 	denied(t, callTool(limited, "plain", ""), tool.CodeBackendUnavailable, GateRateLimit)
+	denied(t, callTool(r, "danger", ""), tool.CodeBackendUnavailable, GateApproval)
+	denied(t, callTool(r, "linked", ""), tool.CodeBackendUnavailable, GateAuth)
 	if n := src.calls.Load(); n != ran {
 		t.Errorf("%d refused calls ran", n-ran)
 	}
