@@ -128,7 +128,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		issuer = o.Issuer
 	}
 	a.Server = server.New(server.Options{Router: a.Router, Registry: a.Registry, Logger: opts.Logger,
-		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready,
+		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
 	if err := a.Server.LoadSkills(skills.Options{Installed: opts.SkillsDirs, Workspace: cfg.Dir}, SkillSettings(cfg.Skills)); err != nil {

@@ -76,7 +76,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 		mcpserver.WithPromptFilter(m.filterPrompts),
 		mcpserver.WithInstructions("capgate routes every tool call through its capability policy. A denied call returns a result whose text names the code, the capability string that was missing and what would allow it."),
 	)
-	m.sessions = newSessionIDs()
+	m.sessions = newSessionIDs(randomSecret()) // New rekeys it from Options.Secret
 	// The front door checks the Host of loopback requests for every path
 	// (rejectRebinding): mcp-go need not do it again.
 	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),

@@ -34,6 +34,10 @@ type Options struct {
 	// Ready says whether the parts behind the router can serve calls (the
 	// store answers, the audit log writes); /readyz asks it. nil: ready.
 	Ready func(context.Context) error
+	// Secret is the key material every replica shares (the token secret):
+	// session ids are keyed from it, so that any replica accepts a session
+	// another opened. nil: a key of this process's own.
+	Secret []byte
 }
 
 // Server is capgate's front door over a router and its registry.
@@ -58,6 +62,9 @@ func New(opts Options) *Server {
 	s := &Server{Router: opts.Router, Registry: opts.Registry, logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
 		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready}
 	s.MCP = NewMCP(s.Router, s.Registry)
+	if opts.Secret != nil {
+		*s.MCP.sessions = *newSessionIDs(opts.Secret)
+	}
 	return s
 }
 
