@@ -66,6 +66,16 @@ var opsMigrations = []migration{
 		`ALTER TABLE approvals ADD COLUMN input BLOB`,
 		`ALTER TABLE approvals ADD COLUMN input_size INTEGER`,
 	}},
+	{3, []string{
+		// Keys used once (ClaimOnce): a sealed requestState is consumed at
+		// most once across the replicas that share the store.
+		`CREATE TABLE once_claims (
+			claim_key  TEXT PRIMARY KEY,
+			created_at INTEGER NOT NULL,
+			expires_at INTEGER NOT NULL
+		)`,
+		`CREATE INDEX once_claims_expires ON once_claims (expires_at)`,
+	}},
 }
 
 // vaultMigrations build vault.db.
