@@ -176,7 +176,7 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 		return mcpconv.Denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
 	}
 	if req.Params.RequestState != "" {
-		return m.jobs.resumeCall(ctx, c.Sub, req)
+		return m.resume(ctx, c, req)
 	}
 	r := router.Request{Tool: req.Params.Name, Input: mcpconv.RawArguments(req), Protocol: protocolOf(ctx)}
 	if res, ok := m.plan(ctx, c, req, r); ok {
