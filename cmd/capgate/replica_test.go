@@ -1,8 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,5 +58,136 @@ func TestSessionOpenedOnOneReplicaServedByAnother(t *testing.T) {
 	ctok := c.Token(t, token.Claims{Sub: "alice"})
 	if st, _, body := testkit.PostSession(t, c.URL, ctok, sid, `{"jsonrpc":"2.0","id":4,"method":"tools/list"}`); st != http.StatusNotFound {
 		t.Errorf("A's session on a replica with another secret: %d %s", st, body)
+	}
+}
+
+// modernMeta is the _meta of a 2026-07-28 request from a client that lends
+// its model, with tools.
+const modernMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+	`"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
+	`"io.modelcontextprotocol/clientCapabilities":{"sampling":{"tools":{}}}}`
+
+// mcpReply is a tools/call answer: a result, or input requests with the
+// state to come back with.
+type mcpReply struct {
+	Result struct {
+		IsError       bool                       `json:"isError"`
+		ResultType    string                     `json:"resultType"`
+		RequestState  string                     `json:"requestState"`
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		Content       []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
+}
+
+func (r mcpReply) text() string {
+	var b strings.Builder
+	for _, c := range r.Result.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+// useSkillOn posts a 2026-07-28 use_skill call to base: a new run when
+// state is "", else the continuation of state with the answer given under
+// key.
+func useSkillOn(t *testing.T, base, tok, state, key, answer string) mcpReply {
+	t.Helper()
+	params := `"name":"use_skill","arguments":{"skill":"echoer","message":"echo hello"},` + modernMeta
+	if state != "" {
+		params += `,"requestState":` + strconv.Quote(state) + `,"inputResponses":{` + strconv.Quote(key) + `:` + answer + `}`
+	}
+	st, _, body := testkit.PostMCP(t, base, tok, "use_skill", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{`+params+`}}`)
+	if st != http.StatusOK {
+		t.Fatalf("use_skill on %s: %d %s", base, st, body)
+	}
+	var r mcpReply
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("use_skill on %s: %v: %s", base, err, body)
+	}
+	return r
+}
+
+// oneKey is the key of the one input request r carries.
+func oneKey(t *testing.T, r mcpReply) string {
+	t.Helper()
+	if r.Result.ResultType != "input_required" || len(r.Result.InputRequests) != 1 || r.Result.RequestState == "" {
+		t.Fatalf("want one input request and a state, got %+v", r.Result)
+	}
+	for k := range r.Result.InputRequests {
+		return k
+	}
+	return ""
+}
+
+// TestUseSkillContinuedOnAnotherReplica: two serves share one data dir
+// (one store) and the token secret. A use_skill run begun on A goes on on
+// B from the sealed requestState (B runs the tool the model asked for) and
+// ends on A. A state is used once, by whichever replica: replaying it is
+// refused; so are a changed state and another subject's.
+func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
+	const secret = "replica-test-secret-value-41c7e2"
+	skillsDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(skillsDir, "echoer"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(skillsDir, "echoer", "SKILL.md"), []byte(
+		"---\nname: echoer\ndescription: Echo things back\nallowed_tools: [fx__echo]\nmax_iterations: 3\n---\nEcho what you are asked to echo, with the echo tool.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	cfg := replicaConfig(t, "")
+	cfg = strings.Replace(cfg, `grants = [`, `grants = ["rye.execute.directive.echoer", `, 1)
+	start := func(name string) *testkit.Served {
+		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, DataDir: data, Args: []string{"--skills-dir", skillsDir},
+			Config: "replica_id = \"" + name + "\"\n" + cfg + "\n[audit]\npath = \"audit-" + name + ".jsonl\"\n"})
+	}
+	a, b := start("a"), start("b")
+	alice, bob := a.Token(t, token.Claims{Sub: "alice"}), a.Token(t, token.Claims{Sub: "bob"})
+
+	first := useSkillOn(t, a.URL, alice, "", "", "")
+	key := oneKey(t, first)
+	s1 := first.Result.RequestState
+	useEcho := `{"role":"assistant","model":"m","stopReason":"toolUse","content":{"type":"tool_use","id":"u1","name":"fx__echo","input":{"message":"hello"}}}`
+
+	// Refused before any use: a changed state, and another subject's.
+	i, c := len(s1)/2, "A"
+	if s1[i] == 'A' {
+		c = "B"
+	}
+	changed := s1[:i] + c + s1[i+1:]
+	if r := useSkillOn(t, b.URL, alice, changed, key, useEcho); !r.Result.IsError || !strings.Contains(r.text(), "capability_invalid_input") ||
+		!strings.Contains(r.text(), "not one capgate sealed") {
+		t.Errorf("a changed state: %+v %q", r.Result, r.text())
+	}
+	if r := useSkillOn(t, b.URL, bob, s1, key, useEcho); !r.Result.IsError || !strings.Contains(r.text(), "capability_invalid_input") {
+		t.Errorf("bob with alice's state: %+v %q", r.Result, r.text())
+	}
+
+	// B goes on with A's run: it runs the echo and asks the model again.
+	second := useSkillOn(t, b.URL, alice, s1, key, useEcho)
+	key2 := oneKey(t, second)
+	var asked struct {
+		Params struct {
+			Messages []json.RawMessage `json:"messages"`
+		} `json:"params"`
+	}
+	json.Unmarshal(second.Result.InputRequests[key2], &asked)
+	if len(asked.Params.Messages) != 3 || !strings.Contains(string(asked.Params.Messages[2]), "hello") {
+		t.Fatalf("B's question does not carry the run's history and the echo's result: %s", second.Result.InputRequests[key2])
+	}
+	// The first state was used (on B): A refuses it.
+	if r := useSkillOn(t, a.URL, alice, s1, key, useEcho); !r.Result.IsError || !strings.Contains(r.text(), "already used") {
+		t.Errorf("replayed state on A: %+v %q", r.Result, r.text())
+	}
+
+	done := `{"role":"assistant","model":"m","stopReason":"endTurn","content":{"type":"text","text":"done: echoed hello"}}`
+	last := useSkillOn(t, a.URL, alice, second.Result.RequestState, key2, done)
+	if last.Result.IsError || last.Result.ResultType == "input_required" || !strings.Contains(last.text(), "done: echoed hello") {
+		t.Fatalf("the run's end on A: %+v %q", last.Result, last.text())
+	}
+	if r := useSkillOn(t, b.URL, alice, second.Result.RequestState, key2, done); !r.Result.IsError || !strings.Contains(r.text(), "already used") {
+		t.Errorf("replayed final state on B: %+v %q", r.Result, r.text())
 	}
 }

@@ -34,8 +34,11 @@ type Capgate struct {
 	// NoSecret leaves $CAPGATE_TOKEN_SECRET to Env (a test of where serve
 	// finds its key); Token then mints with Secret all the same.
 	NoSecret bool
-	Env      []string // added to serve's environment, after the secret
-	Args     []string // serve's flags after --config
+	// DataDir is the data_dir serve uses; empty: "data" in its temp dir.
+	// Two serves given one share their store, as replicas do.
+	DataDir string
+	Env     []string // added to serve's environment, after the secret
+	Args    []string // serve's flags after --config
 }
 
 // Served is a running `capgate serve` that StartCapgate started.
@@ -72,7 +75,11 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 		s.Socket = filepath.Join(s.Dir, "rpc.sock")
 		socket = s.Socket
 	}
-	src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = \"data\"\nsocket = %q\n\n%s", s.Addr, socket, c.Config)
+	dataDir := c.DataDir
+	if dataDir == "" {
+		dataDir = "data"
+	}
+	src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = %q\n\n%s", s.Addr, dataDir, socket, c.Config)
 	if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
 		tb.Fatal(err)
 	}
