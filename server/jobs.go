@@ -71,6 +71,9 @@ type job struct {
 	// skill is the use_skill run's state at its last sampling request, for
 	// the requestState; nil for a plain call.
 	skill *skillState
+	// use is the Use of the requestState the job is parked under: only
+	// that state, its latest, goes on with it.
+	use string
 }
 
 type jobs struct {
@@ -154,18 +157,19 @@ func (js *jobs) resume(state, sub string) *job {
 	if err != nil {
 		return nil
 	}
-	return js.take(st.ID, sub)
+	return js.take(st)
 }
 
-// take takes the parked job id of sub, or nil.
-func (js *jobs) take(id, sub string) *job {
+// take takes the parked job st names, if st is the state it is parked
+// under, or nil.
+func (js *jobs) take(st *requestState) *job {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	j, ok := js.parked[id]
-	if !ok || j.sub != sub {
+	j, ok := js.parked[st.ID]
+	if !ok || j.sub != st.Sub || j.use != st.Use {
 		return nil
 	}
-	delete(js.parked, id)
+	delete(js.parked, st.ID)
 	j.park.Stop()
 	return j
 }
@@ -184,7 +188,7 @@ func (m *MCP) resume(ctx context.Context, c *router.Caller, req mcp.CallToolRequ
 	if err != nil {
 		return mcpconv.Denial(err), nil
 	}
-	if j := m.jobs.take(st.ID, c.Sub); j != nil {
+	if j := m.jobs.take(st); j != nil {
 		j.deliver(req.Params.InputResponses)
 		return m.jobs.wait(ctx, j)
 	}
@@ -193,8 +197,7 @@ func (m *MCP) resume(ctx context.Context, c *router.Caller, req mcp.CallToolRequ
 	}
 	if st.Replica != sealer.replica {
 		// The upstream call waits on the replica that holds it.
-		return mcpconv.Denial(tool.Errorf(tool.CodeBackendUnavailable,
-			"the call this requestState continues waits on replica %q, which this one cannot reach; call %s again", st.Replica, req.Params.Name)), nil
+		return m.forward(ctx, c, st, req)
 	}
 	return mcpconv.Denial(errStateExpired), nil
 }
@@ -271,7 +274,7 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 				return mcpconv.Denial(err), nil
 			}
 			b.RequestState(state)
-			if !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) {
+			if !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) && !isForwarded(ctx) {
 				// mcp-go asks a 2025-11-25 client within this request; if the
 				// request ends first, nobody will come back for the job.
 				context.AfterFunc(ctx, func() { js.abandon(j) })
@@ -333,6 +336,7 @@ func (js *jobs) park(j *job) (string, error) {
 		return "", tool.Errorf(tool.CodeRateLimited, "%d calls of yours already wait for your answers; answer or abandon them (they expire after %s)", n, parkTTL)
 	}
 	js.parked[j.id] = j
+	j.use = st.Use
 	j.park = time.AfterFunc(parkTTL, func() { js.abandon(j) })
 	return state, nil
 }

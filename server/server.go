@@ -73,6 +73,7 @@ func New(opts Options) *Server {
 		secret = randomSecret()
 	}
 	*s.MCP.sessions = *newSessionIDs(secret)
+	s.MCP.internal = newInternalCalls(secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	return s
 }

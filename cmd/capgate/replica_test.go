@@ -1,15 +1,22 @@
 package main
 
 import (
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/capgate/capgate/internal/conformance"
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/token"
 )
@@ -189,5 +196,92 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 	}
 	if r := useSkillOn(t, b.URL, alice, second.Result.RequestState, key2, done); !r.Result.IsError || !strings.Contains(r.text(), "already used") {
 		t.Errorf("replayed final state on B: %+v %q", r.Result, r.text())
+	}
+}
+
+// TestParkedCallContinuedThroughAnotherReplica: an upstream's elicitation
+// parks the call on A, where the upstream waits; the client comes back to
+// B, which forwards the continuation to A over the authenticated internal
+// call, and the answer arrives. The internal path refuses a caller
+// without the MAC under the shared secret.
+func TestParkedCallContinuedThroughAnotherReplica(t *testing.T) {
+	const secret = "replica-test-secret-value-41c7e2"
+	data := filepath.Join(t.TempDir(), "data")
+	cfg := fmt.Sprintf(`
+[policy]
+grants = ["rye.fetch.*", "rye.execute.tool.mcp.cf.*"]
+
+[mcp.servers.cf]
+url = %q
+`, conformance.StartFixture(t))
+	start := func(name string) *testkit.Served {
+		addr := testkit.FreeAddr(t)
+		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, DataDir: data, Addr: addr,
+			Config: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"\n%s\n[audit]\npath = \"audit-%s.jsonl\"\n", name, addr, cfg, name)})
+	}
+	a, b := start("a"), start("b")
+	alice := a.Token(t, token.Claims{Sub: "alice"})
+	call := func(base, extra string) mcpReply {
+		t.Helper()
+		st, _, body := testkit.PostMCP(t, base, alice, "cf__test_elicitation", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{`+
+			`"name":"cf__test_elicitation","arguments":{"message":"who are you?"},`+modernMeta+extra+`}}`)
+		if st != http.StatusOK {
+			t.Fatalf("tools/call on %s: %d %s", base, st, body)
+		}
+		var r mcpReply
+		if err := json.Unmarshal(body, &r); err != nil {
+			t.Fatalf("tools/call on %s: %v: %s", base, err, body)
+		}
+		return r
+	}
+	first := call(a.URL, "")
+	key := oneKey(t, first)
+	answer := `{"action":"accept","content":{"username":"alice","email":"alice@example.com"}}`
+	got := call(b.URL, `,"requestState":`+strconv.Quote(first.Result.RequestState)+`,"inputResponses":{`+strconv.Quote(key)+`:`+answer+`}`)
+	if got.Result.IsError || !strings.Contains(got.text(), "User response: action=accept") || !strings.Contains(got.text(), `"username":"alice"`) {
+		t.Fatalf("the continuation through B = %+v %q", got.Result, got.text())
+	}
+
+	// The internal path: nothing without the MAC, nor with a MAC under
+	// another secret, nor with a stale one.
+	body := `{"sub":"alice","state":` + strconv.Quote(first.Result.RequestState) + `,"input_responses":{}}`
+	now := time.Now().UnixMilli()
+	macOf := func(secret string, t int64) string {
+		k, _ := hkdf.Key(sha256.New, token.ParseSecret(secret), nil, "capgate internal call v1", 32)
+		h := hmac.New(sha256.New, k)
+		fmt.Fprintf(h, "%d\n", t)
+		h.Write([]byte(body))
+		return strconv.FormatInt(t, 10) + "." + hex.EncodeToString(h.Sum(nil))
+	}
+	for name, header := range map[string]string{
+		"no MAC":             "",
+		"another secret":     macOf("another-secret-value-0b9d3f", now),
+		"a stale timestamp":  macOf(secret, now-int64(time.Hour/time.Millisecond)),
+		"a MAC of something": macOf(secret, now)[:20] + "00",
+	} {
+		req, _ := http.NewRequest("POST", a.URL+"/internal/continue", strings.NewReader(body))
+		if header != "" {
+			req.Header.Set("Capgate-Replica-Mac", header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("internal call with %s: %d, want 403", name, resp.StatusCode)
+		}
+	}
+	// With the right MAC the path answers (the state was used: its job is gone).
+	req, _ := http.NewRequest("POST", a.URL+"/internal/continue", strings.NewReader(body))
+	req.Header.Set("Capgate-Replica-Mac", macOf(secret, time.Now().UnixMilli()))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(reply), "unknown or expired") {
+		t.Errorf("internal call with the MAC, for a job no longer parked: %d %s", resp.StatusCode, reply)
 	}
 }

@@ -34,6 +34,9 @@ type Capgate struct {
 	// NoSecret leaves $CAPGATE_TOKEN_SECRET to Env (a test of where serve
 	// finds its key); Token then mints with Secret all the same.
 	NoSecret bool
+	// Addr is the host:port serve listens on; empty: a free loopback port.
+	// Known before serve starts, it can go into Config (advertise_url).
+	Addr string
 	// DataDir is the data_dir serve uses; empty: "data" in its temp dir.
 	// Two serves given one share their store, as replicas do.
 	DataDir string
@@ -64,7 +67,10 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if testing.Short() {
 		tb.Skip("runs capgate serve")
 	}
-	s := &Served{Bin: Build(tb, CapgatePkg), Dir: tb.TempDir(), Addr: FreeAddr(tb), Secret: c.Secret}
+	s := &Served{Bin: Build(tb, CapgatePkg), Dir: tb.TempDir(), Addr: c.Addr, Secret: c.Secret}
+	if s.Addr == "" {
+		s.Addr = FreeAddr(tb)
+	}
 	if s.Secret == "" {
 		s.Secret = DefaultSecret
 	}
