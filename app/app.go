@@ -109,7 +109,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if a.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{LookupEnv: opts.LookupEnv}); err != nil {
 		return nil, err
 	}
-	if a.Audit, err = audit.Open(cfg.Audit.Path, auditOptions(cfg, opts.Logger)); err != nil {
+	ao := auditOptions(cfg, opts.Logger)
+	ao.Replica = a.ReplicaID // every record says which replica wrote it
+	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err
 	}
 	bo := RegistryOptions(cfg)
