@@ -197,6 +197,42 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 	if r := useSkillOn(t, b.URL, alice, second.Result.RequestState, key2, done); !r.Result.IsError || !strings.Contains(r.text(), "already used") {
 		t.Errorf("replayed final state on B: %+v %q", r.Result, r.text())
 	}
+
+	// Each replica wrote its own chain, every record naming it: verify
+	// checks both, and tail merges them in time order.
+	a.Stop(t)
+	b.Stop(t)
+	logA, logB := filepath.Join(a.Dir, "audit-a.jsonl"), filepath.Join(b.Dir, "audit-b.jsonl")
+	code, out, errs := auditRun(t, "audit", "verify", logA, logB)
+	if code != 0 || strings.Count(out, "chain intact") != 2 {
+		t.Fatalf("audit verify of both replicas' logs: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = auditRun(t, "audit", "tail", "-n", "1000", logA, logB)
+	if code != 0 {
+		t.Fatalf("audit tail of both: exit %d %s", code, errs)
+	}
+	var prev time.Time
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var rec struct {
+			Time    time.Time `json:"time"`
+			Replica string    `json:"replica"`
+			Type    string    `json:"type"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("merged line %q: %v", line, err)
+		}
+		if rec.Time.Before(prev) {
+			t.Errorf("merged out of time order at %q", line)
+		}
+		prev = rec.Time
+		seen[rec.Replica]++
+	}
+	t.Logf("records by replica: %v", seen)
+	// A ran the start and the end of the run, B the echo in between.
+	if seen["a"] == 0 || seen["b"] == 0 || len(seen) != 2 {
+		t.Errorf("records by replica = %v, want some of a and b, and no other", seen)
+	}
 }
 
 // TestParkedCallContinuedThroughAnotherReplica: an upstream's elicitation
