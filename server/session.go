@@ -16,10 +16,12 @@ import (
 // them and the subject, under a key derived from the secret every replica
 // shares (Options.Secret). capgate keeps no table of sessions, so nothing
 // grows with them, and every replica, or the same one after a restart,
-// accepts the id: mcp-go serves a valid id it never saw with a fresh,
-// initialized session of its own (see adopt in auth.go). An id is worth
-// nothing to another subject or under another secret: both get 404, on
-// which a client opens a new session.
+// accepts the id: mcp-go v1.2.1 serves a non-initialize POST whose id
+// Validate accepts but that it never registered with a fresh session of
+// its own, initialized, that knows nothing the client said at initialize
+// (capabilities, log level). An id is worth nothing to another subject or
+// under another secret: both get 404, on which a client opens a new
+// session.
 //
 // Protocol 2026-07-28 has no sessions; mcp-go ignores the header there.
 type sessionIDs struct {

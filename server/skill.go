@@ -200,6 +200,9 @@ func (m *MCP) skillJob(c *router.Caller, run *router.SkillRun, s *skills.Skill, 
 		at := st.At
 		resume = &at
 		iterations, toolCalls = at.Iteration-1, at.ToolCalls
+		// Keys go on from the run's: the model's request of iteration i is
+		// q<i> on whichever replica asks it.
+		j.seq = at.Iteration
 	}
 	in := struct{ Message, Context string }{st.Message, st.Context}
 	return j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {

@@ -175,6 +175,9 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 	// B goes on with A's run: it runs the echo and asks the model again.
 	second := useSkillOn(t, b.URL, alice, s1, key, useEcho)
 	key2 := oneKey(t, second)
+	if key != "q1" || key2 != "q2" {
+		t.Errorf("input keys %q then %q across replicas, want q1 then q2 as on one", key, key2)
+	}
 	var asked struct {
 		Params struct {
 			Messages []json.RawMessage `json:"messages"`
