@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -151,7 +152,7 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 		// declare sampling.tools: such a skill runs without them.
 		tools = m.skillTools(c, s, scope)
 	}
-	st := &skillState{Name: s.Name, Message: in.Message, Context: in.Context, Tools: samplingTools}
+	st := &skillState{Name: s.Name, Message: in.Message, Context: in.Context, Tools: samplingTools, Began: time.Now().UnixMilli()}
 	return m.jobs.wait(ctx, m.skillJob(c, run, s, scope, tools, proto, st, nil))
 }
 
@@ -165,6 +166,7 @@ func (m *MCP) continueSkill(ctx context.Context, c *router.Caller, st *requestSt
 	if err != nil {
 		return mcpconv.Denial(err), nil
 	}
+	run.BeganAt(time.UnixMilli(sk.Began))
 	r, ok := responses[sk.Key]
 	if ok {
 		err = r.DecodeFor(mcp.MethodSamplingCreateMessage)

@@ -43,6 +43,7 @@ type skillState struct {
 	Message string            `json:"message"`
 	Context string            `json:"context,omitempty"`
 	Tools   bool              `json:"tools,omitempty"` // tools were offered to the model
+	Began   int64             `json:"began"`           // unix milliseconds, when the run began
 	Key     string            `json:"key"`             // the input key of the sampling request
 	At      skills.Checkpoint `json:"at"`
 }

@@ -96,24 +96,30 @@ func (r mcpReply) text() string {
 	return b.String()
 }
 
-// useSkillOn posts a 2026-07-28 use_skill call to base: a new run when
-// state is "", else the continuation of state with the answer given under
-// key.
-func useSkillOn(t *testing.T, base, tok, state, key, answer string) mcpReply {
+// callOn posts a 2026-07-28 tools/call of name with args to base, as
+// alice's client lending its model: a new call when state is "", else the
+// continuation of state with the answer given under key.
+func callOn(t *testing.T, base, tok, name, args, state, key, answer string) mcpReply {
 	t.Helper()
-	params := `"name":"use_skill","arguments":{"skill":"echoer","message":"echo hello"},` + modernMeta
+	params := `"name":"` + name + `","arguments":` + args + `,` + modernMeta
 	if state != "" {
 		params += `,"requestState":` + strconv.Quote(state) + `,"inputResponses":{` + strconv.Quote(key) + `:` + answer + `}`
 	}
-	st, _, body := testkit.PostMCP(t, base, tok, "use_skill", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{`+params+`}}`)
+	st, _, body := testkit.PostMCP(t, base, tok, name, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{`+params+`}}`)
 	if st != http.StatusOK {
-		t.Fatalf("use_skill on %s: %d %s", base, st, body)
+		t.Fatalf("%s on %s: %d %s", name, base, st, body)
 	}
 	var r mcpReply
 	if err := json.Unmarshal(body, &r); err != nil {
-		t.Fatalf("use_skill on %s: %v: %s", base, err, body)
+		t.Fatalf("%s on %s: %v: %s", name, base, err, body)
 	}
 	return r
+}
+
+// useSkillOn is callOn for use_skill of the echoer skill.
+func useSkillOn(t *testing.T, base, tok, state, key, answer string) mcpReply {
+	t.Helper()
+	return callOn(t, base, tok, "use_skill", `{"skill":"echoer","message":"echo hello"}`, state, key, answer)
 }
 
 // oneKey is the key of the one input request r carries.
@@ -192,6 +198,8 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 		t.Errorf("replayed state on A: %+v %q", r.Result, r.text())
 	}
 
+	// The model takes its time: the run's record counts it, from A's start.
+	time.Sleep(300 * time.Millisecond)
 	done := `{"role":"assistant","model":"m","stopReason":"endTurn","content":{"type":"text","text":"done: echoed hello"}}`
 	last := useSkillOn(t, a.URL, alice, second.Result.RequestState, key2, done)
 	if last.Result.IsError || last.Result.ResultType == "input_required" || !strings.Contains(last.text(), "done: echoed hello") {
@@ -218,9 +226,11 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 	seen := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
 		var rec struct {
-			Time    time.Time `json:"time"`
-			Replica string    `json:"replica"`
-			Type    string    `json:"type"`
+			Time     time.Time `json:"time"`
+			Replica  string    `json:"replica"`
+			Type     string    `json:"type"`
+			Detail   string    `json:"detail"`
+			Duration float64   `json:"duration_ms"`
 		}
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("merged line %q: %v", line, err)
@@ -230,6 +240,9 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 		}
 		prev = rec.Time
 		seen[rec.Replica]++
+		if rec.Type == "skill_run" && (rec.Replica != "a" || rec.Detail != "iterations=2 tool_calls=1 outcome=done" || rec.Duration < 300) {
+			t.Errorf("the run's record = %s, want it on a, with the whole run's counts and duration", line)
+		}
 	}
 	t.Logf("records by replica: %v", seen)
 	// A ran the start and the end of the run, B the echo in between.
@@ -260,23 +273,14 @@ url = %q
 	}
 	a, b := start("a"), start("b")
 	alice := a.Token(t, token.Claims{Sub: "alice"})
-	call := func(base, extra string) mcpReply {
+	call := func(base, state, key, answer string) mcpReply {
 		t.Helper()
-		st, _, body := testkit.PostMCP(t, base, alice, "cf__test_elicitation", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{`+
-			`"name":"cf__test_elicitation","arguments":{"message":"who are you?"},`+modernMeta+extra+`}}`)
-		if st != http.StatusOK {
-			t.Fatalf("tools/call on %s: %d %s", base, st, body)
-		}
-		var r mcpReply
-		if err := json.Unmarshal(body, &r); err != nil {
-			t.Fatalf("tools/call on %s: %v: %s", base, err, body)
-		}
-		return r
+		return callOn(t, base, alice, "cf__test_elicitation", `{"message":"who are you?"}`, state, key, answer)
 	}
-	first := call(a.URL, "")
+	first := call(a.URL, "", "", "")
 	key := oneKey(t, first)
 	answer := `{"action":"accept","content":{"username":"alice","email":"alice@example.com"}}`
-	got := call(b.URL, `,"requestState":`+strconv.Quote(first.Result.RequestState)+`,"inputResponses":{`+strconv.Quote(key)+`:`+answer+`}`)
+	got := call(b.URL, first.Result.RequestState, key, answer)
 	if got.Result.IsError || !strings.Contains(got.text(), "User response: action=accept") || !strings.Contains(got.text(), `"username":"alice"`) {
 		t.Fatalf("the continuation through B = %+v %q", got.Result, got.text())
 	}
