@@ -50,6 +50,10 @@ func (s *SkillRun) BeganAt(t time.Time) {
 	}
 }
 
+// HandedOn ends the run here without a record: it went on on another
+// replica, which records it when it ends.
+func (s *SkillRun) HandedOn() { s.tk.Done() }
+
 // End logs the run: its iterations (sampling requests), inner tool calls
 // and outcome (done, partial at the iteration limit, or an error's code).
 func (s *SkillRun) End(iterations, toolCalls int, partial bool, err error) {

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -74,6 +75,9 @@ type job struct {
 	// use is the Use of the requestState the job is parked under: only
 	// that state, its latest, goes on with it.
 	use string
+	// handedOn: the run went on from the job's state on another replica,
+	// which records it; this job ends without a record.
+	handedOn atomic.Bool
 }
 
 type jobs struct {
@@ -289,16 +293,24 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 	}
 }
 
-// abandon ends j if it is still parked.
+// abandon ends j if it is still parked. A skill run whose state was
+// used (on another replica, which rebuilt the run from it) is handed on,
+// not abandoned: claiming the state now, dead either way, tells which.
 func (js *jobs) abandon(j *job) {
 	js.mu.Lock()
 	_, still := js.parked[j.id]
 	delete(js.parked, j.id)
+	use := j.use
 	js.mu.Unlock()
-	if still {
-		j.park.Stop()
-		j.cancel()
+	if !still {
+		return
 	}
+	j.park.Stop()
+	if j.skill != nil && use != "" {
+		fresh, err := js.seals().claim(context.Background(), claimKey(use), time.Now().Add(claimGrace))
+		j.handedOn.Store(err == nil && !fresh)
+	}
+	j.cancel()
 }
 
 // park keeps j for its client's answers, for parkTTL at most, and returns

@@ -249,6 +249,10 @@ func (m *MCP) skillJob(c *router.Caller, run *router.SkillRun, s *skills.Skill, 
 				return mcpconv.ToResult(res)
 			},
 		})
+		if err != nil && j.handedOn.Load() {
+			run.HandedOn()
+			return nil, ctx.Err() // nobody waits here for the run
+		}
 		if err != nil {
 			err := tool.Wrap(err, tool.CodeBackendUnavailable, "%v", err)
 			run.End(iterations, toolCalls, false, err)

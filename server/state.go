@@ -131,7 +131,7 @@ func (s *stateSealer) open(raw, sub string, now time.Time) (*requestState, error
 // use claims st once: a second use, here or on another replica, is
 // refused; a store that cannot say fails closed.
 func (s *stateSealer) use(ctx context.Context, st *requestState) error {
-	fresh, err := s.claim(ctx, "requestState:"+st.Use, time.UnixMilli(st.Exp))
+	fresh, err := s.claim(ctx, claimKey(st.Use), time.UnixMilli(st.Exp).Add(claimGrace))
 	if err != nil {
 		return tool.Wrap(err, tool.CodeBackendUnavailable, "requestState cannot be checked against replay: %v", err)
 	}
@@ -140,6 +140,14 @@ func (s *stateSealer) use(ctx context.Context, st *requestState) error {
 	}
 	return nil
 }
+
+// claimGrace keeps a claim past its state's expiry, so that the replica
+// whose job the state named can still tell, when it gives the job up at
+// that expiry, that the state was used elsewhere (jobs.abandon).
+const claimGrace = time.Minute
+
+// claimKey is the store key a state's one use is claimed under.
+func claimKey(use string) string { return "requestState:" + use }
 
 // localClaims are the claims of a server given no store: they hold for
 // this process only.
