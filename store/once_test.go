@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -82,5 +83,20 @@ func TestClaimOnce(t *testing.T) {
 	// An expired claim (not yet pruned) may be made again.
 	if err := a.ClaimOnce(ctx, "state:1", c.Now().Add(time.Minute)); err != nil {
 		t.Errorf("claim after expiry: %v", err)
+	}
+}
+
+// BenchmarkClaimOnce is what each continuation of a requestState adds:
+// one conditional upsert in the shared store.
+func BenchmarkClaimOnce(b *testing.B) {
+	s := mustOpen(b, b.TempDir(), nil)
+	ctx := context.Background()
+	exp := time.Now().Add(time.Hour)
+	i := 0
+	for b.Loop() {
+		i++
+		if err := s.ClaimOnce(ctx, "state:"+strconv.Itoa(i), exp); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
