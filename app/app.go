@@ -45,6 +45,8 @@ type App struct {
 	SecretSource string
 	// HS256 says whether HS256 tokens are accepted (see config.Auth.HS256).
 	HS256 bool
+	// ReplicaID names this replica ([server] replica_id, or hostname-pid).
+	ReplicaID string
 
 	logger   *slog.Logger
 	cancel   context.CancelFunc
@@ -60,7 +62,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
 	}
-	a := &App{Config: cfg, logger: opts.Logger, done: make(chan struct{})}
+	a := &App{Config: cfg, logger: opts.Logger, done: make(chan struct{}), ReplicaID: replicaID(cfg.Server.ReplicaID)}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -107,7 +109,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if a.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{LookupEnv: opts.LookupEnv, URL: cfg.Store.URL}); err != nil {
 		return nil, err
 	}
-	if a.Audit, err = audit.Open(cfg.Audit.Path, auditOptions(cfg, opts.Logger)); err != nil {
+	ao := auditOptions(cfg, opts.Logger)
+	ao.Replica = a.ReplicaID // every record says which replica wrote it
+	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err
 	}
 	bo := RegistryOptions(cfg)
@@ -134,7 +138,8 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		issuer = o.Issuer
 	}
 	a.Server = server.New(server.Options{Router: a.Router, Registry: a.Registry, Logger: opts.Logger,
-		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready,
+		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
+		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce,
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
 	if err := a.Server.LoadSkills(skills.Options{Installed: opts.SkillsDirs, Workspace: cfg.Dir}, SkillSettings(cfg.Skills)); err != nil {
@@ -148,6 +153,28 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		a.Registry.Run(runCtx)
 	}()
 	return a, nil
+}
+
+// replicaID is the configured replica id, or <hostname>-<pid>: unique
+// among replicas on several hosts and several processes on one.
+func replicaID(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "capgate"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// claimOnce is the store's ClaimOnce as the server takes it.
+func (a *App) claimOnce(ctx context.Context, key string, expires time.Time) (bool, error) {
+	err := a.Store.ClaimOnce(ctx, key, expires)
+	if errors.Is(err, store.ErrExists) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // ready says whether the store answers and the audit log can record

@@ -21,7 +21,7 @@ import (
 var namel3ssKeys = []string{"type", "tool_name", "runner", "resolved_source", "capability", "allowed",
 	"guarantee_source", "reason", "protocol_version"}
 
-var capgateKeys = []string{"time", "seq", "sub", "chat_id", "chat_type", "tool", "decision", "gate", "code",
+var capgateKeys = []string{"time", "seq", "replica", "sub", "chat_id", "chat_type", "tool", "decision", "gate", "code",
 	"duration_ms", "input_sha256", "request_id", "approval_id", "flow_id", "account_ref", "detail", "prev"}
 
 // fullEvent has every field set.
@@ -37,6 +37,7 @@ func fullEvent(typ string, i int) Event {
 		Reason:          "no grant matches",
 		ProtocolVersion: "2025-06-18",
 		Time:            time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.FixedZone("CET", 3600)),
+		Replica:         "replica-a",
 		Sub:             "user-42",
 		ChatID:          "chat-7",
 		ChatType:        "direct",
@@ -168,7 +169,7 @@ func TestFieldValues(t *testing.T) {
 		"type": "capability_check", "tool_name": "read_file", "runner": "mcp", "resolved_source": "mcp:filesystem",
 		"capability": "rye.execute.tool.mcp.filesystem.read_file", "allowed": false, "guarantee_source": "token",
 		"reason": "no grant matches", "protocol_version": "2025-06-18",
-		"time": "2026-03-01T11:00:00.123456789Z", "seq": 1.0, "sub": "user-42", "chat_id": "chat-7",
+		"time": "2026-03-01T11:00:00.123456789Z", "seq": 1.0, "replica": "replica-a", "sub": "user-42", "chat_id": "chat-7",
 		"chat_type": "direct", "tool": "mcp:filesystem:read_file", "decision": "deny", "gate": "permissions",
 		"code": "permission_denied", "duration_ms": 1.235, "input_sha256": e.InputSHA256, "request_id": "req-3",
 		"approval_id": "appr-1", "flow_id": "flow-1", "account_ref": "acct:github:1", "detail": "event 3",

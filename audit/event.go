@@ -12,7 +12,7 @@
 //
 // then capgate's:
 //
-//	time, seq, sub, chat_id, chat_type, tool, decision, gate, code,
+//	time, seq, replica, sub, chat_id, chat_type, tool, decision, gate, code,
 //	duration_ms, input_sha256, request_id, approval_id, flow_id,
 //	account_ref, detail, prev
 //
@@ -98,6 +98,9 @@ type Event struct {
 
 	// Time is when it happened; zero means when Log was called.
 	Time time.Time
+	// Replica is the replica that wrote the record; empty means the Log's
+	// own (Options.Replica).
+	Replica string
 
 	Sub, ChatID, ChatType, Tool string
 	Decision                    string // allow, deny or error
@@ -158,6 +161,7 @@ func appendHead(b []byte, e *Event) []byte {
 // appendTail appends a line's bytes from after seq's value up to prev's
 // value: `,"sub":…,"prev":"`.
 func appendTail(b []byte, e *Event) []byte {
+	b = appendField(b, `,"replica":`, e.Replica)
 	b = appendField(b, `,"sub":`, e.Sub)
 	b = appendField(b, `,"chat_id":`, e.ChatID)
 	b = appendField(b, `,"chat_type":`, e.ChatType)

@@ -46,6 +46,9 @@ type Options struct {
 	// running at once before more wait. Default 4 MiB, at least 64 KiB;
 	// negative: none (calls are admitted on health alone).
 	Reserve int64
+	// Replica names the replica writing the log, in every record (each
+	// replica of a scaled-out capgate writes its own log); "" for none.
+	Replica string
 	// OnHealth is called, from the writer, when the log turns unhealthy
 	// (with why) and when it recovers (with nil): once per change, not per
 	// event. It must not call the Log.
@@ -85,6 +88,7 @@ type Log struct {
 	maxBatch   int
 	maxPending int
 	now        func() time.Time
+	replica    string // Options.Replica
 	maxSize    int64
 	maxFiles   int
 	reserve    int64
@@ -203,6 +207,7 @@ func Open(path string, opts Options) (*Log, error) {
 		maxBatch:   opts.MaxBatch,
 		maxPending: opts.MaxPending,
 		now:        opts.Now,
+		replica:    opts.Replica,
 		maxSize:    max(opts.MaxSize, 0),
 		maxFiles:   opts.MaxFiles,
 		reserve:    opts.Reserve,
@@ -332,6 +337,9 @@ func (l *Log) log(e Event, t *Ticket) {
 	}
 	if e.Time.IsZero() {
 		e.Time = l.now()
+	}
+	if e.Replica == "" {
+		e.Replica = l.replica
 	}
 	bp := encBufs.Get().(*[]byte)
 	b, head := encode(*bp, &e)

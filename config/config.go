@@ -60,6 +60,14 @@ type Server struct {
 	// capgate still serves, so that a balancer stops sending it calls
 	// before it closes its listeners. Default 0: stop at once.
 	DrainDelay Duration `toml:"drain_delay"`
+	// ReplicaID names this replica in its audit records and in the
+	// request states of the calls it holds. Default: <hostname>-<pid>.
+	ReplicaID string `toml:"replica_id"`
+	// AdvertiseURL is where the other replicas reach this one (its
+	// listener, e.g. http://10.0.0.5:8787), to forward the continuation
+	// of a call parked here. "": continuations go to the replica the
+	// client reaches.
+	AdvertiseURL string `toml:"advertise_url"`
 }
 
 type Auth struct {

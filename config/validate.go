@@ -59,6 +59,12 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	if _, _, err := net.SplitHostPort(c.Server.Listen); err != nil {
 		fail("server.listen", "%q is not host:port", c.Server.Listen)
 	}
+	if raw := c.Server.AdvertiseURL; raw != "" {
+		// Replicas talk on the operator's network: http is allowed there.
+		if u, err := url.Parse(raw); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			fail("server.advertise_url", "%q is not an absolute http or https URL", raw)
+		}
+	}
 	if !upperEnv.MatchString(c.Auth.SecretEnv) {
 		fail("auth.secret_env", "%q is not an environment variable name", c.Auth.SecretEnv)
 	}

@@ -42,6 +42,18 @@ func (r *Router) BeginSkill(c *Caller, name, protocol string) (*SkillRun, error)
 	return &SkillRun{r: r, tk: tk, ev: ev, start: now}, nil
 }
 
+// BeganAt says the run began at t, before BeginSkill: on another replica,
+// which handed it on. Its duration counts from then.
+func (s *SkillRun) BeganAt(t time.Time) {
+	if !t.IsZero() && t.Before(s.start) {
+		s.start = t
+	}
+}
+
+// HandedOn ends the run here without a record: it went on on another
+// replica, which records it when it ends.
+func (s *SkillRun) HandedOn() { s.tk.Done() }
+
 // End logs the run: its iterations (sampling requests), inner tool calls
 // and outcome (done, partial at the iteration limit, or an error's code).
 func (s *SkillRun) End(iterations, toolCalls int, partial bool, err error) {

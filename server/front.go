@@ -75,6 +75,7 @@ func (s *Server) handler(fast bool) http.Handler {
 	mux.Handle(metadataPath, metadataHandler(s.issuer))
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(s.issuer))
 	mux.Handle("/rpc", &rpc.Handler{Router: s.Router, MaxBody: max})
+	mux.HandleFunc(internalPath, func(w http.ResponseWriter, r *http.Request) { s.MCP.serveInternal(w, r, max) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	return recoverPanics(s.logger, rejectRebinding(mux))

@@ -11,12 +11,14 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/capgate/capgate/internal/mcpconv"
+	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -67,11 +69,21 @@ type job struct {
 	pending map[string]*ask // asked and not yet answered, by input key
 	seq     int
 	park    *time.Timer
+	// skill is the use_skill run's state at its last sampling request, for
+	// the requestState; nil for a plain call.
+	skill *skillState
+	// use is the Use of the requestState the job is parked under: only
+	// that state, its latest, goes on with it.
+	use string
+	// handedOn: the run went on from the job's state on another replica,
+	// which records it; this job ends without a record.
+	handedOn atomic.Bool
 }
 
 type jobs struct {
 	mu     sync.Mutex
 	parked map[string]*job
+	sealer *stateSealer // nil: one of this process's own, made on first use
 }
 
 // newJob makes a job for the caller sub; run starts it.
@@ -132,29 +144,66 @@ func (j *job) current() context.Context {
 	return j.cur
 }
 
+// seals is the sealer of the jobs' request states.
+func (js *jobs) seals() *stateSealer {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.sealer == nil {
+		js.sealer = newStateSealer(randomSecret(), "", "", nil)
+	}
+	return js.sealer
+}
+
 // resume takes the parked job named by state, if it is the caller's.
 // Another subject's state reads like an unknown one.
 func (js *jobs) resume(state, sub string) *job {
-	js.mu.Lock()
-	defer js.mu.Unlock()
-	j, ok := js.parked[state]
-	if !ok || j.sub != sub {
+	st, err := js.seals().open(state, sub, time.Now())
+	if err != nil {
 		return nil
 	}
-	delete(js.parked, state)
+	return js.take(st)
+}
+
+// take takes the parked job st names, if st is the state it is parked
+// under, or nil.
+func (js *jobs) take(st *requestState) *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	j, ok := js.parked[st.ID]
+	if !ok || j.sub != st.Sub || j.use != st.Use {
+		return nil
+	}
+	delete(js.parked, st.ID)
 	j.park.Stop()
 	return j
 }
 
-// resumeCall goes on with the caller's parked job that req's requestState
-// names, given the answers req carries.
-func (js *jobs) resumeCall(ctx context.Context, sub string, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	j := js.resume(req.Params.RequestState, sub)
-	if j == nil {
-		return mcpconv.Denial(tool.Errorf(tool.CodeInvalidInput, "requestState is unknown or expired; call %s again", req.Params.Name)), nil
+// resume goes on with the call whose requestState req carries, given the
+// answers req carries: the state is opened for c and claimed once; then
+// the job it names goes on here if this replica holds it, a use_skill run
+// goes on from its checkpoint, and a call parked on another replica is
+// forwarded there.
+func (m *MCP) resume(ctx context.Context, c *router.Caller, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	sealer := m.jobs.seals()
+	st, err := sealer.open(req.Params.RequestState, c.Sub, time.Now())
+	if err == nil {
+		err = sealer.use(ctx, st)
 	}
-	j.deliver(req.Params.InputResponses)
-	return js.wait(ctx, j)
+	if err != nil {
+		return mcpconv.Denial(err), nil
+	}
+	if j := m.jobs.take(st); j != nil {
+		j.deliver(req.Params.InputResponses)
+		return m.jobs.wait(ctx, j)
+	}
+	if st.Skill != nil {
+		return m.continueSkill(ctx, c, st, req.Params.InputResponses)
+	}
+	if st.Replica != sealer.replica {
+		// The upstream call waits on the replica that holds it.
+		return m.forward(ctx, c, st, req)
+	}
+	return mcpconv.Denial(errStateExpired), nil
 }
 
 // deliver passes the client's answers to the questions they answer; a
@@ -205,7 +254,7 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 			detach()
 			return r.res, r.err
 		case a := <-j.asks:
-			b := mcpserver.NewInputRequestBuilder(j.id)
+			b := mcpserver.NewInputRequestBuilder("")
 			n := 0
 			for more := true; more; {
 				if err := j.add(b, a); err != nil {
@@ -223,11 +272,13 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 				continue
 			}
 			detach()
-			if err := js.park(j); err != nil {
+			state, err := js.park(j)
+			if err != nil {
 				j.cancel()
 				return mcpconv.Denial(err), nil
 			}
-			if !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) {
+			b.RequestState(state)
+			if !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) && !isForwarded(ctx) {
 				// mcp-go asks a 2025-11-25 client within this request; if the
 				// request ends first, nobody will come back for the job.
 				context.AfterFunc(ctx, func() { js.abandon(j) })
@@ -242,22 +293,46 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 	}
 }
 
-// abandon ends j if it is still parked.
+// abandon ends j if it is still parked. A skill run whose state was
+// used (on another replica, which rebuilt the run from it) is handed on,
+// not abandoned: claiming the state now, dead either way, tells which.
 func (js *jobs) abandon(j *job) {
 	js.mu.Lock()
 	_, still := js.parked[j.id]
 	delete(js.parked, j.id)
+	use := j.use
 	js.mu.Unlock()
-	if still {
-		j.park.Stop()
-		j.cancel()
+	if !still {
+		return
 	}
+	j.park.Stop()
+	if j.skill != nil && use != "" {
+		fresh, err := js.seals().claim(context.Background(), claimKey(use), time.Now().Add(claimGrace))
+		j.handedOn.Store(err == nil && !fresh)
+	}
+	j.cancel()
 }
 
-// park keeps j for its client's answers, for parkTTL at most.
-// It refuses when the caller already has maxParkedPerSub jobs waiting, so
-// that calls nobody comes back for cannot pile up.
-func (js *jobs) park(j *job) error {
+// park keeps j for its client's answers, for parkTTL at most, and returns
+// its sealed requestState. It refuses when the caller already has
+// maxParkedPerSub jobs waiting, so that calls nobody comes back for cannot
+// pile up.
+func (js *jobs) park(j *job) (string, error) {
+	sealer := js.seals()
+	st := &requestState{ID: j.id, Sub: j.sub, Exp: time.Now().Add(parkTTL).UnixMilli(), Replica: sealer.replica, URL: sealer.url}
+	j.mu.Lock()
+	if j.skill != nil {
+		sk := *j.skill
+		for key := range j.pending {
+			sk.Key = key // a skill asks one thing at a time: its model
+		}
+		st.Skill = &sk
+	}
+	j.mu.Unlock()
+	state, err := sealer.seal(st)
+	if err != nil {
+		return "", err
+	}
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if js.parked == nil {
@@ -270,11 +345,12 @@ func (js *jobs) park(j *job) error {
 		}
 	}
 	if n >= maxParkedPerSub {
-		return tool.Errorf(tool.CodeRateLimited, "%d calls of yours already wait for your answers; answer or abandon them (they expire after %s)", n, parkTTL)
+		return "", tool.Errorf(tool.CodeRateLimited, "%d calls of yours already wait for your answers; answer or abandon them (they expire after %s)", n, parkTTL)
 	}
 	js.parked[j.id] = j
+	j.use = st.Use
 	j.park = time.AfterFunc(parkTTL, func() { js.abandon(j) })
-	return nil
+	return state, nil
 }
 
 // add renders one question as an input request.

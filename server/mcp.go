@@ -31,7 +31,8 @@ type MCP struct {
 	// stream is the streamable-HTTP transport, one for every way in, so
 	// that sessions and streams are shared.
 	stream   *mcpserver.StreamableHTTPServer
-	sessions *sessionIDs // the stream's Mcp-Session-Id, bound to subjects
+	sessions *sessionIDs    // the stream's Mcp-Session-Id, bound to subjects
+	internal *internalCalls // continuations forwarded between replicas
 
 	mu     sync.Mutex
 	listed []byte // the registered tool list as JSON, to skip no-op syncs
@@ -76,7 +77,9 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 		mcpserver.WithPromptFilter(m.filterPrompts),
 		mcpserver.WithInstructions("capgate routes every tool call through its capability policy. A denied call returns a result whose text names the code, the capability string that was missing and what would allow it."),
 	)
-	m.sessions = newSessionIDs()
+	own := randomSecret() // New rekeys these from Options.Secret
+	m.sessions = newSessionIDs(own)
+	m.internal = newInternalCalls(own)
 	// The front door checks the Host of loopback requests for every path
 	// (rejectRebinding): mcp-go need not do it again.
 	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),
@@ -176,7 +179,7 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 		return mcpconv.Denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
 	}
 	if req.Params.RequestState != "" {
-		return m.jobs.resumeCall(ctx, c.Sub, req)
+		return m.resume(ctx, c, req)
 	}
 	r := router.Request{Tool: req.Params.Name, Input: mcpconv.RawArguments(req), Protocol: protocolOf(ctx)}
 	if res, ok := m.plan(ctx, c, req, r); ok {

@@ -34,6 +34,16 @@ type Options struct {
 	// Ready says whether the parts behind the router can serve calls (the
 	// store answers, the audit log writes); /readyz asks it. nil: ready.
 	Ready func(context.Context) error
+	// Secret is the key material every replica shares (the token secret):
+	// session ids are keyed from it, so that any replica accepts a session
+	// another opened. nil: a key of this process's own.
+	Secret []byte
+	// ReplicaID names this replica in the request states it seals, and
+	// AdvertiseURL is where other replicas reach it ("" for nowhere).
+	ReplicaID, AdvertiseURL string
+	// ClaimOnce records a request state as used, in the store the
+	// replicas share; nil: claims hold in this process only.
+	ClaimOnce ClaimFunc
 }
 
 // Server is capgate's front door over a router and its registry.
@@ -58,6 +68,13 @@ func New(opts Options) *Server {
 	s := &Server{Router: opts.Router, Registry: opts.Registry, logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
 		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready}
 	s.MCP = NewMCP(s.Router, s.Registry)
+	secret := opts.Secret
+	if secret == nil {
+		secret = randomSecret()
+	}
+	*s.MCP.sessions = *newSessionIDs(secret)
+	s.MCP.internal = newInternalCalls(secret)
+	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	return s
 }
 

@@ -13,10 +13,15 @@ import (
 
 // sessionIDs mints the Mcp-Session-Id of protocol 2025-11-25 sessions, each
 // bound to the subject that opened it: an id is random bytes and a MAC of
-// them and the subject, under a key made at start. capgate keeps no table of
-// sessions, so nothing grows with them, and an id is worth nothing to
-// another subject or after a restart (mcp-go's session state does not
-// survive one either). Both get 404, on which a client opens a new session.
+// them and the subject, under a key derived from the secret every replica
+// shares (Options.Secret). capgate keeps no table of sessions, so nothing
+// grows with them, and every replica, or the same one after a restart,
+// accepts the id: mcp-go v1.2.1 serves a non-initialize POST whose id
+// Validate accepts but that it never registered with a fresh session of
+// its own, initialized, that knows nothing the client said at initialize
+// (capabilities, log level). An id is worth nothing to another subject or
+// under another secret: both get 404, on which a client opens a new
+// session.
 //
 // Protocol 2026-07-28 has no sessions; mcp-go ignores the header there.
 type sessionIDs struct {
@@ -31,9 +36,14 @@ const (
 
 var errSessionNotFound = errors.New("no such session for this subject")
 
-func newSessionIDs() *sessionIDs {
+// sessionLabel separates the session MAC key from every other key derived
+// from the same secret.
+const sessionLabel = "capgate session id v1"
+
+// newSessionIDs keys session ids from secret (HKDF-SHA256, sessionLabel).
+func newSessionIDs(secret []byte) *sessionIDs {
 	s := &sessionIDs{}
-	rand.Read(s.key[:]) // never fails on Linux (crypto/rand panics otherwise)
+	copy(s.key[:], deriveKey(secret, sessionLabel))
 	return s
 }
 

@@ -6,7 +6,7 @@ import (
 )
 
 func TestSessionIDsBindTheSubject(t *testing.T) {
-	ids, other := newSessionIDs(), newSessionIDs()
+	ids, other := newSessionIDs([]byte("secret one")), newSessionIDs([]byte("secret two"))
 	a, a2 := ids.mint("alice"), ids.mint("alice")
 	if a == a2 {
 		t.Fatalf("two sessions share the id %q", a)
@@ -14,9 +14,13 @@ func TestSessionIDsBindTheSubject(t *testing.T) {
 	if !ids.owns(a, "alice") || !ids.owns(a2, "alice") {
 		t.Fatalf("alice does not own her ids %q %q", a, a2)
 	}
+	// Another replica given the same secret accepts them.
+	if twin := newSessionIDs([]byte("secret one")); !twin.owns(a, "alice") {
+		t.Fatalf("a replica with the same secret refuses %q", a)
+	}
 	refused := map[string]string{
 		"another subject":           ids.mint("bob"),
-		"another process":           other.mint("alice"),
+		"another secret":            other.mint("alice"),
 		"a subject that extends it": ids.mint("alic"),
 		"truncated":                 a[:len(a)-2],
 		"extended":                  a + "00",
@@ -43,7 +47,7 @@ func TestSessionIDsBindTheSubject(t *testing.T) {
 }
 
 func TestSessionManagerWithoutCallerRefuses(t *testing.T) {
-	ids := newSessionIDs()
+	ids := newSessionIDs(randomSecret())
 	m := ids.ResolveSessionIdManager(nil)
 	if _, err := m.Validate(ids.mint("")); err == nil {
 		t.Fatal("a session id is valid for no caller")
@@ -56,7 +60,7 @@ func TestSessionManagerWithoutCallerRefuses(t *testing.T) {
 // BenchmarkSessionOwns is the check every 2025-11-25 request with a session
 // id pays.
 func BenchmarkSessionOwns(b *testing.B) {
-	ids := newSessionIDs()
+	ids := newSessionIDs(randomSecret())
 	id := ids.mint("alice")
 	b.ReportAllocs()
 	for b.Loop() {

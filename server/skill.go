@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -115,7 +116,7 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 		return mcpconv.Denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
 	}
 	if req.Params.RequestState != "" {
-		return m.jobs.resumeCall(ctx, c.Sub, req)
+		return m.resume(ctx, c, req)
 	}
 	var in struct {
 		Skill   string `json:"skill"`
@@ -151,12 +152,76 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 		// declare sampling.tools: such a skill runs without them.
 		tools = m.skillTools(c, s, scope)
 	}
-	j := newJob(c.Sub).run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
-		iterations, toolCalls := 0, 0
+	st := &skillState{Name: s.Name, Message: in.Message, Context: in.Context, Tools: samplingTools, Began: time.Now().UnixMilli()}
+	return m.jobs.wait(ctx, m.skillJob(c, run, s, scope, tools, proto, st, nil))
+}
+
+// continueSkill goes on with the use_skill run st carries, begun here or
+// on another replica, from its model's answer in responses. The caller's
+// access to the skill is decided again, as for a new run.
+func (m *MCP) continueSkill(ctx context.Context, c *router.Caller, st *requestState, responses mcp.InputResponses) (*mcp.CallToolResult, error) {
+	sk := *st.Skill
+	proto := protocolOf(ctx)
+	run, err := m.router.BeginSkill(c, sk.Name, proto)
+	if err != nil {
+		return mcpconv.Denial(err), nil
+	}
+	run.BeganAt(time.UnixMilli(sk.Began))
+	r, ok := responses[sk.Key]
+	if ok {
+		err = r.DecodeFor(mcp.MethodSamplingCreateMessage)
+	}
+	if !ok || err != nil || r.Sampling == nil {
+		err := tool.Errorf(tool.CodeInvalidInput, "inputResponses[%q]: want the model's answer for skill %s (sampling/createMessage)", sk.Key, sk.Name)
+		run.Deny(err)
+		return mcpconv.Denial(err), nil
+	}
+	s, scope, err := m.skillAccess(c, sk.Name)
+	if err != nil {
+		run.Deny(err)
+		return mcpconv.Denial(err), nil
+	}
+	var tools []mcp.Tool
+	if sk.Tools {
+		tools = m.skillTools(c, s, scope)
+	}
+	return m.jobs.wait(ctx, m.skillJob(c, run, s, scope, tools, proto, &sk, r.Sampling))
+}
+
+// skillJob runs skill s for c as a job: from the start, or with first (the
+// model's answer to the request st was checkpointed at) from st's
+// checkpoint. The job keeps st at each sampling request, for its
+// requestState.
+func (m *MCP) skillJob(c *router.Caller, run *router.SkillRun, s *skills.Skill, scope *router.Scope, tools []mcp.Tool,
+	proto string, st *skillState, first *mcp.CreateMessageResult) *job {
+	j := newJob(c.Sub)
+	j.skill = st
+	var resume *skills.Checkpoint
+	iterations, toolCalls := 0, 0
+	if first != nil {
+		at := st.At
+		resume = &at
+		iterations, toolCalls = at.Iteration-1, at.ToolCalls
+		// Keys go on from the run's: the model's request of iteration i is
+		// q<i> on whichever replica asks it.
+		j.seq = at.Iteration
+	}
+	in := struct{ Message, Context string }{st.Message, st.Context}
+	return j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
 		res, err := skills.Run(ctx, skills.RunOptions{
-			Skill: s, Message: in.Message, Context: in.Context, Model: s.Model, Tools: tools,
+			Skill: s, Message: in.Message, Context: in.Context, Model: s.Model, Tools: tools, Resume: resume,
+			Checkpoint: func(at skills.Checkpoint) {
+				j.mu.Lock()
+				j.skill.At = at
+				j.mu.Unlock()
+			},
 			Sample: func(ctx context.Context, p mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
 				iterations++
+				if first != nil {
+					out := first
+					first = nil
+					return out, nil
+				}
 				b, err := json.Marshal(p)
 				if err != nil {
 					return nil, err
@@ -184,6 +249,10 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 				return mcpconv.ToResult(res)
 			},
 		})
+		if err != nil && j.handedOn.Load() {
+			run.HandedOn()
+			return nil, ctx.Err() // nobody waits here for the run
+		}
 		if err != nil {
 			err := tool.Wrap(err, tool.CodeBackendUnavailable, "%v", err)
 			run.End(iterations, toolCalls, false, err)
@@ -196,7 +265,6 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 			"tool_calls": res.ToolCalls, "partial": res.Partial}
 		return out, nil
 	})
-	return m.jobs.wait(ctx, j)
 }
 
 // skillAccess decides whether c may run the skill name: it must be

@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/token"
@@ -433,6 +434,9 @@ func skillRuns(t *testing.T, s *testServer) []string {
 	}
 	var runs []string
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue // an empty log
+		}
 		var ev struct {
 			Type, Sub, Tool, Decision, Code, Capability, Detail string
 			ToolName                                            string `json:"tool_name"`
@@ -445,4 +449,65 @@ func skillRuns(t *testing.T, s *testServer) []string {
 		}
 	}
 	return runs
+}
+
+// TestUseSkillHandedOn: a 2026-07-28 run parked here whose state another
+// replica used (it rebuilt the run from it, and records it) ends here
+// without a record when its park runs out; a run nobody came back for is
+// recorded as abandoned, as before.
+func TestUseSkillHandedOn(t *testing.T) {
+	s, url := skillServer(t)
+	tok := mint(t, token.Claims{Sub: "alice", ChatType: "private"})
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
+		`"io.modelcontextprotocol/clientCapabilities":{"sampling":{"tools":{}}}}`
+	begin := func() (*requestState, *job) {
+		t.Helper()
+		_, _, b := testkit.PostMCP(t, url, tok, UseSkill, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"use_skill",`+
+			`"arguments":{"skill":"echoer","message":"echo hello"},`+meta+`}}`)
+		var r struct{ Result json.RawMessage }
+		json.Unmarshal(b, &r)
+		res, err := mcp.ParseCallToolResult(&r.Result)
+		if err != nil {
+			t.Fatalf("use_skill: %v: %s", err, b)
+		}
+		_, state, pending := callToolResultInput(res)
+		st, err := s.MCP.jobs.seals().open(state, "alice", time.Now())
+		if !pending || err != nil {
+			t.Fatalf("use_skill = %s (%v)", b, err)
+		}
+		s.MCP.jobs.mu.Lock()
+		j := s.MCP.jobs.parked[st.ID]
+		s.MCP.jobs.mu.Unlock()
+		if j == nil {
+			t.Fatal("the run is not parked")
+		}
+		return st, j
+	}
+	waitDone := func(j *job) {
+		t.Helper()
+		select {
+		case <-j.done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not end")
+		}
+	}
+
+	// Another replica used the state: it claimed it in the shared store.
+	st, j := begin()
+	if err := s.MCP.jobs.seals().use(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	s.MCP.jobs.abandon(j)
+	waitDone(j)
+	if runs := skillRuns(t, s); len(runs) != 0 {
+		t.Errorf("a run handed on was recorded here: %q", runs)
+	}
+
+	_, j = begin()
+	s.MCP.jobs.abandon(j)
+	waitDone(j)
+	want := []string{"alice|skill:echoer|echoer|error|capability_backend_unavailable||iterations=1 tool_calls=0 outcome=error"}
+	if runs := skillRuns(t, s); !slices.Equal(runs, want) {
+		t.Errorf("an abandoned run's records = %q, want %q", runs, want)
+	}
 }

@@ -35,6 +35,23 @@ type RunOptions struct {
 	Sample    Sampler
 	Call      Caller
 	MaxTokens int // per sampling request; DefaultMaxTokens when 0
+	// Resume goes on with a run from where it asked the model: its first
+	// sampling request is Resume's, so the answer to the question Resume
+	// was taken at can be given then. nil: a new run from Message.
+	Resume *Checkpoint
+	// Checkpoint, when set, is told where the run stands before each
+	// sampling request, so that the run can go on elsewhere (Resume).
+	Checkpoint func(Checkpoint)
+}
+
+// Checkpoint is where a run stands when it asks the model: the
+// conversation so far and its counters. It is all another process needs
+// to go on with the run from the model's answer.
+type Checkpoint struct {
+	Messages  []mcp.SamplingMessage `json:"messages"`
+	Iteration int                   `json:"iteration"` // the sampling request about to be made, from 1
+	ToolCalls int                   `json:"tool_calls"`
+	LastText  string                `json:"last_text,omitempty"`
 }
 
 // RunResult is what a skill's loop produced.
@@ -92,13 +109,24 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 
 	res := &RunResult{}
 	lastText := ""
-	for iter := 1; iter <= maxIter; iter++ {
+	start := 1
+	if r := o.Resume; r != nil {
+		if r.Iteration < 1 || r.Iteration > maxIter || len(r.Messages) == 0 {
+			return nil, fmt.Errorf("skill %s: resume at iteration %d of %d with %d messages: not a checkpoint of this skill",
+				s.Name, r.Iteration, maxIter, len(r.Messages))
+		}
+		messages, start, res.ToolCalls, lastText = slices.Clone(r.Messages), r.Iteration, r.ToolCalls, r.LastText
+	}
+	for iter := start; iter <= maxIter; iter++ {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("skill %s: iteration %d: %w", s.Name, iter, err)
 		}
 		// A copy, so a Sampler that changes the request cannot change the history.
 		params.Messages = slices.Clone(messages)
 		res.Iterations = iter
+		if o.Checkpoint != nil {
+			o.Checkpoint(Checkpoint{Messages: slices.Clone(messages), Iteration: iter, ToolCalls: res.ToolCalls, LastText: lastText})
+		}
 		reply, err := o.Sample(ctx, params)
 		if err != nil {
 			return nil, fmt.Errorf("skill %s: iteration %d: sampling: %w", s.Name, iter, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -415,5 +416,66 @@ func TestWrap(t *testing.T) {
 		"</instruction>\n<output>\nPython 3.13 introduces...\n</output>"
 	if got != want {
 		t.Errorf("Wrap =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A run checkpointed before its second sampling request, carried as JSON
+// (as a sealed requestState carries it) and resumed by a second Run, ends
+// as the uninterrupted run does: same history sent, same counters, no
+// tool call repeated.
+func TestRunResumeFromCheckpoint(t *testing.T) {
+	replies := []*mcp.CreateMessageResult{
+		toolUse("tu1", "web_search", map[string]any{"query": "python 3.13"}),
+		reply([]mcp.Content{mcp.NewTextContent("Found it.")}),
+	}
+	whole := &script{replies: replies}
+	want, err := Run(context.Background(), opts(whole, &recorder{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var points []Checkpoint
+	first := &script{replies: replies[:1], err: errors.New("the client went away"), failAt: 2}
+	o := opts(first, &recorder{})
+	o.Checkpoint = func(c Checkpoint) { points = append(points, c) }
+	if _, err := Run(context.Background(), o); err == nil {
+		t.Fatal("the interrupted run did not fail")
+	}
+	if len(points) != 2 || points[1].Iteration != 2 || points[1].ToolCalls != 1 || points[1].LastText != "calling web_search" {
+		t.Fatalf("checkpoints = %+v", points)
+	}
+	b, err := json.Marshal(points[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp Checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		t.Fatal(err)
+	}
+
+	rest := &script{replies: replies[1:]}
+	r := &recorder{}
+	o = opts(rest, r)
+	o.Resume = &cp
+	got, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *got != *want || len(r.calls) != 0 {
+		t.Errorf("resumed = %+v with calls %v, want %+v and no call", got, r.calls, want)
+	}
+	// The same JSON, key order aside (the resumed history is maps).
+	var sent, orig any
+	b1, _ := json.Marshal(rest.reqs[0].Messages)
+	b2, _ := json.Marshal(whole.reqs[1].Messages)
+	json.Unmarshal(b1, &sent)
+	json.Unmarshal(b2, &orig)
+	if !reflect.DeepEqual(sent, orig) {
+		t.Errorf("the resumed request's history differs:\n%s\n%s", sent, orig)
+	}
+
+	o.Resume = &Checkpoint{Iteration: 99, Messages: cp.Messages}
+	if _, err := Run(context.Background(), o); err == nil {
+		t.Error("resumed past max_iterations")
 	}
 }

@@ -81,6 +81,16 @@ var opsMigrations = []migration{
 		)`,
 		`CREATE INDEX rate_buckets_updated ON rate_buckets (updated_at)`,
 	}},
+	{4, []string{
+		// Keys used once (ClaimOnce): a sealed requestState is consumed at
+		// most once across the replicas that share the store.
+		`CREATE TABLE once_claims (
+			claim_key  TEXT PRIMARY KEY,
+			created_at INTEGER NOT NULL,
+			expires_at INTEGER NOT NULL
+		)`,
+		`CREATE INDEX once_claims_expires ON once_claims (expires_at)`,
+	}},
 }
 
 // vaultMigrations build vault.db.

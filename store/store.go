@@ -246,11 +246,11 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Prune deletes expired auth flows, idempotency records and approvals,
-// and rate-limit buckets untouched for a day.
+// Prune deletes expired auth flows, idempotency records, approvals and
+// once claims, and rate-limit buckets untouched for a day.
 func (s *Store) Prune(ctx context.Context) error {
 	now := s.nowMS()
-	for _, table := range []string{"auth_flows", "idempotency", "approvals"} {
+	for _, table := range []string{"auth_flows", "idempotency", "approvals", "once_claims"} {
 		if _, err := s.ops.ExecContext(ctx, rebind(`DELETE FROM `+table+` WHERE expires_at <= ?`), now); err != nil {
 			return fmt.Errorf("store: prune %s: %w", table, err)
 		}

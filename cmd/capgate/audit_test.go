@@ -144,11 +144,38 @@ func TestAuditUsage(t *testing.T) {
 		{[]string{"audit", "verify", "--config", filepath.Join(dir, "nope.toml")}, "nope.toml"},
 		{[]string{"audit", "tail", "--file", path, "-n", "-1"}, "-n -1: want 0 or more lines"},
 		{[]string{"audit", "tail", "--file", filepath.Join(dir, "nope.jsonl")}, "no such file"},
-		{[]string{"audit", "verify", "extra"}, "unknown command"},
+		{[]string{"audit", "verify", "extra"}, "extra: no such file"},
 	} {
 		code, _, errs := auditRun(t, tt.args...)
 		if code != 2 || !strings.Contains(errs, tt.stderr) {
 			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", tt.args, code, errs, tt.stderr)
 		}
+	}
+}
+
+// TestAuditVerifySeveral: verify given the logs of two replicas checks
+// each chain on its own; a line edited in one is reported naming that file
+// and line, and the other is still reported intact.
+func TestAuditVerifySeveral(t *testing.T) {
+	a, _ := auditLog(t, t.TempDir(), 4)
+	b, lines := auditLog(t, t.TempDir(), 4)
+	code, out, errs := auditRun(t, "audit", "verify", a, b)
+	if code != 0 || !strings.Contains(out, a+": 4 lines, chain intact") || !strings.Contains(out, b+": 4 lines, chain intact") {
+		t.Fatalf("two intact logs: exit %d\n%s%s", code, out, errs)
+	}
+	lines[2] = strings.Replace(lines[2], `"sub":"user-1"`, `"sub":"user-2"`, 1)
+	if err := os.WriteFile(b, []byte(strings.Join(lines, "")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = auditRun(t, "audit", "verify", a, b)
+	if code != 1 || !strings.Contains(out, a+": 4 lines, chain intact") || !strings.Contains(out, b+": BROKEN: "+b+": line 4") ||
+		!strings.Contains(errs, "1 of 2 logs") {
+		t.Errorf("one edited log: exit %d\n%s%s", code, out, errs)
+	}
+	if code, _, errs := auditRun(t, "audit", "verify", a, filepath.Join(t.TempDir(), "nope.jsonl")); code != 2 || !strings.Contains(errs, "cannot be read") {
+		t.Errorf("a missing log: exit %d %s", code, errs)
+	}
+	if code, _, errs := auditRun(t, "audit", "verify", "--file", a, b); code != 2 || !strings.Contains(errs, "not several") {
+		t.Errorf("FILEs and --file: exit %d %s", code, errs)
 	}
 }

@@ -34,8 +34,14 @@ type Capgate struct {
 	// NoSecret leaves $CAPGATE_TOKEN_SECRET to Env (a test of where serve
 	// finds its key); Token then mints with Secret all the same.
 	NoSecret bool
-	Env      []string // added to serve's environment, after the secret
-	Args     []string // serve's flags after --config
+	// Addr is the host:port serve listens on; empty: a free loopback port.
+	// Known before serve starts, it can go into Config (advertise_url).
+	Addr string
+	// DataDir is the data_dir serve uses; empty: "data" in its temp dir.
+	// Two serves given one share their store, as replicas do.
+	DataDir string
+	Env     []string // added to serve's environment, after the secret
+	Args    []string // serve's flags after --config
 }
 
 // Served is a running `capgate serve` that StartCapgate started.
@@ -61,7 +67,10 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if testing.Short() {
 		tb.Skip("runs capgate serve")
 	}
-	s := &Served{Bin: Build(tb, CapgatePkg), Dir: tb.TempDir(), Addr: FreeAddr(tb), Secret: c.Secret}
+	s := &Served{Bin: Build(tb, CapgatePkg), Dir: tb.TempDir(), Addr: c.Addr, Secret: c.Secret}
+	if s.Addr == "" {
+		s.Addr = FreeAddr(tb)
+	}
 	if s.Secret == "" {
 		s.Secret = DefaultSecret
 	}
@@ -72,7 +81,11 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 		s.Socket = filepath.Join(s.Dir, "rpc.sock")
 		socket = s.Socket
 	}
-	src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = \"data\"\nsocket = %q\n\n%s", s.Addr, socket, c.Config)
+	dataDir := c.DataDir
+	if dataDir == "" {
+		dataDir = "data"
+	}
+	src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = %q\n\n%s", s.Addr, dataDir, socket, c.Config)
 	if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
 		tb.Fatal(err)
 	}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/capgate/capgate/internal/httpadmit"
+	"github.com/capgate/capgate/internal/mcpconv"
+	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/tool"
+)
+
+// An upstream call parked waiting for the client lives on the replica that
+// holds it. Another replica that receives its continuation forwards it
+// there: a POST to the holder's internalPath (its Options.AdvertiseURL,
+// which the sealed state names), authenticated by a MAC under a key
+// derived from the shared secret over a timestamp and the body. The
+// holder refuses anything else with 403, before reading the body as more
+// than bytes. The state was claimed by the replica that received it, so
+// the holder does not claim it again; it only takes the job parked under
+// exactly that state.
+const (
+	internalPath   = "/internal/continue"
+	internalLabel  = "capgate internal call v1"
+	internalHeader = "Capgate-Replica-Mac" // "<unix ms>.<hex MAC>"
+	// internalSkew is how far a forwarded call's timestamp may be from
+	// the holder's clock.
+	internalSkew = 30 * time.Second
+	// maxForwardedResult bounds the holder's answer a replica reads.
+	maxForwardedResult = 64 << 20
+)
+
+// continuation is a forwarded continuation: whose, the state, the answers.
+type continuation struct {
+	Sub       string             `json:"sub"`
+	State     string             `json:"state"`
+	Responses mcp.InputResponses `json:"input_responses"`
+}
+
+// internalCalls is one replica's side of the forwarding.
+type internalCalls struct {
+	key    []byte
+	client *http.Client
+}
+
+func newInternalCalls(secret []byte) *internalCalls {
+	return &internalCalls{key: deriveKey(secret, internalLabel), client: &http.Client{}}
+}
+
+// mac is HMAC-SHA256(key, "<t>\n" || body), in hex.
+func (ic *internalCalls) mac(t int64, body []byte) string {
+	h := hmac.New(sha256.New, ic.key)
+	fmt.Fprintf(h, "%d\n", t)
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// verify says whether header authenticates body now.
+func (ic *internalCalls) verify(header string, body []byte, now time.Time) bool {
+	ts, mac, ok := strings.Cut(header, ".")
+	t, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil {
+		return false
+	}
+	if d := now.Sub(time.UnixMilli(t)); d > internalSkew || d < -internalSkew {
+		return false
+	}
+	return hmac.Equal([]byte(mac), []byte(ic.mac(t, body)))
+}
+
+type forwardedKey struct{}
+
+// isForwarded says whether ctx is a forwarded continuation's: a 2026-07-28
+// exchange, whose client may come back to any replica.
+func isForwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != nil }
+
+// forward sends the continuation of the call st names to the replica that
+// holds it and returns that replica's answer.
+func (m *MCP) forward(ctx context.Context, c *router.Caller, st *requestState, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	unavailable := func(format string, args ...any) (*mcp.CallToolResult, error) {
+		return mcpconv.Denial(tool.Errorf(tool.CodeBackendUnavailable, "the call this requestState continues waits on replica %q, which "+format+"; call %s again",
+			append(append([]any{st.Replica}, args...), req.Params.Name)...)), nil
+	}
+	if st.URL == "" {
+		return unavailable("advertises no URL")
+	}
+	body, err := json.Marshal(continuation{Sub: c.Sub, State: req.Params.RequestState, Responses: req.Params.InputResponses})
+	if err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(st.URL, "/")+internalPath, bytes.NewReader(body))
+	if err != nil {
+		return unavailable("advertises a URL that is not one (%v)", err)
+	}
+	t := time.Now().UnixMilli()
+	hreq.Header.Set(internalHeader, strconv.FormatInt(t, 10)+"."+m.internal.mac(t, body))
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := m.internal.client.Do(hreq)
+	if err != nil {
+		return unavailable("does not answer (%v)", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxForwardedResult))
+	if err != nil {
+		return unavailable("did not finish its answer (%v)", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return unavailable("refused it (%s)", resp.Status)
+	}
+	raw := json.RawMessage(b)
+	res, err := mcp.ParseCallToolResult(&raw)
+	if err != nil {
+		return unavailable("answered what is not a result (%v)", err)
+	}
+	return res, nil
+}
+
+// serveInternal takes a forwarded continuation of a call this replica
+// holds, and answers with the call's result (or its next input requests).
+func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
+	header := r.Header.Get(internalHeader)
+	if r.Method != http.MethodPost || header == "" {
+		http.Error(w, "403 forbidden", http.StatusForbidden)
+		return
+	}
+	body, ok := httpadmit.ReadBody(w, r, max)
+	if !ok {
+		return
+	}
+	if !m.internal.verify(header, body, time.Now()) {
+		http.Error(w, "403 forbidden", http.StatusForbidden)
+		return
+	}
+	var f continuation
+	if err := json.Unmarshal(body, &f); err != nil {
+		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	res, err := m.continueHere(context.WithValue(r.Context(), forwardedKey{}, true), f)
+	if err != nil {
+		http.Error(w, "502 the call failed: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(res)
+}
+
+// continueHere goes on with the parked job f's state names.
+func (m *MCP) continueHere(ctx context.Context, f continuation) (*mcp.CallToolResult, error) {
+	st, err := m.jobs.seals().open(f.State, f.Sub, time.Now())
+	if err != nil {
+		return mcpconv.Denial(err), nil
+	}
+	j := m.jobs.take(st)
+	if j == nil {
+		return mcpconv.Denial(errStateExpired), nil
+	}
+	j.deliver(f.Responses)
+	return m.jobs.wait(ctx, j)
+}
