@@ -59,6 +59,11 @@ type Server struct {
 	// capgate still serves, so that a balancer stops sending it calls
 	// before it closes its listeners. Default 0: stop at once.
 	DrainDelay Duration `toml:"drain_delay"`
+	// MetricsListen is where GET /metrics (Prometheus text) is served,
+	// without a token, on a listener of its own; "" (the default) serves
+	// no metrics and collects none. Keep it on loopback or a private
+	// network: it names every exposed tool.
+	MetricsListen string `toml:"metrics_listen"`
 }
 
 type Auth struct {

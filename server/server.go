@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/telemetry"
 )
 
 // Options are the parts a Server fronts, built by the wiring (package app).
@@ -34,6 +35,11 @@ type Options struct {
 	// Ready says whether the parts behind the router can serve calls (the
 	// store answers, the audit log writes); /readyz asks it. nil: ready.
 	Ready func(context.Context) error
+	// Metrics and Tracer observe every MCP request (nil: off); with
+	// MetricsListen, Serve serves GET /metrics there, without a token.
+	Metrics       *telemetry.Metrics
+	Tracer        *telemetry.Tracer
+	MetricsListen string
 }
 
 // Server is capgate's front door over a router and its registry.
@@ -48,6 +54,9 @@ type Server struct {
 	issuer         string
 	ready          func(context.Context) error
 	draining       atomic.Bool // /readyz fails: Serve is shutting down
+	metrics        *telemetry.Metrics
+	metricsListen  string
+	metricsAddr    string // bound by Serve
 }
 
 // New makes the front door over opts' router and registry.
@@ -56,8 +65,9 @@ func New(opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{Router: opts.Router, Registry: opts.Registry, logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
-		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready}
+		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready, metrics: opts.Metrics, metricsListen: opts.MetricsListen}
 	s.MCP = NewMCP(s.Router, s.Registry)
+	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
 	return s
 }
 
