@@ -191,6 +191,12 @@ func series(fams map[string]*dto.MetricFamily, name string, want map[string]stri
 
 const traceCall = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"city":%q}%s}}`
 
+// stateless is a 2026-07-28 tools/call, with more members in its _meta.
+func stateless(id int, name, city, more string) string {
+	return fmt.Sprintf(traceCall, id, name, city, `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",`+
+		`"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}`+more+`}`)
+}
+
 // TestObservability drives a real `capgate serve` (metrics on their own
 // listener, traces to an OTLP receiver, JSON logs) with calls that are
 // allowed, denied and failing upstream, on the fast call and on mcp-go's
@@ -219,10 +225,10 @@ url = %q
 
 	// A client's trace: its span is the parent of capgate's server span.
 	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	meta := `,"_meta":{"traceparent":"00-` + clientTrace + `-` + clientSpan + `-01"}`
+	meta := `,"traceparent":"00-` + clientTrace + `-` + clientSpan + `-01"`
 
 	// Allowed, on the fast call (stateless 2026-07-28).
-	status, _, body := testkit.PostMCP(t, cg.URL, tok, "wx__get_weather", fmt.Sprintf(traceCall, 1, "wx__get_weather", argMarker, meta))
+	status, _, body := testkit.PostMCP(t, cg.URL, tok, "wx__get_weather", stateless(1, "wx__get_weather", argMarker, meta))
 	if status != 200 || !strings.Contains(string(body), "sunny in "+argMarker) {
 		t.Fatalf("allowed call: %d %s", status, body)
 	}
@@ -234,15 +240,15 @@ url = %q
 		t.Fatalf("allowed call in a session: %d %s", status, body)
 	}
 	// Denied: a tool the caller may see but not call.
-	status, _, body = testkit.PostMCP(t, cg.URL, tok, "wx__forecast", fmt.Sprintf(traceCall, 3, "wx__forecast", "x", ""))
+	status, _, body = testkit.PostMCP(t, cg.URL, tok, "wx__forecast", stateless(3, "wx__forecast", "x", ""))
 	if status != 200 || !strings.Contains(string(body), "permission_denied") {
 		t.Fatalf("denied call: %d %s", status, body)
 	}
 	// An unknown tool's name never becomes a label.
-	testkit.PostMCP(t, cg.URL, tok, "no_such_tool_4711", fmt.Sprintf(traceCall, 4, "no_such_tool_4711", "x", ""))
+	testkit.PostMCP(t, cg.URL, tok, "no_such_tool_4711", stateless(4, "no_such_tool_4711", "x", ""))
 	// A refused token: logged with its reason, never the token.
 	expired := cg.Token(t, token.Claims{Sub: "alice", IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
-	if status, _, _ := testkit.PostMCP(t, cg.URL, expired, "wx__get_weather", fmt.Sprintf(traceCall, 5, "wx__get_weather", "x", "")); status != http.StatusUnauthorized {
+	if status, _, _ := testkit.PostMCP(t, cg.URL, expired, "wx__get_weather", stateless(5, "wx__get_weather", "x", "")); status != http.StatusUnauthorized {
 		t.Errorf("expired token: %d, want 401", status)
 	}
 
@@ -314,14 +320,24 @@ url = %q
 		t.Errorf("the session's call: server span %v, %d gate spans under it", sessionServer != nil, sessionGates)
 	}
 
+	// Every source listed its tools.
+	fams := scrape(t, "http://"+metricsAddr+"/metrics")
+	if m := series(fams, "capgate_sources", map[string]string{}); m.GetGauge().GetValue() != 1 {
+		t.Errorf("sources: %v", m)
+	}
+	if m := series(fams, "capgate_sources_available", map[string]string{}); m.GetGauge().GetValue() != 1 {
+		t.Errorf("sources available: %v", m)
+	}
+
 	// Failing upstream: the upstream is gone.
+	up.CloseClientConnections()
 	up.Close()
-	status, _, body = testkit.PostMCP(t, cg.URL, tok, "wx__get_weather", fmt.Sprintf(traceCall, 6, "wx__get_weather", "Rome", ""))
+	status, _, body = testkit.PostMCP(t, cg.URL, tok, "wx__get_weather", stateless(6, "wx__get_weather", "Rome", ""))
 	if status != 200 || !strings.Contains(string(body), "capability_backend_unavailable") {
 		t.Fatalf("call to a gone upstream: %d %s", status, body)
 	}
 
-	fams := scrape(t, "http://"+metricsAddr+"/metrics")
+	fams = scrape(t, "http://"+metricsAddr+"/metrics")
 	count := func(labels map[string]string) uint64 {
 		m := series(fams, "mcp_server_operation_duration_seconds", labels)
 		if m == nil {
@@ -363,11 +379,16 @@ url = %q
 	if m := series(fams, "capgate_calls_in_flight", map[string]string{}); m == nil || m.GetGauge().GetValue() != 0 {
 		t.Errorf("calls in flight: %v", m)
 	}
-	if m := series(fams, "capgate_sources", map[string]string{}); m.GetGauge().GetValue() != 1 {
-		t.Errorf("sources: %v", m)
-	}
-	if m := series(fams, "capgate_sources_available", map[string]string{}); m.GetGauge().GetValue() != 1 {
-		t.Errorf("sources available: %v", m)
+	// The lost upstream fails its next listing: no source is available.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		m := series(scrape(t, "http://"+metricsAddr+"/metrics"), "capgate_sources_available", map[string]string{})
+		if m.GetGauge().GetValue() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("sources available after the upstream is gone: %v", m)
+			break
+		}
 	}
 
 	// The log: one JSON line per call, none with the argument or the
