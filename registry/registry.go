@@ -51,7 +51,7 @@ type Registry struct {
 	opts    Options
 	snap    atomic.Pointer[Snapshot]
 
-	failed   atomic.Int64 // sources whose last listing failed
+	failed atomic.Int64 // sources whose last listing failed
 
 	mu       sync.Mutex // serialises refreshes
 	lastGood map[string][]*tool.Descriptor
