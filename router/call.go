@@ -285,7 +285,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	tk.Keep(1) // room for the tool_call record only, while the tool runs
 	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
 	defer cancel()
-	upCtx, up := r.opts.Tracer.Upstream(ctx, d.Name, d.ID, string(d.Kind)+":"+d.Source)
+	upCtx, up := r.opts.Tracer.Upstream(ctx, d.Name, d.ID, string(d.Kind), d.Source)
 	res, err := r.opts.Registry.Call(upCtx, d.ID, call)
 	up.End(errorType(err))
 	if err != nil {
