@@ -157,11 +157,11 @@ func (r *Router) observe(ctx context.Context, ev *audit.Event) {
 	if !r.opts.Logger.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	tool := ev.ToolName
-	if tool == "" {
-		tool = ev.Tool
+	name := ev.ToolName
+	if name == "" {
+		name = ev.Tool
 	}
-	r.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "call", slog.String("sub", ev.Sub), slog.String("tool", tool),
+	r.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "call", slog.String("sub", ev.Sub), slog.String("tool", name),
 		slog.String("decision", ev.Decision), slog.String("code", ev.Code), slog.String("gate", ev.Gate),
 		slog.Float64("duration_ms", float64(ev.Duration.Microseconds())/1000), slog.String("request_id", ev.RequestID))
 }
