@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
@@ -20,6 +21,7 @@ import (
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/skills"
 	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/token"
 )
 
@@ -40,6 +42,10 @@ type App struct {
 	Registry *registry.Registry
 	Store    *store.Store
 	Audit    *audit.Log
+	// Metrics are collected when [server] metrics_listen serves them;
+	// Tracer exports spans when the OTEL_* environment asks. nil: off.
+	Metrics *telemetry.Metrics
+	Tracer  *telemetry.Tracer
 	*server.Server
 	// SecretSource says where the token keys came from, for the start banner.
 	SecretSource string
@@ -125,10 +131,16 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if a.Store.Shared() {
 		buckets = a.Store
 	}
+	if cfg.Server.MetricsListen != "" {
+		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: a.Registry.SourcesUp})
+	}
+	if a.Tracer, err = telemetry.NewTracer(ctx, opts.LookupEnv, capgate.Version); err != nil {
+		return nil, err
+	}
 	a.Router, err = router.New(router.Options{
 		Registry: a.Registry, Verifier: verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: master, Logger: opts.Logger,
-		RateBuckets: buckets,
+		RateBuckets: buckets, Metrics: a.Metrics, Tracer: a.Tracer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
@@ -140,6 +152,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	a.Server = server.New(server.Options{Router: a.Router, Registry: a.Registry, Logger: opts.Logger,
 		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
 		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce,
+		Metrics: a.Metrics, Tracer: a.Tracer, MetricsListen: cfg.Server.MetricsListen,
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
 	if err := a.Server.LoadSkills(skills.Options{Installed: opts.SkillsDirs, Workspace: cfg.Dir}, SkillSettings(cfg.Skills)); err != nil {
@@ -201,6 +214,12 @@ func (a *App) Close() error {
 	}
 	if a.Registry != nil {
 		errs = append(errs, a.Registry.Close())
+	}
+	if a.Tracer != nil {
+		// The spans still buffered are sent, within a bound.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, a.Tracer.Shutdown(ctx))
+		cancel()
 	}
 	if a.Audit != nil {
 		errs = append(errs, a.Audit.Close())

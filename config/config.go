@@ -68,6 +68,11 @@ type Server struct {
 	// of a call parked here. "": continuations go to the replica the
 	// client reaches.
 	AdvertiseURL string `toml:"advertise_url"`
+	// MetricsListen is where GET /metrics (Prometheus text) is served,
+	// without a token, on a listener of its own; "" (the default) serves
+	// no metrics and collects none. Keep it on loopback or a private
+	// network: it names every exposed tool.
+	MetricsListen string `toml:"metrics_listen"`
 }
 
 type Auth struct {

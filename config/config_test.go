@@ -91,6 +91,7 @@ func TestErrors(t *testing.T) {
 		{"[policy]\nrequire_lock = \"yes\"\n", nil, []string{"capgate.toml:2: policy.require_lock: is a TOML string; want true or false"}},
 		{"[server]\nlisten = \"nope\"\n", nil, []string{`capgate.toml: server.listen: "nope" is not host:port`}},
 		{"[server]\nadvertise_url = \"10.0.0.5:8787\"\n", nil, []string{`capgate.toml: server.advertise_url: "10.0.0.5:8787" is not an absolute http or https URL`}},
+		{"[server]\nmetrics_listen = \"9464\"\n", nil, []string{`server.metrics_listen: "9464" is not host:port`}},
 		{"[mcp.servers.a]\nargs = []\n", nil, []string{"capgate.toml: mcp.servers.a.command: required (or url)"}},
 		{"[mcp.servers.a]\ncommand = \"x\"\nurl = \"http://h/\"\n", nil, []string{"command and url are both set"}},
 		{"[mcp.servers.a]\nurl = \"ftp://h/\"\n", nil, []string{`mcp.servers.a.url: "ftp://h/" is not an http(s) URL`}},

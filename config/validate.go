@@ -160,6 +160,11 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	if c.Server.DrainDelay < 0 || c.Server.DrainDelay.Std() > 5*time.Minute {
 		fail("server.drain_delay", "must be between 0s and 5m, for example \"5s\"")
 	}
+	if m := c.Server.MetricsListen; m != "" {
+		if _, _, err := net.SplitHostPort(m); err != nil {
+			fail("server.metrics_listen", "%q is not host:port, for example \"127.0.0.1:9464\"", m)
+		}
+	}
 	if c.Server.HeaderTimeout < 0 {
 		fail("server.header_timeout", "must be positive, for example \"10s\"")
 	}

@@ -51,6 +51,8 @@ type Registry struct {
 	opts    Options
 	snap    atomic.Pointer[Snapshot]
 
+	failed atomic.Int64 // sources whose last listing failed
+
 	mu       sync.Mutex // serialises refreshes
 	lastGood map[string][]*tool.Descriptor
 	changed  chan struct{}
@@ -99,6 +101,12 @@ func (r *Registry) notify() {
 // a new one.
 func (r *Registry) Snapshot() *Snapshot { return r.snap.Load() }
 
+// SourcesUp says how many sources listed their tools at the last refresh,
+// and how many there are.
+func (r *Registry) SourcesUp() (available, total int) {
+	return len(r.sources) - int(r.failed.Load()), len(r.sources)
+}
+
 // Source returns the source a tool comes from.
 func (r *Registry) Source(d *tool.Descriptor) (tool.Source, bool) {
 	s, ok := r.byKey[string(d.Kind)+":"+d.Source]
@@ -126,10 +134,12 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	}
 	wg.Wait()
 	var all []*tool.Descriptor
+	failed := 0
 	for i, s := range r.sources {
 		key := SourceKey(s)
 		res := results[i]
 		if res.err != nil {
+			failed++
 			r.opts.Logger.Warn("tool source failed to list; keeping its last good tools as unavailable",
 				"source", key, "err", res.err)
 			for _, d := range r.lastGood[key] {
@@ -142,6 +152,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		r.lastGood[key] = res.tools
 		all = append(all, res.tools...)
 	}
+	r.failed.Store(int64(failed))
 	snap, err := r.build(all)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
@@ -78,6 +79,9 @@ const (
 	GateInput       = "input"
 	GateIdempotency = "idempotency"
 	GateOutput      = harden.Gate
+	// GateSandbox refuses a call whose tool's confinement cannot be
+	// enforced; the source that would launch it names this gate.
+	GateSandbox = "sandbox"
 )
 
 // Call runs one tool call through every gate and audits it, whatever the
@@ -94,6 +98,7 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 // and the tool's declared side effects, for the result's metadata.
 func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Result, Invocation, error) {
 	start := time.Now()
+	r.opts.Metrics.CallStarted()
 	if req.RequestID == "" {
 		req.RequestID = NewInvocationID()
 	}
@@ -134,7 +139,39 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		}
 	}
 	r.record(&tk, ev)
+	r.observe(ctx, &ev)
+	r.opts.Metrics.CallDone()
 	return res, inv, err
+}
+
+// observe counts a refused call by code and gate, and logs one line per
+// call: who, which tool, the decision and its code, and how long. Never
+// the input, the result or the token.
+func (r *Router) observe(ctx context.Context, ev *audit.Event) {
+	if ev.Code != "" {
+		r.opts.Metrics.Denied(ev.Code, ev.Gate)
+		if ev.Gate == GateSandbox {
+			r.opts.Metrics.SandboxDenied(ev.Runner + ":" + ev.ResolvedSource)
+		}
+	}
+	if !r.opts.Logger.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	name := ev.ToolName
+	if name == "" {
+		name = ev.Tool
+	}
+	r.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "call", slog.String("sub", ev.Sub), slog.String("tool", name),
+		slog.String("decision", ev.Decision), slog.String("code", ev.Code), slog.String("gate", ev.Gate),
+		slog.Float64("duration_ms", float64(ev.Duration.Microseconds())/1000), slog.String("request_id", ev.RequestID))
+}
+
+// errorType is err's stable code for a span, "" for none.
+func errorType(err error) string {
+	if err == nil {
+		return ""
+	}
+	return string(tool.ErrorCode(err))
 }
 
 // recoverCall is call with a panic turned into an internal error.
@@ -182,13 +219,18 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	}
 	c, d, input, inputHash, account, needApproval := ch.c, ch.d, ch.input, ch.inputHash, ch.account, ch.needApproval
 	// (f) rate limit. From here on, a refusal gives the token back.
+	sp := r.opts.Tracer.Gate(ctx, GateRateLimit)
 	tok, ok, err := r.limits.take(ctx, c.Sub, d.ID)
 	if err != nil {
+		sp.End(errorType(err))
 		return nil, err
 	}
 	if !ok {
-		return nil, rateLimited(c, d)
+		err := rateLimited(c, d)
+		sp.End(errorType(err))
+		return nil, err
 	}
+	sp.End("")
 	ran := false
 	defer func() {
 		if !ran {
@@ -199,7 +241,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	var claim string
 	if req.IdempotencyKey != "" && mutating(d) {
 		var replay *tool.Result
+		sp := r.opts.Tracer.Gate(ctx, GateIdempotency)
 		claim, replay, err = r.claimKey(ctx, c, d, req.IdempotencyKey, inputHash)
+		sp.End(errorType(err))
 		if err != nil {
 			return nil, err
 		}
@@ -220,7 +264,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	}
 	// (h) the approval, used now and only now.
 	if needApproval {
+		sp := r.opts.Tracer.Gate(ctx, GateApproval)
 		approval, err := r.useApproval(ctx, c, d, input, inputHash)
+		sp.End(errorType(err))
 		if err != nil {
 			return nil, err
 		}
@@ -243,8 +289,13 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	tk.Keep(1) // room for the tool_call record only, while the tool runs
 	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
 	defer cancel()
-	res, err := r.opts.Registry.Call(ctx, d.ID, call)
+	upCtx, up := r.opts.Tracer.Upstream(ctx, d.Name, d.ID, string(d.Kind), d.Source)
+	res, err := r.opts.Registry.Call(upCtx, d.ID, call)
+	up.End(errorType(err))
 	if err != nil {
+		if te, ok := errors.AsType[*tool.Error](err); !ok || te.Gate != GateSandbox {
+			r.opts.Metrics.UpstreamError(string(d.Kind) + ":" + d.Source)
+		}
 		if ctx.Err() != nil && !isToolError(err) {
 			return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s did not answer in time", d.ID)
 		}
@@ -299,7 +350,9 @@ func (r *Router) check(ctx context.Context, c *Caller, req *Request, ev *audit.E
 	}
 	// Whether the tool exists is the caller's question; a skill's scope
 	// only narrows what it may do, so its refusal can name the skill.
+	sp := r.opts.Tracer.Gate(ctx, GateResolve)
 	d, err := r.resolve(c, req.Tool, req.ByID)
+	sp.End(errorType(err))
 	if err != nil {
 		return ch, err
 	}
@@ -315,27 +368,35 @@ func (r *Router) check(ctx context.Context, c *Caller, req *Request, ev *audit.E
 	ch.input, ch.inputHash = input, inputHash
 
 	// (a) capability string.
-	if err := r.capabilityGate(c, d, req, ev, tk); err != nil {
+	sp = r.opts.Tracer.Gate(ctx, GateCapability)
+	err = r.capabilityGate(c, d, req, ev, tk)
+	if sp.End(errorType(err)); err != nil {
 		return ch, err
 	}
 	// (b) acknowledge, or for a blocked tier an operator's approval.
+	sp = r.opts.Tracer.Gate(ctx, GateAcknowledge)
 	ch.needApproval, err = r.tierGate(ctx, c, d, input, inputHash, request)
-	if err != nil {
+	if sp.End(errorType(err)); err != nil {
 		return ch, err
 	}
 	// (c) chat policy.
-	if err := chatGate(c, d); err != nil {
+	sp = r.opts.Tracer.Gate(ctx, GateChat)
+	err = chatGate(c, d)
+	if sp.End(errorType(err)); err != nil {
 		return ch, err
 	}
 	// (d) auth: a stored credential for (caller, capability, account).
+	sp = r.opts.Tracer.Gate(ctx, GateAuth)
 	account, err := r.authGate(ctx, c, d, req.Account)
-	if err != nil {
+	if sp.End(errorType(err)); err != nil {
 		return ch, err
 	}
 	ev.AccountRef = account
 	ch.account = account
 	// (e) the input against the tool's schema.
-	if err := r.schemas.validate(d, value); err != nil {
+	sp = r.opts.Tracer.Gate(ctx, GateInput)
+	err = r.schemas.validate(d, value)
+	if sp.End(errorType(err)); err != nil {
 		return ch, err
 	}
 	// The audit log, having admitted the call, may have failed since (an

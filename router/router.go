@@ -23,6 +23,7 @@ import (
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
 )
@@ -100,6 +101,10 @@ type Options struct {
 	Secret []byte
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Metrics and Tracer observe every call, whatever its front door;
+	// nil is off.
+	Metrics *telemetry.Metrics
+	Tracer  *telemetry.Tracer
 
 	CallTimeout    time.Duration // default 2m
 	ApprovalTTL    time.Duration // default 10m
@@ -334,6 +339,11 @@ func (r *Router) Authenticate(raw string) (*Caller, error) {
 	}
 	claims, err := r.opts.Verifier.Verify(raw)
 	if err != nil {
+		// The operator learns why (expired, signature, ...); the token
+		// itself is never logged, and the detail holds none of it.
+		if te, ok := errors.AsType[*token.Error](err); ok {
+			r.opts.Logger.Info("token refused", "reason", string(te.Reason), "detail", te.Detail)
+		}
 		return nil, &tool.Error{Code: tool.CodeTokenInvalid, Message: strings.TrimPrefix(err.Error(), "token_invalid: "),
 			Gate: "token", Hint: "present a valid, unexpired token signed with the configured key", Err: err}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -95,6 +96,11 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 		if !ok {
 			return
 		}
+		if m.observed() {
+			var op *telemetry.Op
+			r, op = m.begin(r, body)
+			defer op.End()
+		}
 		if fast && m.fastCall(w, r, body) {
 			return
 		}
@@ -161,6 +167,9 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool
 		defer done()
 	}
 	res, inv, err := m.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + version})
+	if m.observed() {
+		telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
+	}
 	b := make([]byte, 0, 384+len(msg.id)) // room for _meta with the invocation
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.id...)

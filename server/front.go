@@ -114,6 +114,19 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 		_ = os.Chmod(socket, 0o600)
 		listeners = append(listeners, uln)
 	}
+	if s.metricsListen != "" && s.metrics != nil {
+		mln, err := net.Listen("tcp", s.metricsListen)
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		s.metricsAddr = mln.Addr().String()
+		mctx, stopMetrics := context.WithCancel(ctx)
+		defer stopMetrics()
+		go s.serveMetrics(mctx, mln)
+	}
 	if ready != nil {
 		ready(ln.Addr().String(), socket)
 	}
@@ -153,6 +166,10 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 	}
 	return err
 }
+
+// MetricsAddr is the address GET /metrics is served on, once Serve has
+// bound it; "" when there is none.
+func (s *Server) MetricsAddr() string { return s.metricsAddr }
 
 // recoverPanics answers a request whose handler panicked with 500 and logs
 // the panic, so one bad request costs its own connection at most. A tool

@@ -13,6 +13,7 @@ import (
 	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -33,6 +34,9 @@ type MCP struct {
 	stream   *mcpserver.StreamableHTTPServer
 	sessions *sessionIDs    // the stream's Mcp-Session-Id, bound to subjects
 	internal *internalCalls // continuations forwarded between replicas
+
+	metrics *telemetry.Metrics // nil: off
+	tracer  *telemetry.Tracer  // nil: off
 
 	mu     sync.Mutex
 	listed []byte // the registered tool list as JSON, to skip no-op syncs
@@ -188,9 +192,17 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	j := newJob(c.Sub)
 	r.Progress = mcpconv.ProgressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
+	reqCtx := ctx
 	j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
 		r.Ask = ask
+		if m.observed() {
+			// The job's context is its own; its spans belong to the request.
+			ctx = telemetry.Carry(reqCtx, ctx)
+		}
 		res, inv, err := m.router.Invoke(ctx, c, r)
+		if m.observed() {
+			telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
+		}
 		var out *mcp.CallToolResult
 		if err != nil {
 			out = mcpconv.Denial(err)

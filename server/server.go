@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/telemetry"
 )
 
 // Options are the parts a Server fronts, built by the wiring (package app).
@@ -44,6 +45,11 @@ type Options struct {
 	// ClaimOnce records a request state as used, in the store the
 	// replicas share; nil: claims hold in this process only.
 	ClaimOnce ClaimFunc
+	// Metrics and Tracer observe every MCP request (nil: off); with
+	// MetricsListen, Serve serves GET /metrics there, without a token.
+	Metrics       *telemetry.Metrics
+	Tracer        *telemetry.Tracer
+	MetricsListen string
 }
 
 // Server is capgate's front door over a router and its registry.
@@ -58,6 +64,9 @@ type Server struct {
 	issuer         string
 	ready          func(context.Context) error
 	draining       atomic.Bool // /readyz fails: Serve is shutting down
+	metrics        *telemetry.Metrics
+	metricsListen  string
+	metricsAddr    string // bound by Serve
 }
 
 // New makes the front door over opts' router and registry.
@@ -66,7 +75,7 @@ func New(opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{Router: opts.Router, Registry: opts.Registry, logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
-		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready}
+		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready, metrics: opts.Metrics, metricsListen: opts.MetricsListen}
 	s.MCP = NewMCP(s.Router, s.Registry)
 	secret := opts.Secret
 	if secret == nil {
@@ -75,6 +84,7 @@ func New(opts Options) *Server {
 	*s.MCP.sessions = *newSessionIDs(secret)
 	s.MCP.internal = newInternalCalls(secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
+	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
 	return s
 }
 

@@ -21,6 +21,7 @@ func newServeCmd() *cobra.Command {
 	var configPath string
 	var stdio bool
 	var cpuProfile string
+	var logFormat string
 	var skillsDirs []string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -64,7 +65,16 @@ SIGINT or SIGTERM stops it gracefully.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			var handler slog.Handler
+			switch logFormat {
+			case "text":
+				handler = slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo})
+			case "json":
+				handler = slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo})
+			default:
+				return usageError("--log-format %q: use text or json", logFormat)
+			}
+			logger := slog.New(handler)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			srv, err := app.Open(ctx, cfg, app.Options{Logger: logger, SkillsDirs: skillsDirs})
@@ -90,6 +100,9 @@ SIGINT or SIGTERM stops it gracefully.`,
 				if socket != "" {
 					fmt.Fprintf(out, "                  unix://%s\n", socket)
 				}
+				if m := srv.MetricsAddr(); m != "" {
+					fmt.Fprintf(out, "  metrics         http://%s/metrics\n", m)
+				}
 				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
 				if srv.HS256 {
 					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you\n", selfCommand(), configPath)
@@ -105,6 +118,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 	}
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml to serve")
 	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve one MCP client over stdin and stdout")
+	cmd.Flags().StringVar(&logFormat, "log-format", "text", "the log's format on stderr: text or json (one line per call, never a token or an argument)")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file until capgate stops")
 	cmd.Flags().StringArrayVar(&skillsDirs, "skills-dir", nil, "a directory of installed skills (repeatable; a later one overrides an earlier one)")
 	return cmd

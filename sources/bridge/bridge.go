@@ -138,6 +138,7 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 	case err == nil:
 	case errors.As(err, &unenforceable):
 		e := tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: not run: %v", ns, err)
+		e.Gate = "sandbox" // router.GateSandbox: counted as a sandbox denial
 		e.Hint = fmt.Sprintf("[capability_overrides.\"bridge:%s\"] allow_unsafe_execution = true runs it without that proof", ns)
 		return nil, e
 	case errors.Is(err, proc.ErrTimeout):

@@ -335,6 +335,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		return parseOutput(id, out)
 	case errors.As(err, &unenforceable):
 		e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s not run: %v", id, err)
+		e.Gate = "sandbox" // router.GateSandbox: counted as a sandbox denial
 		e.Hint = fmt.Sprintf("[capability_overrides.%q] allow_unsafe_execution = true runs it without that proof", id)
 		return nil, e
 	case errors.Is(err, proc.ErrTimeout):

@@ -17,6 +17,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/rawjson"
+	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -37,14 +38,20 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	body = rawjson.AppendString(body, call.Tool.Name)
 	body = append(body, `,"arguments":`...)
 	body = append(body, args...)
-	if call.Progress != nil {
-		// Progress may also come on the standalone stream (mcp-go servers
-		// share one queue between it and the call's), found by token.
-		s.progress.Store(id, call.Progress)
-		defer s.progress.Delete(id)
-		body = append(body, `,"_meta":{"progressToken":"`...)
-		body = append(body, id...)
-		body = append(body, `"}`...)
+	_, _, traced := telemetry.TraceParent(ctx)
+	if call.Progress != nil || traced {
+		body = append(body, `,"_meta":{`...)
+		if call.Progress != nil {
+			// Progress may also come on the standalone stream (mcp-go servers
+			// share one queue between it and the call's), found by token.
+			s.progress.Store(id, call.Progress)
+			defer s.progress.Delete(id)
+			body = append(body, `"progressToken":"`...)
+			body = append(body, id...)
+			body = append(body, '"')
+		}
+		body = appendTraceMeta(body, ctx, call.Progress != nil)
+		body = append(body, '}')
 	}
 	body = append(body, "}}"...)
 
@@ -246,7 +253,7 @@ func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume st
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		req.Body, _ = req.GetBody()
 		req.ContentLength = int64(len(body))
-		return req, nil
+		return traced(req), nil
 	}
 	method, rd := http.MethodPost, io.Reader(nil)
 	if body != nil {
@@ -276,7 +283,7 @@ func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume st
 	if l.version != "" {
 		h["Mcp-Protocol-Version"] = []string{l.version}
 	}
-	return req, nil
+	return traced(req), nil
 }
 
 // readStream reads the call's SSE stream until the response to id,

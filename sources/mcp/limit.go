@@ -112,7 +112,7 @@ type limitedTransport struct {
 }
 
 func (t *limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(traced(req))
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}

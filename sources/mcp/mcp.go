@@ -651,6 +651,7 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 		s.progress.Store(token, call.Progress)
 		defer s.progress.Delete(token)
 	}
+	traceMeta(ctx, &req.Params.Meta)
 	res, err := l.c.CallTool(ctx, req)
 	if err != nil {
 		if e := s.overLimit(ctx, l, "tools/call "+call.Tool.Name, err); e != nil {
