@@ -55,6 +55,7 @@ type Registry struct {
 	lastGood map[string][]*tool.Descriptor
 	changed  chan struct{}
 	watchers []func(*Snapshot)
+	inflight atomic.Int64 // calls in Call now; Drain waits for none
 }
 
 // New builds the first snapshot from every source, listing them
@@ -347,7 +348,25 @@ func (r *Registry) Call(ctx context.Context, id string, c tool.Call) (*tool.Resu
 		return nil, tool.Errorf(tool.CodeNotFound, "no source for %s", id)
 	}
 	c.Tool = d
+	r.inflight.Add(1)
+	defer r.inflight.Add(-1)
 	return src.Call(ctx, c)
+}
+
+// Drain waits until no call is running in the registry's sources, or ctx
+// ends: a reload closes a registry it replaced only after its calls
+// finished.
+func (r *Registry) Drain(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for r.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d calls still running: %w", r.inflight.Load(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // Sources returns the sources, in configuration order.

@@ -146,8 +146,9 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool
 	}
 	// A tool the caller may not see is not found, as mcp-go's filter has it.
 	c := CallerFrom(r.Context())
-	d, ok := m.registry.Snapshot().ByExposedName(name)
-	if c == nil || !ok || !m.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
+	p := m.parts.Load()
+	d, ok := p.registry.Snapshot().ByExposedName(name)
+	if c == nil || !ok || !p.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
 		return false
 	}
 	var args json.RawMessage
@@ -160,7 +161,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool
 		ctx, done = sess.track(ctx, msg.id)
 		defer done()
 	}
-	res, inv, err := m.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + version})
+	res, inv, err := p.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + version})
 	b := make([]byte, 0, 384+len(msg.id)) // room for _meta with the invocation
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.id...)

@@ -38,9 +38,7 @@ type Options struct {
 
 // Server is capgate's front door over a router and its registry.
 type Server struct {
-	Router   *router.Router
-	Registry *registry.Registry
-	MCP      *MCP
+	MCP *MCP // its router and registry: Router, Registry
 
 	logger         *slog.Logger
 	listen, socket string
@@ -55,16 +53,16 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{Router: opts.Router, Registry: opts.Registry, logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
+	s := &Server{logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
 		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready}
-	s.MCP = NewMCP(s.Router, s.Registry)
+	s.MCP = NewMCP(opts.Router, opts.Registry)
 	return s
 }
 
 // ServeStdio serves one MCP client over in and out as the caller whose
 // token is raw (or the anonymous caller), until ctx ends or in closes.
 func (s *Server) ServeStdio(ctx context.Context, raw string, in io.Reader, out io.Writer) error {
-	c, err := s.Router.Authenticate(raw)
+	c, err := s.Router().Authenticate(raw)
 	if err != nil {
 		return err
 	}
