@@ -50,6 +50,7 @@ type App struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopKeys func() // ends a remote JWKS's refresh
+	reloader        // what Reload keeps between generations
 }
 
 // Open builds every part cfg names. Close releases them.
@@ -110,10 +111,8 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if a.Audit, err = audit.Open(cfg.Audit.Path, auditOptions(cfg, opts.Logger)); err != nil {
 		return nil, err
 	}
-	bo := RegistryOptions(cfg)
-	bo.BridgeKey = func(ns string) ([]byte, error) { return token.BridgeKey(master, ns) }
-	bo.Logger, bo.LookupEnv = opts.Logger, opts.LookupEnv
-	if a.Registry, err = registry.Build(ctx, bo); err != nil {
+	a.reloader = reloader{verifier: verifier, master: master, lookupEnv: opts.LookupEnv}
+	if a.Registry, err = registry.Build(ctx, a.registryOptions(cfg)); err != nil {
 		return nil, err
 	}
 	a.Router, err = router.New(router.Options{
@@ -138,9 +137,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	a.cancel = cancel
 	go func() {
 		defer close(a.done)
-		go a.prune(runCtx)
-		a.Registry.Run(runCtx)
+		a.prune(runCtx)
 	}()
+	a.stopRun = run(a.Registry)
 	return a, nil
 }
 
@@ -162,10 +161,17 @@ func (a *App) Close() error {
 	if a.stopKeys != nil {
 		a.stopKeys()
 	}
+	a.reloadMu.Lock() // no reload half done
+	defer a.reloadMu.Unlock()
+	if a.stopRun != nil {
+		a.stopRun()
+		a.stopRun = nil
+	}
 	if a.cancel != nil {
 		a.cancel()
 		<-a.done
 	}
+	a.retireAll()
 	if a.Registry != nil {
 		errs = append(errs, a.Registry.Close())
 	}

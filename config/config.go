@@ -59,6 +59,9 @@ type Server struct {
 	// capgate still serves, so that a balancer stops sending it calls
 	// before it closes its listeners. Default 0: stop at once.
 	DrainDelay Duration `toml:"drain_delay"`
+	// WatchConfig reloads the config when it, its risk file or
+	// capgate.lock changes, as SIGHUP does.
+	WatchConfig bool `toml:"watch_config"`
 }
 
 type Auth struct {

@@ -81,6 +81,13 @@ func (s *Server) LoadSkills(o skills.Options, settings map[string]skills.Setting
 	if err != nil {
 		return fmt.Errorf("skills: %w", err)
 	}
+	s.SetSkills(set, settings)
+	return nil
+}
+
+// SetSkills serves the skills of set that settings enable, in place of
+// those served before (LoadSkills; a reload).
+func (s *Server) SetSkills(set *skills.Set, settings map[string]skills.Settings) {
 	enabled, problems := skills.Apply(set, settings)
 	why := map[string]string{}
 	for _, p := range append(set.Problems, problems...) {
@@ -90,5 +97,4 @@ func (s *Server) LoadSkills(o skills.Options, settings map[string]skills.Setting
 		}
 	}
 	s.MCP.SetSkills(enabled, why)
-	return nil
 }
