@@ -224,10 +224,10 @@ func watchFiles(ctx context.Context, files func() []string, interval time.Durati
 		}
 		return b.String()
 	}
+	last, pending := stamp(), false // what serve loaded
 	go func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		last, pending := stamp(), false
 		for {
 			select {
 			case <-ctx.Done():
