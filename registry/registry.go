@@ -55,7 +55,7 @@ type Registry struct {
 	lastGood map[string][]*tool.Descriptor
 	changed  chan struct{}
 	watchers []func(*Snapshot)
-	inflight atomic.Int64 // calls in Call now; Drain waits for none
+	inflight atomic.Int64 // calls held or in Call now; Drain waits for none
 }
 
 // New builds the first snapshot from every source, listing them
@@ -352,6 +352,13 @@ func (r *Registry) Call(ctx context.Context, id string, c tool.Call) (*tool.Resu
 	defer r.inflight.Add(-1)
 	return src.Call(ctx, c)
 }
+
+// Hold counts a call bound for the registry's sources from before its
+// gates run, so that Drain waits for it too; Release ends it.
+func (r *Registry) Hold() { r.inflight.Add(1) }
+
+// Release ends what Hold began.
+func (r *Registry) Release() { r.inflight.Add(-1) }
 
 // Drain waits until no call is running in the registry's sources, or ctx
 // ends: a reload closes a registry it replaced only after its calls

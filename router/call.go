@@ -94,6 +94,9 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 // and the tool's declared side effects, for the result's metadata.
 func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Result, Invocation, error) {
 	start := time.Now()
+	// A reload closes this registry's sources only after the call is done.
+	r.opts.Registry.Hold()
+	defer r.opts.Registry.Release()
 	if req.RequestID == "" {
 		req.RequestID = NewInvocationID()
 	}
