@@ -125,8 +125,9 @@ func reloads(ctx context.Context, logger *slog.Logger, srv *app.App, configPath 
 	go reloadLoop(ctx, logger, srv, configPath, flagDirs, hup, changed)
 }
 
+// reloadLoop reloads on each signal or change until ctx ends. SIGHUP
+// stays caught after that, so one during the shutdown cannot cut it short.
 func reloadLoop(ctx context.Context, logger *slog.Logger, srv *app.App, configPath string, flagDirs []string, hup chan os.Signal, changed <-chan struct{}) {
-	defer signal.Stop(hup)
 	for {
 		select {
 		case <-ctx.Done():
