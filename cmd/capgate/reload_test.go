@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +38,9 @@ risk = "LOW"
 [mcp.servers.fy]
 command = %[1]q
 risk = "LOW"
+
+[mcp.servers.fy.tools.echo]
+description = "Echo, as reloaded"
 `
 
 type reloadServe struct {
@@ -100,10 +104,11 @@ func (s *reloadServe) call(t *testing.T, name, args string) string {
 	return string(b)
 }
 
-// TestServeReloadOnSIGHUP: a grant is dropped and an upstream added in the
-// config; after SIGHUP the new tool is listed and callable, the dropped
-// grant no longer allows a call, and a 2025-11-25 session opened before
-// the reload goes on working.
+// TestServeReloadOnSIGHUP: a grant is dropped, an upstream with an
+// override added in the config and a skill beside it; after SIGHUP the new
+// tool is listed as overridden and callable, the skill is a prompt, the
+// dropped grant no longer allows a call, and a 2025-11-25 session opened
+// before the reload goes on working.
 func TestServeReloadOnSIGHUP(t *testing.T) {
 	s := startReload(t, "")
 	sid := testkit.OpenSession(t, s.URL, s.tok, "{}")
@@ -115,13 +120,28 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 		t.Fatalf("fx__echo before the reload: %.400s", out)
 	}
 
+	prompts := `{"jsonrpc":"2.0","id":4,"method":"prompts/list"}`
+	if _, _, b := testkit.PostSession(t, s.URL, s.tok, sid, prompts); strings.Contains(string(b), "tally") {
+		t.Fatalf("prompts/list before the skill was written: %.600s", b)
+	}
+	skill := filepath.Join(s.Dir, "skills", "tally", "SKILL.md")
+	if err := os.MkdirAll(filepath.Dir(skill), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(skill, []byte("---\ndescription: Tally things\n---\n\nTally them.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	s.write(t, fmt.Sprintf(reloaded, s.fixture))
 	s.hup(t)
 	s.waitLog(t, "reload applied", 1)
 
 	_, _, b := testkit.PostSession(t, s.URL, s.tok, sid, list)
-	if !strings.Contains(string(b), `"fy__echo"`) {
-		t.Errorf("tools/list in the session opened before the reload: %.600s; want fy__echo", b)
+	if !strings.Contains(string(b), `"fy__echo"`) || !strings.Contains(string(b), "Echo, as reloaded") {
+		t.Errorf("tools/list in the session opened before the reload: %.600s; want fy__echo with its overridden description", b)
+	}
+	if _, _, b := testkit.PostSession(t, s.URL, s.tok, sid, prompts); !strings.Contains(string(b), `"tally"`) {
+		t.Errorf("prompts/list after the reload: %.600s; want the skill tally", b)
 	}
 	_, _, b = testkit.PostSession(t, s.URL, s.tok, sid,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fy__echo","arguments":{"message":"in session"}}}`)
