@@ -58,6 +58,7 @@ type App struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopKeys func() // ends a remote JWKS's refresh
+	reloader        // what Reload keeps between generations
 }
 
 // Open builds every part cfg names. Close releases them.
@@ -120,30 +121,19 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err
 	}
-	bo := RegistryOptions(cfg)
-	bo.BridgeKey = func(ns string) ([]byte, error) { return token.BridgeKey(master, ns) }
-	bo.Logger, bo.LookupEnv = opts.Logger, opts.LookupEnv
-	if a.Registry, err = registry.Build(ctx, bo); err != nil {
+	a.reloader = reloader{verifier: verifier, master: master, lookupEnv: opts.LookupEnv}
+	if a.Registry, err = registry.Build(ctx, a.registryOptions(cfg)); err != nil {
 		return nil, err
 	}
-	// With a shared store, the rate limit is one budget across replicas.
-	var buckets router.RateBuckets
-	if a.Store.Shared() {
-		buckets = a.Store
-	}
 	if cfg.Server.MetricsListen != "" {
-		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: a.Registry.SourcesUp})
+		// The registry of now: a reload swaps it (server.Swap).
+		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() }})
 	}
 	if a.Tracer, err = telemetry.NewTracer(ctx, opts.LookupEnv, capgate.Version); err != nil {
 		return nil, err
 	}
-	a.Router, err = router.New(router.Options{
-		Registry: a.Registry, Verifier: verifier, Risk: table, Policy: Policy(cfg),
-		State: a.Store, Audit: a.Audit, Secret: master, Logger: opts.Logger,
-		RateBuckets: buckets, Metrics: a.Metrics, Tracer: a.Tracer,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	if a.Router, err = a.newRouter(cfg, a.Registry, table); err != nil {
+		return nil, err
 	}
 	issuer := ""
 	if o := cfg.Auth.OIDC; o != nil {
@@ -162,9 +152,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	a.cancel = cancel
 	go func() {
 		defer close(a.done)
-		go a.prune(runCtx)
-		a.Registry.Run(runCtx)
+		a.prune(runCtx)
 	}()
+	a.stopRun = run(a.Registry)
 	return a, nil
 }
 
@@ -208,10 +198,17 @@ func (a *App) Close() error {
 	if a.stopKeys != nil {
 		a.stopKeys()
 	}
+	a.reloadMu.Lock() // no reload half done
+	defer a.reloadMu.Unlock()
+	if a.stopRun != nil {
+		a.stopRun()
+		a.stopRun = nil
+	}
 	if a.cancel != nil {
 		a.cancel()
 		<-a.done
 	}
+	a.retireAll()
 	if a.Registry != nil {
 		errs = append(errs, a.Registry.Close())
 	}

@@ -73,6 +73,9 @@ type Server struct {
 	// no metrics and collects none. Keep it on loopback or a private
 	// network: it names every exposed tool.
 	MetricsListen string `toml:"metrics_listen"`
+	// WatchConfig reloads the config when it, its risk file or
+	// capgate.lock changes, as SIGHUP does.
+	WatchConfig bool `toml:"watch_config"`
 }
 
 type Auth struct {

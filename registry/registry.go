@@ -57,6 +57,7 @@ type Registry struct {
 	lastGood map[string][]*tool.Descriptor
 	changed  chan struct{}
 	watchers []func(*Snapshot)
+	inflight atomic.Int64 // calls held or in Call now; Drain waits for none
 }
 
 // New builds the first snapshot from every source, listing them
@@ -358,7 +359,32 @@ func (r *Registry) Call(ctx context.Context, id string, c tool.Call) (*tool.Resu
 		return nil, tool.Errorf(tool.CodeNotFound, "no source for %s", id)
 	}
 	c.Tool = d
+	r.inflight.Add(1)
+	defer r.inflight.Add(-1)
 	return src.Call(ctx, c)
+}
+
+// Hold counts a call bound for the registry's sources from before its
+// gates run, so that Drain waits for it too; Release ends it.
+func (r *Registry) Hold() { r.inflight.Add(1) }
+
+// Release ends what Hold began.
+func (r *Registry) Release() { r.inflight.Add(-1) }
+
+// Drain waits until no call is running in the registry's sources, or ctx
+// ends: a reload closes a registry it replaced only after its calls
+// finished.
+func (r *Registry) Drain(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for r.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d calls still running: %w", r.inflight.Load(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // Sources returns the sources, in configuration order.

@@ -99,6 +99,9 @@ func (r *Router) Call(ctx context.Context, c *Caller, req Request) (*tool.Result
 func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Result, Invocation, error) {
 	start := time.Now()
 	r.opts.Metrics.CallStarted()
+	// A reload closes this registry's sources only after the call is done.
+	r.opts.Registry.Hold()
+	defer r.opts.Registry.Release()
 	if req.RequestID == "" {
 		req.RequestID = NewInvocationID()
 	}

@@ -23,9 +23,8 @@ const metadataPath = "/.well-known/oauth-protected-resource/mcp"
 // gets 401 with WWW-Authenticate pointing at the metadata document. A
 // session belongs to the subject that opened it (see sessionIDs).
 type bearerAuth struct {
-	router *router.Router
-	mcp    *MCP
-	next   http.Handler
+	mcp  *MCP
+	next http.Handler
 }
 
 func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -40,7 +39,7 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // when it fails it has written the answer.
 func (a *bearerAuth) admit(w http.ResponseWriter, method, host string, h http.Header) (*router.Caller, bool) {
 	raw := httpadmit.BearerToken(h.Get("Authorization"))
-	c, err := a.router.Authenticate(raw)
+	c, err := a.mcp.rt().Authenticate(raw)
 	if err != nil {
 		metadata := "http://" + host + metadataPath
 		value := `Bearer resource_metadata="` + metadata + `"`

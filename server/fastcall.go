@@ -152,8 +152,9 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool
 	}
 	// A tool the caller may not see is not found, as mcp-go's filter has it.
 	c := CallerFrom(r.Context())
-	d, ok := m.registry.Snapshot().ByExposedName(name)
-	if c == nil || !ok || !m.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
+	p := m.parts.Load()
+	d, ok := p.registry.Snapshot().ByExposedName(name)
+	if c == nil || !ok || !p.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
 		return false
 	}
 	var args json.RawMessage
@@ -166,7 +167,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool
 		ctx, done = sess.track(ctx, msg.id)
 		defer done()
 	}
-	res, inv, err := m.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + version})
+	res, inv, err := p.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + version})
 	if m.observed() {
 		telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 	}

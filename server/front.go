@@ -69,12 +69,14 @@ func (s *Server) Handler() http.Handler { return s.handler(true) }
 func (s *Server) handler(fast bool) http.Handler {
 	max := s.limits.maxRequestBytes()
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", &bearerAuth{router: s.Router, mcp: s.MCP, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/mcp", &bearerAuth{mcp: s.MCP, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.MCP.serve(w, r, fast, max)
 	})})
 	mux.Handle(metadataPath, metadataHandler(s.issuer))
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(s.issuer))
-	mux.Handle("/rpc", &rpc.Handler{Router: s.Router, MaxBody: max})
+	mux.HandleFunc("/rpc", func(w http.ResponseWriter, r *http.Request) {
+		(&rpc.Handler{Router: s.Router(), MaxBody: max}).ServeHTTP(w, r) // the router of now (Swap)
+	})
 	mux.HandleFunc(internalPath, func(w http.ResponseWriter, r *http.Request) { s.MCP.serveInternal(w, r, max) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
@@ -215,7 +217,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.draining.Load():
 		why = "draining: shutting down"
-	case s.Registry.Snapshot() == nil:
+	case s.Registry().Snapshot() == nil:
 		why = "the catalog is not loaded yet"
 	case s.ready != nil:
 		if err := s.ready(ctx); err != nil {

@@ -21,11 +21,10 @@ import (
 // shown to each caller only when it may fetch it, each call through the
 // router.
 type MCP struct {
-	router   *router.Router
-	registry *registry.Registry
-	srv      *mcpserver.MCPServer
-	jobs     jobs
-	relay    relay
+	parts atomic.Pointer[parts] // the router and registry of now (Swap)
+	srv   *mcpserver.MCPServer
+	jobs  jobs
+	relay relay
 
 	fastCalls atomic.Int64 // tools/call served by fastCall
 	live      liveSessions // mcp-go's sessions, for the fast call
@@ -59,7 +58,8 @@ func CallerFrom(ctx context.Context) *router.Caller {
 // NewMCP builds the MCP server over reg and keeps its tool list in step
 // with the catalog (clients get tools/list_changed).
 func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
-	m := &MCP{router: rt, registry: reg}
+	m := &MCP{}
+	m.parts.Store(&parts{router: rt, registry: reg})
 	hooks := &mcpserver.Hooks{}
 	hooks.AddAfterListResources(m.filterResources)
 	hooks.AddAfterListResourceTemplates(m.filterTemplates)
@@ -88,8 +88,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 	// (rejectRebinding): mcp-go need not do it again.
 	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),
 		mcpserver.WithSessionIdManagerResolver(m.sessions), mcpserver.WithDisableLocalhostProtection(true))
-	m.sync(reg.Snapshot())
-	reg.Watch(m.sync)
+	m.watch(reg)
 	m.startRelay(reg)
 	return m
 }
@@ -128,7 +127,8 @@ func (m *MCP) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	if c == nil {
 		return nil
 	}
-	snap := m.registry.Snapshot()
+	p := m.parts.Load()
+	snap := p.registry.Snapshot()
 	out := tools[:0:0]
 	for _, t := range tools {
 		if t.Name == UseSkill {
@@ -137,7 +137,7 @@ func (m *MCP) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 			}
 			continue
 		}
-		if d, ok := snap.ByExposedName(t.Name); ok && m.router.Visible(c, d) {
+		if d, ok := snap.ByExposedName(t.Name); ok && p.router.Visible(c, d) {
 			out = append(out, t)
 		}
 	}
@@ -189,6 +189,9 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	if res, ok := m.plan(ctx, c, req, r); ok {
 		return res, nil
 	}
+	// The call runs to its end on the router of now, whatever a reload
+	// swaps in meanwhile.
+	rt := m.rt()
 	j := newJob(c.Sub)
 	r.Progress = mcpconv.ProgressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
@@ -199,7 +202,7 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 			// The job's context is its own; its spans belong to the request.
 			ctx = telemetry.Carry(reqCtx, ctx)
 		}
-		res, inv, err := m.router.Invoke(ctx, c, r)
+		res, inv, err := rt.Invoke(ctx, c, r)
 		if m.observed() {
 			telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 		}
@@ -230,11 +233,11 @@ func (m *MCP) plan(ctx context.Context, c *router.Caller, req mcp.CallToolReques
 	if !on {
 		return nil, false
 	}
-	p, err := m.router.Plan(ctx, c, r)
+	p, err := m.rt().Plan(ctx, c, r)
 	if err != nil {
 		return mcpconv.Denial(err), true
 	}
-	d, found := m.registry.Snapshot().Lookup(p.Tool)
+	d, found := m.reg().Snapshot().Lookup(p.Tool)
 	return mcpPlan(p, found && len(d.OutputSchema) > 0), true
 }
 

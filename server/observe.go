@@ -74,7 +74,7 @@ func (m *MCP) toolLabel(raw []byte) string {
 	if name == UseSkill {
 		return name
 	}
-	if _, ok := m.registry.Snapshot().ByExposedName(name); ok {
+	if _, ok := m.reg().Snapshot().ByExposedName(name); ok {
 		return name
 	}
 	return telemetry.Other

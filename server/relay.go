@@ -59,17 +59,20 @@ func knowledgeID(source, uri string) string { return "mcp:" + source + ":" + uri
 func directiveID(source, name string) string { return "mcp:" + source + ":" + name }
 
 // startRelay finds the MCP sources and keeps their resources and prompts
-// registered, refreshing on their list_changed notifications.
+// registered, refreshing on their list_changed notifications. A reload
+// calls it again with the new registry: the new upstreams replace the
+// old, and URIs that sessions subscribed are subscribed upstream again.
 func (m *MCP) startRelay(reg *registry.Registry) {
+	var ups []upstream
 	for _, s := range reg.Sources() {
 		src, ok := s.(*mcpsrc.Source)
 		if !ok {
 			continue
 		}
-		m.relay.ups = append(m.relay.ups, upstream{src: src, prefix: reg.Prefix(registry.SourceKey(s))})
+		ups = append(ups, upstream{src: src, prefix: reg.Prefix(registry.SourceKey(s))})
 	}
-	for i := range m.relay.ups {
-		up := &m.relay.ups[i]
+	for i := range ups {
+		up := &ups[i]
 		up.src.OnChange(func() { go m.syncRelay() })
 		up.src.OnNotification(func(method string, params json.RawMessage) {
 			switch method {
@@ -80,7 +83,20 @@ func (m *MCP) startRelay(reg *registry.Registry) {
 			}
 		})
 	}
+	m.relay.mu.Lock()
+	m.relay.ups = ups
+	var subscribed []string
+	for uri, sessions := range m.relay.subs {
+		if len(sessions) > 0 {
+			subscribed = append(subscribed, uri)
+		}
+	}
+	m.relay.upSubs = map[string]bool{}
+	m.relay.mu.Unlock()
 	m.syncRelay()
+	for _, uri := range subscribed {
+		m.subscribeUpstream(context.Background(), uri)
+	}
 }
 
 // syncRelay lists every upstream's resources, templates and prompts and
@@ -95,8 +111,11 @@ func (m *MCP) syncRelay() {
 		towners   = map[string]*upstream{}
 		pmap      = map[string]relayedPrompt{}
 	)
-	for i := range m.relay.ups {
-		up := &m.relay.ups[i]
+	m.relay.mu.Lock()
+	ups := m.relay.ups
+	m.relay.mu.Unlock()
+	for i := range ups {
+		up := &ups[i]
 		l := up.src.Lists(ctx)
 		for _, r := range l.Resources {
 			if _, dup := owners[r.URI]; dup {
@@ -144,7 +163,7 @@ func protocolOf(ctx context.Context) string {
 func (m *MCP) readResource(up *upstream) mcpserver.ResourceHandlerFunc {
 	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 		uri := req.Params.URI
-		if err := m.router.Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
+		if err := m.rt().Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
 			return nil, errors.New(tool.ErrorMessage(err))
 		}
 		return up.src.ReadResource(ctx, uri)
@@ -154,7 +173,7 @@ func (m *MCP) readResource(up *upstream) mcpserver.ResourceHandlerFunc {
 // getPrompt gates a prompts/get and forwards it under the upstream's name.
 func (m *MCP) getPrompt(rp relayedPrompt) mcpserver.PromptHandlerFunc {
 	return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-		if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+req.Params.Name, protocolOf(ctx)); err != nil {
+		if err := m.rt().Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+req.Params.Name, protocolOf(ctx)); err != nil {
 			return nil, errors.New(tool.ErrorMessage(err))
 		}
 		return rp.up.src.GetPrompt(ctx, rp.name, req.Params.Arguments)
@@ -174,7 +193,7 @@ func (m *MCP) filterPrompts(ctx context.Context, prompts []mcp.Prompt) []mcp.Pro
 		} else if !sampling {
 			p.Description = withoutUseSkill(p.Description)
 		}
-		if m.router.May(c, permissions.Fetch, permissions.Directive, id) {
+		if m.rt().May(c, permissions.Fetch, permissions.Directive, id) {
 			out = append(out, p)
 		}
 	}
@@ -189,7 +208,7 @@ func (m *MCP) filterResources(ctx context.Context, _ any, _ *mcp.ListResourcesRe
 	defer m.relay.mu.Unlock()
 	out := res.Resources[:0]
 	for _, r := range res.Resources {
-		if up, ok := m.relay.resources[r.URI]; ok && m.router.May(c, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), r.URI)) {
+		if up, ok := m.relay.resources[r.URI]; ok && m.rt().May(c, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), r.URI)) {
 			out = append(out, r)
 		}
 	}
@@ -206,7 +225,7 @@ func (m *MCP) filterTemplates(ctx context.Context, _ any, _ *mcp.ListResourceTem
 			continue
 		}
 		raw := t.URITemplate.Raw()
-		if up, ok := m.relay.templates[raw]; ok && m.router.May(c, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), raw)) {
+		if up, ok := m.relay.templates[raw]; ok && m.rt().May(c, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), raw)) {
 			out = append(out, t)
 		}
 	}
@@ -222,7 +241,7 @@ func (m *MCP) CompletePromptArgument(ctx context.Context, name string, arg mcp.C
 	if !ok {
 		return &mcp.Completion{Values: []string{}}, nil
 	}
-	if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+name, protocolOf(ctx)); err != nil {
+	if err := m.rt().Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+name, protocolOf(ctx)); err != nil {
 		return nil, errors.New(tool.ErrorMessage(err))
 	}
 	return rp.up.src.Complete(ctx, map[string]any{"type": "ref/prompt", "name": rp.name}, arg, cc)
@@ -240,7 +259,7 @@ func (m *MCP) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.
 	if !ok {
 		return &mcp.Completion{Values: []string{}}, nil
 	}
-	if err := m.router.Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
+	if err := m.rt().Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
 		return nil, errors.New(tool.ErrorMessage(err))
 	}
 	return up.src.Complete(ctx, map[string]any{"type": "ref/resource", "uri": uri}, arg, cc)
@@ -252,8 +271,7 @@ func (m *MCP) subscribed(ctx context.Context, _ any, req *mcp.SubscribeRequest, 
 	session := mcpserver.ClientSessionFromContext(ctx)
 	uri := req.Params.URI
 	m.relay.mu.Lock()
-	up, ok := m.relay.resources[uri]
-	if !ok || session == nil {
+	if _, ok := m.relay.resources[uri]; !ok || session == nil {
 		m.relay.mu.Unlock()
 		return
 	}
@@ -264,15 +282,24 @@ func (m *MCP) subscribed(ctx context.Context, _ any, req *mcp.SubscribeRequest, 
 		m.relay.subs[uri] = map[string]*subscriber{}
 	}
 	m.relay.subs[uri][session.SessionID()] = &subscriber{caller: CallerFrom(ctx)}
-	first := !m.relay.upSubs[uri]
+	m.relay.mu.Unlock()
+	m.subscribeUpstream(context.WithoutCancel(ctx), uri)
+}
+
+// subscribeUpstream subscribes uri at the upstream that serves it, once.
+func (m *MCP) subscribeUpstream(ctx context.Context, uri string) {
+	m.relay.mu.Lock()
+	up, ok := m.relay.resources[uri]
+	if !ok || m.relay.upSubs[uri] {
+		m.relay.mu.Unlock()
+		return
+	}
 	m.relay.upSubs[uri] = true
 	m.relay.mu.Unlock()
-	if first {
-		if _, err := up.src.Request(context.WithoutCancel(ctx), "resources/subscribe", map[string]any{"uri": uri}); err != nil {
-			m.relay.mu.Lock()
-			delete(m.relay.upSubs, uri)
-			m.relay.mu.Unlock()
-		}
+	if _, err := up.src.Request(ctx, "resources/subscribe", map[string]any{"uri": uri}); err != nil {
+		m.relay.mu.Lock()
+		delete(m.relay.upSubs, uri)
+		m.relay.mu.Unlock()
 	}
 }
 
@@ -298,7 +325,7 @@ func (m *MCP) resourceUpdated(up *upstream, params json.RawMessage) {
 	m.relay.mu.Lock()
 	var sessions []string
 	for sid, s := range m.relay.subs[p.URI] {
-		if m.router.May(s.caller, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), p.URI)) {
+		if m.rt().May(s.caller, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), p.URI)) {
 			sessions = append(sessions, sid)
 		}
 	}

@@ -54,9 +54,7 @@ type Options struct {
 
 // Server is capgate's front door over a router and its registry.
 type Server struct {
-	Router   *router.Router
-	Registry *registry.Registry
-	MCP      *MCP
+	MCP *MCP // its router and registry: Router, Registry
 
 	logger         *slog.Logger
 	listen, socket string
@@ -74,9 +72,9 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{Router: opts.Router, Registry: opts.Registry, logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
+	s := &Server{logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
 		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready, metrics: opts.Metrics, metricsListen: opts.MetricsListen}
-	s.MCP = NewMCP(s.Router, s.Registry)
+	s.MCP = NewMCP(opts.Router, opts.Registry)
 	secret := opts.Secret
 	if secret == nil {
 		secret = randomSecret()
@@ -91,7 +89,7 @@ func New(opts Options) *Server {
 // ServeStdio serves one MCP client over in and out as the caller whose
 // token is raw (or the anonymous caller), until ctx ends or in closes.
 func (s *Server) ServeStdio(ctx context.Context, raw string, in io.Reader, out io.Writer) error {
-	c, err := s.Router.Authenticate(raw)
+	c, err := s.Router().Authenticate(raw)
 	if err != nil {
 		return err
 	}
@@ -110,6 +108,13 @@ func (s *Server) LoadSkills(o skills.Options, settings map[string]skills.Setting
 	if err != nil {
 		return fmt.Errorf("skills: %w", err)
 	}
+	s.SetSkills(set, settings)
+	return nil
+}
+
+// SetSkills serves the skills of set that settings enable, in place of
+// those served before (LoadSkills; a reload).
+func (s *Server) SetSkills(set *skills.Set, settings map[string]skills.Settings) {
 	enabled, problems := skills.Apply(set, settings)
 	why := map[string]string{}
 	for _, p := range append(set.Problems, problems...) {
@@ -119,5 +124,4 @@ func (s *Server) LoadSkills(o skills.Options, settings map[string]skills.Setting
 		}
 	}
 	s.MCP.SetSkills(enabled, why)
-	return nil
 }

@@ -54,12 +54,12 @@ func (m *MCP) SetSkills(enabled []*skills.Skill, problems map[string]string) {
 	m.relay.skills = prompts
 	m.relay.mu.Unlock()
 	m.syncRelay()
-	m.sync(m.registry.Snapshot())
+	m.sync(m.reg().Snapshot())
 }
 
 func (m *MCP) skillPrompt(s *skills.Skill) mcpserver.PromptHandlerFunc {
 	return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-		if err := m.router.Fetch(CallerFrom(ctx), permissions.Directive, s.Name, "prompt "+s.Name, protocolOf(ctx)); err != nil {
+		if err := m.rt().Fetch(CallerFrom(ctx), permissions.Directive, s.Name, "prompt "+s.Name, protocolOf(ctx)); err != nil {
 			return nil, fmt.Errorf("%s", tool.ErrorMessage(err))
 		}
 		return mcp.NewGetPromptResult(s.Description, []mcp.PromptMessage{
@@ -79,7 +79,7 @@ func (m *MCP) useSkillTool(ctx context.Context, c *router.Caller) (mcp.Tool, boo
 	m.mu.Unlock()
 	var lines []string
 	for _, name := range slices.Sorted(maps.Keys(set.enabled)) {
-		if m.router.May(c, permissions.Execute, permissions.Directive, name) {
+		if m.rt().May(c, permissions.Execute, permissions.Directive, name) {
 			lines = append(lines, "- "+name+": "+oneLine(set.enabled[name].Description))
 		}
 	}
@@ -130,7 +130,7 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 		return mcpconv.Denial(tool.Errorf(tool.CodeInvalidInput, "use_skill input.message: is required")), nil
 	}
 	proto := protocolOf(ctx)
-	run, err := m.router.BeginSkill(c, in.Skill, proto)
+	run, err := m.rt().BeginSkill(c, in.Skill, proto)
 	if err != nil {
 		return mcpconv.Denial(err), nil
 	}
@@ -162,7 +162,7 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 func (m *MCP) continueSkill(ctx context.Context, c *router.Caller, st *requestState, responses mcp.InputResponses) (*mcp.CallToolResult, error) {
 	sk := *st.Skill
 	proto := protocolOf(ctx)
-	run, err := m.router.BeginSkill(c, sk.Name, proto)
+	run, err := m.rt().BeginSkill(c, sk.Name, proto)
 	if err != nil {
 		return mcpconv.Denial(err), nil
 	}
@@ -238,7 +238,7 @@ func (m *MCP) skillJob(c *router.Caller, run *router.SkillRun, s *skills.Skill, 
 			},
 			Call: func(ctx context.Context, name string, input json.RawMessage) (*mcp.CallToolResult, error) {
 				toolCalls++
-				res, err := m.router.Call(ctx, c, router.Request{Tool: name, Input: input, Scope: scope,
+				res, err := m.rt().Call(ctx, c, router.Request{Tool: name, Input: input, Scope: scope,
 					Protocol: proto + " skill:" + s.Name})
 				if err != nil {
 					if ctx.Err() != nil {
@@ -276,7 +276,7 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 	set := m.skills
 	m.mu.Unlock()
 	notFound := tool.Errorf(tool.CodeNotFound, "no skill %q", name)
-	if !m.router.May(c, permissions.Fetch, permissions.Directive, name) {
+	if !m.rt().May(c, permissions.Fetch, permissions.Directive, name) {
 		return nil, nil, notFound
 	}
 	s, ok := set.enabled[name]
@@ -287,7 +287,7 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 		return nil, nil, notFound
 	}
 	required := permissions.Required(permissions.Execute, permissions.Directive, name)
-	if !m.router.May(c, permissions.Execute, permissions.Directive, name) {
+	if !m.rt().May(c, permissions.Execute, permissions.Directive, name) {
 		return nil, nil, &tool.Error{Code: tool.CodePermissionDenied, Gate: router.GateCapability, Required: required,
 			Message: required + " is not granted", Hint: "grant " + required + " to the caller (token caps or [policy] grants)"}
 	}
@@ -309,7 +309,7 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 	// before its model runs: the skill's grants only narrow the caller's.
 	for _, cp := range s.Capabilities {
 		id := "bridge:" + strings.Replace(cp, ".", ":", 1) + ".*"
-		if !m.router.May(c, permissions.Execute, permissions.Tool, id) {
+		if !m.rt().May(c, permissions.Execute, permissions.Tool, id) {
 			req := permissions.Required(permissions.Execute, permissions.Tool, id)
 			return nil, nil, &tool.Error{Code: tool.CodePermissionDenied, Gate: router.GateCapability, Required: req,
 				Message: fmt.Sprintf("skill %s needs the capability %s: %s is not granted", name, cp, req),
@@ -323,7 +323,7 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 	}
 	// Allowed tools given by exposed name grant the tools they name.
 	gs := s.Grants()
-	snap := m.registry.Snapshot()
+	snap := m.reg().Snapshot()
 	for _, n := range s.ToolNames() {
 		if d, ok := snap.ByExposedName(n); ok {
 			gs = append(gs, permissions.Required(permissions.Execute, permissions.Tool, d.ID))
@@ -340,7 +340,7 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 // tools that the caller, narrowed to the skill, may see.
 func (m *MCP) skillTools(c *router.Caller, s *skills.Skill, scope *router.Scope) []mcp.Tool {
 	var out []mcp.Tool
-	for _, d := range m.router.List(c, scope, registry.Filter{}) {
+	for _, d := range m.rt().List(c, scope, registry.Filter{}) {
 		if slices.Contains(s.AllowedTools, d.ExposedName) || slices.Contains(s.AllowedTools, d.ID) {
 			out = append(out, mcpTool(d))
 		}

@@ -68,9 +68,9 @@ func TestSessionOpenedOnOneReplicaServedByAnother(t *testing.T) {
 	}
 }
 
-// modernMeta is the _meta of a 2026-07-28 request from a client that lends
+// samplingMeta is the _meta of a 2026-07-28 request from a client that lends
 // its model, with tools.
-const modernMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+const samplingMeta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
 	`"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},` +
 	`"io.modelcontextprotocol/clientCapabilities":{"sampling":{"tools":{}}}}`
 
@@ -101,7 +101,7 @@ func (r mcpReply) text() string {
 // continuation of state with the answer given under key.
 func callOn(t *testing.T, base, tok, name, args, state, key, answer string) mcpReply {
 	t.Helper()
-	params := `"name":"` + name + `","arguments":` + args + `,` + modernMeta
+	params := `"name":"` + name + `","arguments":` + args + `,` + samplingMeta
 	if state != "" {
 		params += `,"requestState":` + strconv.Quote(state) + `,"inputResponses":{` + strconv.Quote(key) + `:` + answer + `}`
 	}

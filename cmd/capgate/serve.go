@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -34,26 +33,17 @@ Unix socket [server] socket) on [server] listen. Every HTTP request carries
 With --stdio it serves one MCP client over stdin and stdout instead, as the
 caller whose token is in CAPGATE_TOKEN or ASH_CONTEXT_TOKEN.
 
-SIGINT or SIGTERM stops it gracefully.`,
+SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
+[server] watch_config a change of the config) reloads the config.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(configPath)
 			if err != nil {
 				return usageError("%v", err)
 			}
-			for _, d := range cfg.SkillDirs {
-				// Named on purpose, so unlike a default directory it must be there.
-				if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-					return usageError("%s: skills.dirs: %s is not a directory", configPath, d)
-				}
+			if skillsDirs, err = skillDirs(cfg, skillsDirs); err != nil {
+				return usageError("%v", err)
 			}
-			for _, d := range skillsDirs {
-				if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-					return usageError("--skills-dir %s: not a directory", d)
-				}
-			}
-			// [skills] dirs first: a --skills-dir, later, overrides them.
-			skillsDirs = append(slices.Clone(cfg.SkillDirs), skillsDirs...)
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -82,6 +72,13 @@ SIGINT or SIGTERM stops it gracefully.`,
 				return &exitError{code: exitDenied, err: err}
 			}
 			defer srv.Close()
+			flagDirs := skillsDirs[len(cfg.SkillDirs):]
+			removePid, err := writePid(cfg.Server.DataDir)
+			if err != nil {
+				return &exitError{code: exitDenied, err: fmt.Errorf("%s: %w", cfg.Path, err)}
+			}
+			defer removePid()
+			reloads(ctx, logger, srv, configPath, flagDirs, cfg.Server.WatchConfig)
 			if stdio {
 				tok := os.Getenv("CAPGATE_TOKEN")
 				if tok == "" {
@@ -94,7 +91,7 @@ SIGINT or SIGTERM stops it gracefully.`,
 			}
 			err = srv.Serve(ctx, func(addr, socket string) {
 				out := cmd.OutOrStdout()
-				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", version(), len(srv.Registry.Snapshot().Tools), cfg.Path)
+				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", version(), len(srv.Server.Registry().Snapshot().Tools), cfg.Path)
 				fmt.Fprintf(out, "  MCP             http://%s/mcp\n", addr)
 				fmt.Fprintf(out, "  capability RPC  http://%s/rpc\n", addr)
 				if socket != "" {
