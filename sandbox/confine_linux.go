@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+
+	"github.com/capgate/capgate/tool"
 )
 
 // Command builds the command that runs argv confined by c, ended when ctx
@@ -39,6 +41,17 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 		return nil, nil, err
 	}
 	return withContext(ctx, launch), cleanup, nil
+}
+
+// Describe is c as operators and callers see it: each guarantee, where it
+// came from, and whether this kernel enforces it for capgate as it runs.
+func (c Confinement) Describe() *tool.Guarantees {
+	var miss []Missing
+	if c.Confined() {
+		feat, _ := probed().forLaunch(nil)
+		miss = feat.missing(c.Guarantees, c.Deny)
+	}
+	return c.describe(miss)
 }
 
 // withContext rebuilds cmd (not yet started) so that ctx ends it.

@@ -89,16 +89,8 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		return nil, nil, fmt.Errorf("sandbox: program %q: not an absolute path", spec.Path)
 	}
 	g := spec.Guarantees
-	unprivileged := !f.Privileged || (spec.Credential != nil && spec.Credential.Uid != 0)
-	feat := f
-	if unprivileged {
-		feat.NetNS = feat.NetNS && feat.UserNS
-	}
-	miss := feat.Check(g)
-	if len(spec.Deny) > 0 && f.LandlockABI < 1 {
-		// Deny paths hold capgate's keys: unprovable, they fail closed too.
-		miss = append(miss, Missing{Key: "deny", Feature: "Landlock"})
-	}
+	feat, unprivileged := f.forLaunch(spec.Credential)
+	miss := feat.missing(g, spec.Deny)
 	if len(miss) > 0 && !spec.AllowUnsafe {
 		return nil, nil, &UnenforceableError{Missing: miss}
 	}
@@ -169,6 +161,27 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	cmd.Dir = spec.Dir
 	cmd.SysProcAttr = attr
 	return cmd, cleanup, nil
+}
+
+// forLaunch is what f can enforce for a tool started with cred: a tool
+// that is not root outside needs a user namespace for its network one.
+func (f Features) forLaunch(cred *syscall.Credential) (feat Features, unprivileged bool) {
+	unprivileged = !f.Privileged || (cred != nil && cred.Uid != 0)
+	feat = f
+	if unprivileged {
+		feat.NetNS = feat.NetNS && feat.UserNS
+	}
+	return feat, unprivileged
+}
+
+// missing is Check plus the deny paths, which hold capgate's keys:
+// unprovable, they fail closed too.
+func (f Features) missing(g Guarantees, deny []string) []Missing {
+	miss := f.Check(g)
+	if len(deny) > 0 && f.LandlockABI < 1 {
+		miss = append(miss, Missing{Key: "deny", Feature: "Landlock"})
+	}
+	return miss
 }
 
 // buildEnv is the tool's whole environment: capgate's (or under no_env_read

@@ -94,6 +94,9 @@ type Descriptor struct {
 	DefinitionHash string `json:"definition_hash,omitempty"`
 	// Quarantined, when set, says why the tool is listed but never callable.
 	Quarantined string `json:"quarantined,omitempty"`
+	// Guarantees are what the tool cannot do, for a tool whose process
+	// capgate starts; nil for one it only talks to.
+	Guarantees *Guarantees `json:"guarantees,omitempty"`
 }
 
 // Clone returns a deep copy, so a gate can change it without touching the
@@ -109,6 +112,7 @@ func (d *Descriptor) Clone() *Descriptor {
 	c.Risk.Effects = slices.Clone(d.Risk.Effects)
 	c.Risk.Rules = slices.Clone(d.Risk.Rules)
 	c.AllowedChatTypes = slices.Clone(d.AllowedChatTypes)
+	c.Guarantees = d.Guarantees.Clone()
 	return &c
 }
 

@@ -239,6 +239,7 @@ func (p *Provider) List(ctx context.Context) ([]*tool.Descriptor, error) {
 		return nil, p.invalid("definitions response must include a definitions array")
 	}
 	ns := p.opts.Namespace
+	guarantees := p.opts.Confine.Describe() // one process serves every operation
 	var tools []*tool.Descriptor
 	ops := map[string]operation{}
 	seen := map[string]bool{}
@@ -286,6 +287,7 @@ func (p *Provider) List(ctx context.Context) ([]*tool.Descriptor, error) {
 				Mutating:         op.Mutating,
 				RequiresAuth:     requiresAuth,
 				Available:        true,
+				Guarantees:       guarantees.Clone(),
 			})
 			ops[name] = operation{capabilityID: d.ID, name: op.Name}
 		}

@@ -256,8 +256,9 @@ func (p *Pack) build(file string) error {
 			Risk: risk.Assess(risk.Declaration{}, declared, risk.Hints{
 				Name: name, Description: c.Description, Permissions: m.Permissions,
 			}),
-			Mutating:  c.Mutating,
-			Available: true,
+			Mutating:   c.Mutating,
+			Available:  true,
+			Guarantees: conf.Describe(),
 		}
 		p.tools = append(p.tools, d)
 	}
