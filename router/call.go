@@ -98,7 +98,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
-	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, ProtocolVersion: req.Protocol, RequestID: req.RequestID}
+	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, RequestID: req.RequestID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -237,11 +237,16 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		}
 	}
 	ran = true
-	tk.Keep(1) // room for the tool_call record only, while the tool runs
+	if ev.Guarantees != "" {
+		tk.Keep(2) // and for a capability_check of a guarantee that held it back
+	} else {
+		tk.Keep(1) // room for the tool_call record only, while the tool runs
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
 	defer cancel()
 	res, err := r.opts.Registry.Call(ctx, d.ID, call)
 	if err != nil {
+		r.guaranteeBlocked(tk, ev, d, err)
 		if ctx.Err() != nil && !isToolError(err) {
 			return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s did not answer in time", d.ID)
 		}
@@ -302,7 +307,8 @@ func (r *Router) check(ctx context.Context, c *Caller, req *Request, ev *audit.E
 	}
 	c = r.within(c, req.Scope)
 	ch.c, ch.d = c, d
-	ev.Tool, ev.Runner, ev.ResolvedSource, ev.ToolName = d.ID, string(d.Kind), d.Source, d.ExposedName
+	resolved(ev, d)
+	ev.ToolName, ev.Guarantees = d.ExposedName, guaranteesJSON(d)
 
 	input, value, inputHash, err := parseInput(req.Input)
 	if err != nil {
@@ -510,12 +516,12 @@ func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descri
 func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev *audit.Event, tk *audit.Ticket) error {
 	required := r.toolCaps.get(d.ID).execute
 	allowed, refused, reason := c.grants.Explain(required)
-	check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Runner: string(d.Kind),
-		ResolvedSource: d.Source, Capability: required, Allowed: allowed, Reason: reason,
-		ProtocolVersion: req.Protocol, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType, Tool: d.ID,
+	check := audit.Event{Type: audit.TypeGrantCheck, ToolName: d.ExposedName, Required: required, Explanation: reason,
+		Protocol: req.Protocol, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
 		Gate: GateCapability, RequestID: req.RequestID}
+	resolved(&check, d)
 	if allowed {
-		check.GuaranteeSource, check.Decision = c.guarantee, "allow"
+		check.Layer, check.Decision = c.guarantee, "allow"
 		r.record(tk, check)
 		return nil
 	}
@@ -523,7 +529,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 	if refused < len(c.layers) {
 		layer = c.layers[refused]
 	}
-	check.GuaranteeSource, check.Decision = layer, "deny"
+	check.Layer, check.Decision = layer, "deny"
 	r.record(tk, check)
 	return &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 		Message: fmt.Sprintf("%s is not granted (refused by the %s grants)", required, layer),

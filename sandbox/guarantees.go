@@ -25,6 +25,26 @@ const (
 	SecretsAllowed    Key = "secrets_allowed"
 )
 
+// Capability is the trace's word for what k withholds (no_network:
+// network). The launcher's deny paths, capgate's own files, are reads.
+func (k Key) Capability() string {
+	switch k {
+	case NoFilesystemWrite:
+		return "filesystem_write"
+	case NoFilesystemRead, "deny":
+		return "filesystem_read"
+	case NoNetwork:
+		return "network"
+	case NoSubprocess:
+		return "subprocess"
+	case NoEnvRead:
+		return "env_read"
+	case NoEnvWrite:
+		return "env_write"
+	}
+	return string(k)
+}
+
 // Keys lists the boolean guarantees in a fixed order.
 var Keys = []Key{NoFilesystemWrite, NoFilesystemRead, NoNetwork, NoSubprocess, NoEnvRead, NoEnvWrite}
 

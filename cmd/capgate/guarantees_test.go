@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +155,161 @@ func TestGuaranteesAreVisible(t *testing.T) {
 		if _, ok := want[d.ID]; ok {
 			check("tools list --json", d.ID, d.Guarantees)
 		}
+	}
+}
+
+// auditRecords waits for serve's audit log to hold a record matching
+// keep, and returns every such record.
+func auditRecords(t *testing.T, s *served, keep func(map[string]any) bool) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(s.dir, "data", "audit.jsonl"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		out = out[:0]
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && keep(m) {
+				out = append(out, m)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	return nil
+}
+
+func record(typ, tool string) func(map[string]any) bool {
+	return func(m map[string]any) bool { return m["type"] == typ && m["tool"] == tool }
+}
+
+// TestGuaranteesAreAudited: a confined tool's tool_call record holds its
+// guarantees, and an unconfined one's none.
+func TestGuaranteesAreAudited(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	s := guaranteesFixture(t, "")
+	tok := testkit.Mint(t, s.secret, token.Claims{Sub: "alice", ChatType: "private"})
+	for _, id := range []string{"ext:probe:sealed", "gog.calendar"} {
+		args := []string{"invoke", "--capability", id}
+		if id == "gog.calendar" {
+			args = append(args, "--operation", "list_events")
+		}
+		if out, errb, code := s.as(t, tok, args...); code != 0 {
+			t.Fatalf("invoke %s: %d %s %s", id, code, out, errb)
+		}
+	}
+	for id, want := range map[string]string{
+		"ext:probe:sealed":                `{"runner":"local","keys":[{"key":"no_network","source":"tool","enforced":true},{"key":"no_env_write","source":"policy","enforced":true}],"secrets_allowed":[],"secrets_source":"tool","enforced":true}`,
+		"bridge:gog:calendar.list_events": `{"runner":"local","keys":[{"key":"no_subprocess","source":"tool","enforced":true},{"key":"no_env_write","source":"policy","enforced":true}],"secrets_allowed":[],"secrets_source":"tool","enforced":true}`,
+	} {
+		recs := auditRecords(t, s, record("tool_call", id))
+		if len(recs) != 1 {
+			t.Fatalf("%s: %d tool_call records", id, len(recs))
+		}
+		var w any
+		if err := json.Unmarshal([]byte(want), &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(recs[0]["guarantees"], w) || recs[0]["runner"] != "local" || recs[0]["decision"] != "allow" {
+			t.Errorf("%s: tool_call record %v\nwant guarantees %s", id, recs[0], want)
+		}
+	}
+	if out, errb, code := s.run(t, nil, "audit", "verify", "--config", s.config); code != 0 {
+		t.Errorf("audit verify: %d %s %s", code, out, errb)
+	}
+}
+
+// TestUnenforceableGuaranteeIsACapabilityCheck runs serve on a kernel
+// without Landlock (a seccomp filter refuses it, as older container
+// profiles do): a tool declaring filesystem none is listed as not
+// enforced and refused at launch, and the refusal is a capability_check
+// record in the trace's schema; the operator's allow_unsafe_execution
+// runs the same command, its record saying the guarantees were unproven.
+func TestUnenforceableGuaranteeIsACapabilityCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	if sandbox.Probe().LandlockABI < 1 {
+		t.Skip("needs Landlock, to take it away")
+	}
+	pack := filepath.Join(t.TempDir(), "probe")
+	if err := os.MkdirAll(pack, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
+	manifest := fmt.Sprintf(`id: probe
+name: Probe
+description: Hostile commands
+commands:
+  sealed:
+    description: Print an id
+    run: [%[1]q, "--json", "id"]
+    risk: LOW
+    capabilities: {filesystem: none}
+  unsafe:
+    description: Print an id
+    run: [%[1]q, "--json", "id"]
+    risk: LOW
+    capabilities: {filesystem: none}
+`, hostile)
+	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := fromCapgate(testkit.StartCapgate(t, testkit.Capgate{Wrap: []string{testkit.Build(t, testkit.NoLandlock)}, Config: fmt.Sprintf(`
+[policy]
+grants = ["rye.fetch.*", "rye.execute.tool.*"]
+acknowledge = ["elevated"]
+
+[extensions]
+paths = [%q]
+
+[capability_overrides."ext:probe:unsafe"]
+allow_unsafe_execution = true
+`, filepath.Dir(pack))}))
+	tok := testkit.Mint(t, s.secret, token.Claims{Sub: "alice", ChatType: "private"})
+
+	out, errb, code := s.as(t, tok, "invoke", "--capability", "ext:probe:sealed")
+	if code == 0 || !strings.Contains(out+errb, "capability_backend_unavailable") || !strings.Contains(out+errb, "Landlock") {
+		t.Fatalf("an unenforceable tool ran, or was refused without naming Landlock: %d %s %s", code, out, errb)
+	}
+	checks := auditRecords(t, s, record("capability_check", "ext:probe:sealed"))
+	if len(checks) != 1 {
+		t.Fatalf("%d capability_check records", len(checks))
+	}
+	c := checks[0]
+	want := map[string]any{"type": "capability_check", "tool_name": "probe__sealed", "runner": "local",
+		"resolved_source": "probe", "capability": "filesystem_write", "allowed": false, "guarantee_source": "tool",
+		"reason": "guarantee_blocked", "protocol_version": 1.0}
+	for k, v := range want {
+		if c[k] != v {
+			t.Errorf("capability_check %s = %v (%T), want %v", k, c[k], c[k], v)
+		}
+	}
+	if d, _ := c["detail"].(string); !strings.Contains(d, "no_filesystem_write needs Landlock") || !strings.Contains(d, "no_filesystem_read needs Landlock") {
+		t.Errorf("capability_check detail %q does not name each missing feature", d)
+	}
+
+	if out, errb, code := s.as(t, tok, "invoke", "--capability", "ext:probe:unsafe"); code != 0 || !strings.Contains(out, `"id": "ok `) {
+		t.Fatalf("allow_unsafe_execution did not run the tool: %d %s %s", code, out, errb)
+	}
+	calls := auditRecords(t, s, record("tool_call", "ext:probe:unsafe"))
+	g, _ := calls[0]["guarantees"].(map[string]any)
+	if len(calls) != 1 || g["enforced"] != false || g["allow_unsafe_execution"] != true || calls[0]["decision"] != "allow" {
+		t.Errorf("the unsafe call's record: %v", calls)
+	}
+
+	// tools show, on the same kernel, says so too.
+	show, err := exec.Command(testkit.Build(t, testkit.NoLandlock), s.bin, "tools", "show", "ext:probe:sealed", "--config", s.config).Output()
+	var d tool.Descriptor
+	if err != nil || json.Unmarshal(show, &d) != nil {
+		t.Fatalf("tools show: %v %s", err, show)
+	}
+	if k, ok := d.Guarantees.Get("no_filesystem_read"); d.Guarantees.Enforced || !ok || k.Enforced || k.Missing != "Landlock" {
+		t.Errorf("tools show under a kernel without Landlock: %+v", d.Guarantees)
 	}
 }

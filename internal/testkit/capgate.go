@@ -36,6 +36,9 @@ type Capgate struct {
 	NoSecret bool
 	Env      []string // added to serve's environment, after the secret
 	Args     []string // serve's flags after --config
+	// Wrap starts serve through this command (argv, serve's after it):
+	// NoLandlock, say.
+	Wrap []string
 }
 
 // Served is a running `capgate serve` that StartCapgate started.
@@ -81,7 +84,11 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 		env = append(env, "CAPGATE_TOKEN_SECRET="+s.Secret)
 	}
 	env = append(env, c.Env...)
-	s.Cmd, s.Banner, s.logs = start(tb, s.Bin, append([]string{"serve", "--config", s.ConfigPath}, c.Args...), true, env...)
+	bin, args := s.Bin, append([]string{"serve", "--config", s.ConfigPath}, c.Args...)
+	if len(c.Wrap) > 0 {
+		bin, args = c.Wrap[0], append(append(c.Wrap[1:len(c.Wrap):len(c.Wrap)], s.Bin), args...)
+	}
+	s.Cmd, s.Banner, s.logs = start(tb, bin, args, true, env...)
 	return s
 }
 

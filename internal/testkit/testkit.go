@@ -73,6 +73,10 @@ const MCPFixture = "github.com/capgate/capgate/internal/testkit/mcpfixture"
 // BridgeFixture is the bridge-v1 provider the tests run.
 const BridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
 
+// NoLandlock runs a program with the landlock syscalls refused (ENOSYS),
+// for a capgate on a kernel that cannot prove filesystem guarantees.
+const NoLandlock = "github.com/capgate/capgate/internal/testkit/nolandlock"
+
 // ConformanceFixture is the import path of the upstream MCP server with the
 // MCP conformance suite's tools, resources, templates and prompts.
 const ConformanceFixture = "github.com/capgate/capgate/internal/testkit/conformancefixture"
