@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -130,6 +131,10 @@ type Call struct {
 	Input          json.RawMessage // a JSON object
 	Account        string          // which stored credential to use, if any
 	IdempotencyKey string
+	// Secrets are the values of the skill whose run made this call
+	// ([skills.NAME] env): a subprocess the call starts receives them as
+	// secrets_allowed, and no other call does.
+	Secrets map[string]string
 	// ContextToken is a short-lived token the router signs for this call
 	// from the verified caller's claims, for sources that want one.
 	ContextToken string
@@ -144,6 +149,15 @@ type Call struct {
 	// roots/list) and returns the client's answer. Without it such
 	// requests are refused.
 	Ask func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+}
+
+// SecretsEnv is c.Secrets as "NAME=value" entries, in name order.
+func (c Call) SecretsEnv() []string {
+	out := make([]string, 0, len(c.Secrets))
+	for _, k := range slices.Sorted(maps.Keys(c.Secrets)) {
+		out = append(out, k+"="+c.Secrets[k])
+	}
+	return out
 }
 
 // Result is what a tool returned: MCP content blocks, kept as raw JSON so

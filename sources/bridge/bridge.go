@@ -114,7 +114,8 @@ func (p *Provider) invalid(format string, args ...any) *tool.Error {
 }
 
 // call runs one request and returns the validated result object.
-func (p *Provider) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+// secrets are a skill's values for an invoke (tool.Call.Secrets).
+func (p *Provider) call(ctx context.Context, method string, params any, secrets ...string) (json.RawMessage, error) {
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	id := "cap_bridge_" + hex.EncodeToString(idb[:])
@@ -123,7 +124,7 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 		return nil, err
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
-		Protocol: []string{"ASH_CONTEXT_TOKEN_SECRET=" + base64.RawURLEncoding.EncodeToString(p.opts.Secret)},
+		Protocol: append(secrets, "ASH_CONTEXT_TOKEN_SECRET="+base64.RawURLEncoding.EncodeToString(p.opts.Secret)),
 		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.opts.Confine})
 	ns := p.opts.Namespace
 	if err != nil && stderr != "" {
@@ -381,7 +382,7 @@ func (p *Provider) Call(ctx context.Context, c tool.Call) (*tool.Result, error) 
 		IdempotencyKey *string         `json:"idempotency_key"`
 		ContextToken   string          `json:"context_token"`
 	}{op.capabilityID, op.name, input, nullable(c.Account), nullable(c.IdempotencyKey), c.ContextToken}
-	res, err := p.call(ctx, "invoke", params)
+	res, err := p.call(ctx, "invoke", params, c.SecretsEnv()...)
 	if err != nil {
 		return nil, err
 	}

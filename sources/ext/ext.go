@@ -322,6 +322,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
 		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.confine[c.Tool.Name],
+		Protocol: c.SecretsEnv(),
 	})
 	id := c.Tool.ID
 	if err != nil && stderr != "" {
