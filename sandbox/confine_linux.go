@@ -30,6 +30,13 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 	g := c.Guarantees
 	g.SecretsAllowed = slices.Clone(g.SecretsAllowed)
 	secrets := map[string]string{}
+	// A declared secret in the tool's environment reaches it whatever its
+	// env guarantees; the launcher otherwise drops it under no_env_read.
+	for _, kv := range env {
+		if name, v, _ := strings.Cut(kv, "="); slices.Contains(g.SecretsAllowed, name) {
+			secrets[name] = v
+		}
+	}
 	for _, kv := range protocol {
 		name, v, _ := strings.Cut(kv, "=")
 		secrets[name] = v

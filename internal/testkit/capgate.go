@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,7 +40,15 @@ type Capgate struct {
 	// Wrap starts serve through this command (argv, serve's after it):
 	// NoLandlock, say.
 	Wrap []string
+	// User runs serve as this user, unprivileged, in Dir, which the
+	// caller makes and the user owns; the built binaries become readable
+	// by all. Dir "" is a temp dir of the test's.
+	User *User
+	Dir  string
 }
+
+// User is a user to run as, by numeric ids.
+type User struct{ Uid, Gid int }
 
 // Served is a running `capgate serve` that StartCapgate started.
 type Served struct {
@@ -64,7 +73,10 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if testing.Short() {
 		tb.Skip("runs capgate serve")
 	}
-	s := &Served{Bin: Build(tb, CapgatePkg), Dir: tb.TempDir(), Addr: FreeAddr(tb), Secret: c.Secret}
+	s := &Served{Bin: Build(tb, CapgatePkg), Dir: c.Dir, Addr: FreeAddr(tb), Secret: c.Secret}
+	if s.Dir == "" {
+		s.Dir = tb.TempDir()
+	}
 	if s.Secret == "" {
 		s.Secret = DefaultSecret
 	}
@@ -79,6 +91,11 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	if u := c.User; u != nil {
+		if err := errors.Join(os.Chown(s.ConfigPath, u.Uid, u.Gid), os.Chmod(filepath.Dir(s.Bin), 0o755)); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	var env []string
 	if !c.NoSecret {
 		env = append(env, "CAPGATE_TOKEN_SECRET="+s.Secret)
@@ -88,7 +105,7 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if len(c.Wrap) > 0 {
 		bin, args = c.Wrap[0], append(append(c.Wrap[1:len(c.Wrap):len(c.Wrap)], s.Bin), args...)
 	}
-	s.Cmd, s.Banner, s.logs = start(tb, bin, args, true, env...)
+	s.Cmd, s.Banner, s.logs = start(tb, bin, args, true, c.User, env...)
 	return s
 }
 
