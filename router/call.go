@@ -241,7 +241,11 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	}
 	ran = true
 	if ev.Guarantees != "" {
-		tk.Keep(2) // and for a capability_check of a guarantee that held it back
+		// And for the capability_checks of guarantees that held it back:
+		// one refusing to start it, or one per guarantee the kernel held
+		// it to (no_network, no_subprocess).
+		tk.Keep(3)
+		call.Denied = r.kernelDenied(tk, ev, d)
 	} else {
 		tk.Keep(1) // room for the tool_call record only, while the tool runs
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/sandbox"
@@ -39,6 +40,34 @@ func guaranteesJSON(d *tool.Descriptor) string {
 		return ""
 	}
 	return string(b)
+}
+
+// kernelDenied is a call's tool.Call.Denied: the first time the kernel
+// refuses the tool something a guarantee withholds, a capability_check
+// record says so. The call goes on; the tool got EPERM.
+func (r *Router) kernelDenied(tk *audit.Ticket, ev *audit.Event, d *tool.Descriptor) func(string) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	return func(key string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		from := ""
+		if g, ok := d.Guarantees.Get(key); ok {
+			from = g.Source
+		}
+		what := map[string]string{string(sandbox.NoNetwork): "a socket", string(sandbox.NoSubprocess): "a new process"}[key]
+		check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Capability: sandbox.Key(key).Capability(),
+			GuaranteeSource: from, Reason: "guarantee_blocked", ProtocolVersion: 1,
+			Sub: ev.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType, Protocol: ev.Protocol,
+			Decision: "deny", Gate: GateGuarantee, RequestID: ev.RequestID, Guarantees: ev.Guarantees,
+			Detail: "the kernel refused the tool " + what + " (" + key + "); the call went on"}
+		resolved(&check, d)
+		r.record(tk, check)
+	}
 }
 
 // guaranteeBlocked records, as a capability_check in the trace's schema,

@@ -29,6 +29,9 @@ type Confinement struct {
 	Own        []string
 	// AllowUnsafe runs it even where its guarantees cannot be enforced.
 	AllowUnsafe bool
+	// Observe, set per call, is told of each socket and new process the
+	// kernel refuses it (Spec.Observe).
+	Observe func(Key)
 }
 
 // For derives the confinement of a process with declaration decl, whose

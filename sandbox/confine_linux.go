@@ -43,7 +43,7 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 		g.SecretsAllowed = append(g.SecretsAllowed, name)
 	}
 	launch, cleanup, err := Command(Spec{Path: path, Args: argv[1:], Dir: dir, Env: env, Secrets: secrets,
-		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe})
+		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe, Observe: c.Observe})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -65,5 +65,6 @@ func (c Confinement) Describe() *tool.Guarantees {
 func withContext(ctx context.Context, cmd *exec.Cmd) *exec.Cmd {
 	out := exec.CommandContext(ctx, cmd.Path)
 	out.Args, out.Env, out.Dir, out.SysProcAttr, out.Err = cmd.Args, cmd.Env, cmd.Dir, cmd.SysProcAttr, cmd.Err
+	out.ExtraFiles = cmd.ExtraFiles
 	return out
 }

@@ -135,6 +135,10 @@ type Call struct {
 	// ([skills.NAME] env): a subprocess the call starts receives them as
 	// secrets_allowed, and no other call does.
 	Secrets map[string]string
+	// Denied, when set, is told of each guarantee ("no_network",
+	// "no_subprocess") that the kernel held the call's subprocess to when
+	// it tried: called from another goroutine, before the call returns.
+	Denied func(guarantee string)
 	// ContextToken is a short-lived token the router signs for this call
 	// from the verified caller's claims, for sources that want one.
 	ContextToken string

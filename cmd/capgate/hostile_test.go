@@ -202,6 +202,8 @@ HOSTILE_SENTINEL = "capgate-environment-value"
 		t.Errorf("network outbound did not connect:\n%s", out)
 	}
 
+	observedDenials(t, s)
+
 	// The audit shows each call's guarantees.
 	for _, id := range []string{"ext:probe:sealed", "mcp:sealed:attempt", "bridge:gog:calendar.list_events"} {
 		recs := auditRecords(t, s, record("tool_call", id))
@@ -214,6 +216,27 @@ HOSTILE_SENTINEL = "capgate-environment-value"
 			if len(keys) != len(sandbox.Keys) || g["enforced"] != true || r["decision"] != "allow" {
 				t.Errorf("%s: record %v, want all %d guarantees, enforced", id, r, len(sandbox.Keys))
 			}
+		}
+	}
+}
+
+// observedDenials: the network and subprocess attempts of the tools
+// capgate starts per call (the extension command, the bridge provider)
+// are capability_check records in the trace's schema.
+func observedDenials(t *testing.T, s *served) {
+	t.Helper()
+	for _, id := range []string{"ext:probe:sealed", "bridge:gog:calendar.list_events"} {
+		got := map[string]bool{}
+		for _, c := range auditRecords(t, s, record("capability_check", id)) {
+			if c["reason"] == "guarantee_blocked" && c["allowed"] == false && c["protocol_version"] == 1.0 &&
+				c["guarantee_source"] == "tool" && c["runner"] == "local" && c["tool_name"] != nil && c["resolved_source"] != nil {
+				got[fmt.Sprint(c["capability"])] = true
+			} else {
+				t.Errorf("%s: capability_check record off the trace's schema: %v", id, c)
+			}
+		}
+		if !got["network"] || !got["subprocess"] {
+			t.Errorf("%s: capability_check records for %v, want network and subprocess", id, got)
 		}
 	}
 }

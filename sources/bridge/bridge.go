@@ -114,8 +114,16 @@ func (p *Provider) invalid(format string, args ...any) *tool.Error {
 }
 
 // call runs one request and returns the validated result object.
-// secrets are a skill's values for an invoke (tool.Call.Secrets).
-func (p *Provider) call(ctx context.Context, method string, params any, secrets ...string) (json.RawMessage, error) {
+// c, for an invoke, brings a skill's secrets and the observer of denials.
+func (p *Provider) call(ctx context.Context, method string, params any, c *tool.Call) (json.RawMessage, error) {
+	var secrets []string
+	conf := p.opts.Confine
+	if c != nil {
+		secrets = c.SecretsEnv()
+		if c.Denied != nil {
+			conf.Observe = func(k sandbox.Key) { c.Denied(string(k)) }
+		}
+	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	id := "cap_bridge_" + hex.EncodeToString(idb[:])
@@ -125,7 +133,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, secrets 
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
 		Protocol: append(secrets, "ASH_CONTEXT_TOKEN_SECRET="+base64.RawURLEncoding.EncodeToString(p.opts.Secret)),
-		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.opts.Confine})
+		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf})
 	ns := p.opts.Namespace
 	if err != nil && stderr != "" {
 		// The tail goes to the operator, never to the caller: a provider
@@ -229,7 +237,7 @@ type opDef struct {
 // duplicate capability fails the whole list, and the previous definitions
 // stay: no partial state.
 func (p *Provider) List(ctx context.Context) ([]*tool.Descriptor, error) {
-	res, err := p.call(ctx, "definitions", map[string]any{})
+	res, err := p.call(ctx, "definitions", map[string]any{}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +390,7 @@ func (p *Provider) Call(ctx context.Context, c tool.Call) (*tool.Result, error) 
 		IdempotencyKey *string         `json:"idempotency_key"`
 		ContextToken   string          `json:"context_token"`
 	}{op.capabilityID, op.name, input, nullable(c.Account), nullable(c.IdempotencyKey), c.ContextToken}
-	res, err := p.call(ctx, "invoke", params, c.SecretsEnv()...)
+	res, err := p.call(ctx, "invoke", params, &c)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +418,7 @@ func nullable(s string) *string {
 func (p *Provider) AuthBegin(ctx context.Context, capabilityID, accountHint, contextToken string) (*tool.AuthBegin, error) {
 	res, err := p.call(ctx, "auth_begin", map[string]any{
 		"capability_id": capabilityID, "account_hint": nullable(accountHint), "context_token": contextToken,
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -431,7 +439,7 @@ func (p *Provider) AuthComplete(ctx context.Context, capabilityID string, params
 		return nil, tool.Errorf(tool.CodeAuthFlowInvalid, "auth_complete params must be an object")
 	}
 	m["capability_id"], m["context_token"] = capabilityID, contextToken
-	res, err := p.call(ctx, "auth_complete", m)
+	res, err := p.call(ctx, "auth_complete", m, nil)
 	if err != nil {
 		return nil, err
 	}

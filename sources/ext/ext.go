@@ -319,9 +319,13 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
+	conf := p.confine[c.Tool.Name]
+	if c.Denied != nil {
+		conf.Observe = func(k sandbox.Key) { c.Denied(string(k)) }
+	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
-		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.confine[c.Tool.Name],
+		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf,
 		Protocol: c.SecretsEnv(),
 	})
 	id := c.Tool.ID
