@@ -35,7 +35,9 @@ func BenchmarkLaunch(b *testing.B) {
 			name       string
 			g          Guarantees
 			trampoline string
-		}{{"sandboxed-none", Guarantees{}, ""}, {"sandboxed-all", all(), ""}, {"capgate-all", all(), capgate}} {
+			observe    func(Key) // denials seen by capgate, as for a call
+		}{{"sandboxed-none", Guarantees{}, "", nil}, {"sandboxed-all", all(), "", nil}, {"capgate-all", all(), capgate, nil},
+			{"capgate-all-observed", all(), capgate, func(Key) {}}} {
 			if miss := f.Check(c.g); len(miss) > 0 {
 				b.Logf("%s skipped: %v", c.name, miss)
 				continue
@@ -43,7 +45,7 @@ func BenchmarkLaunch(b *testing.B) {
 			b.Run(prog.name+c.name, func(b *testing.B) {
 				for b.Loop() {
 					cmd, cleanup, err := command(Spec{Path: prog.argv[0], Args: prog.argv[1:], Guarantees: c.g,
-						Deny: []string{"/var/lib/capgate"}, Trampoline: c.trampoline}, f)
+						Deny: []string{"/var/lib/capgate"}, Trampoline: c.trampoline, Observe: c.observe}, f)
 					if err != nil {
 						b.Fatal(err)
 					}
