@@ -298,8 +298,11 @@ allow_unsafe_execution = true
 		t.Fatalf("allow_unsafe_execution did not run the tool: %d %s %s", code, out, errb)
 	}
 	calls := auditRecords(t, s, record("tool_call", "ext:probe:unsafe"))
+	if len(calls) != 1 {
+		t.Fatalf("the unsafe call's records: %v", calls)
+	}
 	g, _ := calls[0]["guarantees"].(map[string]any)
-	if len(calls) != 1 || g["enforced"] != false || g["allow_unsafe_execution"] != true || calls[0]["decision"] != "allow" {
+	if g["enforced"] != false || g["allow_unsafe_execution"] != true || calls[0]["decision"] != "allow" {
 		t.Errorf("the unsafe call's record: %v", calls)
 	}
 

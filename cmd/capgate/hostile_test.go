@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/sandbox"
@@ -226,13 +227,16 @@ HOSTILE_SENTINEL = "capgate-environment-value"
 func observedDenials(t *testing.T, s *served) {
 	t.Helper()
 	for _, id := range []string{"ext:probe:sealed", "bridge:gog:calendar.list_events"} {
+		// The log commits in groups: wait for the last calls' records.
 		got := map[string]bool{}
-		for _, c := range auditRecords(t, s, record("capability_check", id)) {
-			if c["reason"] == "guarantee_blocked" && c["allowed"] == false && c["protocol_version"] == 1.0 &&
-				c["guarantee_source"] == "tool" && c["runner"] == "local" && c["tool_name"] != nil && c["resolved_source"] != nil {
-				got[fmt.Sprint(c["capability"])] = true
-			} else {
-				t.Errorf("%s: capability_check record off the trace's schema: %v", id, c)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !(got["network"] && got["subprocess"]); time.Sleep(50 * time.Millisecond) {
+			for _, c := range auditRecords(t, s, record("capability_check", id)) {
+				if c["reason"] == "guarantee_blocked" && c["allowed"] == false && c["protocol_version"] == 1.0 &&
+					c["guarantee_source"] == "tool" && c["runner"] == "local" && c["tool_name"] != nil && c["resolved_source"] != nil {
+					got[fmt.Sprint(c["capability"])] = true
+				} else {
+					t.Fatalf("%s: capability_check record off the trace's schema: %v", id, c)
+				}
 			}
 		}
 		if !got["network"] || !got["subprocess"] {
