@@ -62,7 +62,7 @@ func (c Confinement) describe(miss []Missing) *tool.Guarantees {
 	g := c.Guarantees
 	out := &tool.Guarantees{Runner: tool.RunnerLocal, Keys: []tool.Guarantee{},
 		SecretsAllowed: slices.Clone(g.SecretsAllowed), SecretsSource: string(g.SecretsFrom),
-		Enforced: len(miss) == 0, AllowUnsafe: c.AllowUnsafe}
+		Enforced: len(miss) == 0, AllowUnsafe: c.AllowUnsafe, Pure: g.Pure}
 	if out.SecretsAllowed == nil {
 		out.SecretsAllowed = []string{}
 	}

@@ -67,6 +67,7 @@ type Guarantees struct {
 	From           map[Key]Source
 	SecretsAllowed []string
 	SecretsFrom    Source
+	Pure           bool // declared purity: pure, which set every key
 }
 
 // Has reports whether k is guaranteed.
@@ -262,7 +263,7 @@ func joinKeys(ks []Key) string {
 // only). Every step can only add guarantees or narrow secrets. Notes lists
 // what an override asked that was not applied because it would loosen.
 func Derive(decl Declared, over Overrides, trust Declared) (g Guarantees, notes []string) {
-	g = Guarantees{Set: map[Key]bool{}, From: map[Key]Source{}}
+	g = Guarantees{Set: map[Key]bool{}, From: map[Key]Source{}, Pure: decl.Pure}
 	for _, k := range decl.keys() {
 		g.tighten(k, FromDeclaration)
 	}

@@ -22,6 +22,9 @@ type Guarantees struct {
 	Enforced bool `json:"enforced"`
 	// AllowUnsafe: the operator lets it run without that proof.
 	AllowUnsafe bool `json:"allow_unsafe_execution,omitempty"`
+	// Pure: the tool declared purity: pure, which set the keys it lists
+	// as from "tool".
+	Pure bool `json:"pure,omitempty"`
 }
 
 // Guarantee is one guarantee: its key ("no_network"), the derivation step

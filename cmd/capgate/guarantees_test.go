@@ -41,7 +41,8 @@ func guaranteesFixture(t *testing.T, extra string) *served {
 		return fmt.Sprintf("  %s:\n    description: Print its environment\n    run: [%q, \"--json\", \"env\"]\n    risk: LOW\n%s", name, hostile, caps)
 	}
 	manifest := "id: probe\nname: Probe\ndescription: Hostile commands\ncommands:\n" +
-		cmd("sealed", "    capabilities:\n      network: none\n") + cmd("tightened", "") + cmd("open", "")
+		cmd("sealed", "    capabilities:\n      network: none\n") + cmd("tightened", "") + cmd("open", "") +
+		cmd("pure", "    purity: pure\n")
 	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +81,11 @@ func TestGuaranteesAreVisible(t *testing.T) {
 	}
 	s := guaranteesFixture(t, "")
 	want := map[string]map[string]string{ // tool id → key → source
-		"ext:probe:sealed":                {"no_network": "tool", "no_env_write": "policy"},
-		"ext:probe:tightened":             {"no_subprocess": "user", "no_env_write": "policy"},
-		"ext:probe:open":                  {"no_env_write": "policy"},
+		"ext:probe:sealed":    {"no_network": "tool", "no_env_write": "policy"},
+		"ext:probe:tightened": {"no_subprocess": "user", "no_env_write": "policy"},
+		"ext:probe:open":      {"no_env_write": "policy"},
+		"ext:probe:pure": {"no_filesystem_read": "tool", "no_filesystem_write": "tool", "no_network": "tool",
+			"no_subprocess": "tool", "no_env_read": "tool", "no_env_write": "tool"},
 		"bridge:gog:calendar.list_events": {"no_subprocess": "tool", "no_env_write": "policy"},
 		"mcp:sealed:echo":                 {"no_filesystem_read": "tool", "no_filesystem_write": "tool", "no_env_write": "policy"},
 	}
@@ -99,7 +102,7 @@ func TestGuaranteesAreVisible(t *testing.T) {
 				t.Errorf("%s: %s: %s not enforced (%s)", where, id, k.Key, k.Missing)
 			}
 		}
-		if fmt.Sprint(got) != fmt.Sprint(want[id]) || g.Runner != "local" || !g.Enforced {
+		if fmt.Sprint(got) != fmt.Sprint(want[id]) || g.Runner != "local" || !g.Enforced || g.Pure != (id == "ext:probe:pure") {
 			t.Errorf("%s: %s: guarantees %+v, want keys %v, runner local, enforced", where, id, g, want[id])
 		}
 	}
@@ -129,7 +132,7 @@ func TestGuaranteesAreVisible(t *testing.T) {
 		// The pack's commands say nothing of the network: only the
 		// kernel's proof closes the world.
 		open := mt.Annotations.OpenWorldHint
-		if wantOpen := id != "ext:probe:sealed"; strings.HasPrefix(id, "ext:") && (open == nil || *open != wantOpen) {
+		if wantOpen := id != "ext:probe:sealed" && id != "ext:probe:pure"; strings.HasPrefix(id, "ext:") && (open == nil || *open != wantOpen) {
 			t.Errorf("tools/list: %s: openWorldHint %v, want %v", id, open, wantOpen)
 		}
 	}

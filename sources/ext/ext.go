@@ -52,6 +52,8 @@ type Command struct {
 	// Capabilities declares what the command needs (filesystem, network,
 	// env, subprocess, secrets); what it leaves out, it is denied.
 	Capabilities map[string]any `yaml:"capabilities"`
+	// Purity "pure" says the command needs nothing: every guarantee.
+	Purity string `yaml:"purity"`
 }
 
 // Options bound every call of every pack.
@@ -239,6 +241,16 @@ func (p *Pack) build(file string) error {
 		decl, err := sandbox.ParseDeclared(c.Capabilities, key+".capabilities")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", file, err))
+		}
+		switch c.Purity {
+		case "":
+		case "pure":
+			if c.Capabilities != nil {
+				fail(key+".purity", "pure guarantees everything; drop capabilities or purity")
+			}
+			decl.Pure = true
+		default:
+			fail(key+".purity", "%q is not pure (the one purity there is)", c.Purity)
 		}
 		conf, notes := p.opts.Policy.For(id, decl, p.Dir)
 		for _, n := range notes {
