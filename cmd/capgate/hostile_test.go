@@ -65,21 +65,6 @@ func hostileTools(t *testing.T, user *testkit.User) {
 	}
 	dir, packs, outside := mkdir(true), mkdir(false), mkdir(true)
 
-	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tcpLn.Close()
-	go func() {
-		for {
-			c, err := tcpLn.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hello"))
-			c.Close()
-		}
-	}()
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +82,7 @@ func hostileTools(t *testing.T, user *testkit.User) {
 	if err := os.Symlink(key, link); err != nil {
 		t.Fatal(err)
 	}
-	tcp, udpTry := "tcp="+tcpLn.Addr().String(), "udp="+udp.LocalAddr().String()
+	tcp, udpTry := "tcp="+helloServer(t), "udp="+udp.LocalAddr().String()
 	attempts := func(kind string) []string {
 		return []string{"write=" + filepath.Join(outside, kind), "read=" + link, "read=" + config, tcp, udpTry,
 			"spawn=/bin/sh", "env=HOSTILE_SENTINEL"}

@@ -15,6 +15,28 @@ import (
 	"github.com/capgate/capgate/token"
 )
 
+// helloServer listens on loopback TCP, says "hello" to each connection
+// and returns its address; cleanup closes it.
+func helloServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello"))
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // TestDeclaredGuaranteesConfineEverySource runs a real capgate serve whose
 // three kinds of subprocess declare what they cannot do, and has each try
 // it anyway: the kernel stops each attempt, the call still answers, and
@@ -27,22 +49,7 @@ func TestDeclaredGuaranteesConfineEverySource(t *testing.T) {
 	if f.LandlockABI < 1 || !f.Seccomp || (!f.NetNS && f.LandlockABI < 4) {
 		t.Skipf("this kernel cannot enforce the guarantees: %+v", f)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hello"))
-			c.Close()
-		}
-	}()
-	tcp := "tcp=" + ln.Addr().String()
+	tcp := "tcp=" + helloServer(t)
 
 	pack := filepath.Join(t.TempDir(), "probe")
 	if err := os.MkdirAll(pack, 0o755); err != nil {
