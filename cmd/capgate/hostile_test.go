@@ -135,14 +135,7 @@ HOSTILE_SENTINEL = "capgate-environment-value"
 		t.Fatal(err)
 	}
 	alice := testkit.Mint(t, string(secret), token.Claims{Sub: "alice", ChatType: "private"})
-	invoke := func(args ...string) string {
-		t.Helper()
-		out, errb, code := s.as(t, alice, append([]string{"invoke", "--capability"}, args...)...)
-		if code != 0 {
-			t.Fatalf("invoke %v: the call did not answer: %d %s %s", args, code, out, errb)
-		}
-		return out
-	}
+	invoke := invoker(t, s, alice)
 	leaked := func(out string) bool {
 		return strings.Contains(out, strings.TrimSpace(string(secret))) || strings.Contains(out, "capgate-environment-value") ||
 			strings.Contains(out, "[server]")

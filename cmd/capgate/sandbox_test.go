@@ -37,6 +37,19 @@ func helloServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// invoker runs `capgate capability invoke --capability ARGS...` as tok and
+// returns its output; a call that does not answer fails the test.
+func invoker(t *testing.T, s *served, tok string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, errb, code := s.as(t, tok, append([]string{"invoke", "--capability"}, args...)...)
+		if code != 0 {
+			t.Fatalf("invoke %v: the call did not answer: %d %s %s\n%s", args, code, out, errb, s.logs())
+		}
+		return out
+	}
+}
+
 // TestDeclaredGuaranteesConfineEverySource runs a real capgate serve whose
 // three kinds of subprocess declare what they cannot do, and has each try
 // it anyway: the kernel stops each attempt, the call still answers, and
@@ -101,14 +114,7 @@ capabilities = { subprocess = "none" }
 		t.Fatal(err)
 	}
 	alice := testkit.Mint(t, string(key), token.Claims{Sub: "alice", ChatType: "private"})
-	invoke := func(args ...string) string {
-		t.Helper()
-		out, errb, code := s.as(t, alice, append([]string{"invoke", "--capability"}, args...)...)
-		if code != 0 {
-			t.Fatalf("invoke %v: %d %s %s\n%s", args, code, out, errb, s.logs())
-		}
-		return out
-	}
+	invoke := invoker(t, s, alice)
 
 	// An extension command declaring network none cannot connect; the
 	// same command undeclared can.
