@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"math"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -33,7 +34,7 @@ const (
 	// recordCost is the most disk one record takes.
 	recordCost = maxRecord + lineOverhead
 	// CallRecords is how many records one call's Ticket covers: its
-	// capability_check, an approval and its tool_call.
+	// grant_check, an approval and its tool_call.
 	CallRecords = 3
 	// minReserve is the least Reserve: room for a few calls' worst case.
 	minReserve = 64 << 10
@@ -200,8 +201,13 @@ func encode(b []byte, e *Event) (_ []byte, head int) {
 // cut shortens every string field longer than limit bytes to its first
 // limit bytes (whole runes) and "…".
 func (e *Event) cut(limit int) {
+	if len(e.Guarantees) > limit {
+		// A JSON value cut short is not JSON: say how long it was instead.
+		e.Guarantees = `{"cut":` + strconv.Itoa(len(e.Guarantees)) + `}`
+	}
 	for _, s := range []*string{&e.Type, &e.ToolName, &e.Runner, &e.ResolvedSource, &e.Capability,
-		&e.GuaranteeSource, &e.Reason, &e.ProtocolVersion, &e.Sub, &e.ChatID, &e.ChatType, &e.Tool,
+		&e.GuaranteeSource, &e.Reason, &e.Sub, &e.ChatID, &e.ChatType, &e.Tool,
+		&e.Kind, &e.Protocol, &e.Required, &e.Layer, &e.Explanation, &e.CapabilityID,
 		&e.Decision, &e.Gate, &e.Code, &e.InputSHA256, &e.RequestID, &e.ApprovalID, &e.FlowID,
 		&e.AccountRef, &e.Detail} {
 		if len(*s) > limit {

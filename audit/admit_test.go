@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -94,6 +95,7 @@ func TestRecordBounded(t *testing.T) {
 	e := fullEvent(TypeToolCall, 1)
 	e.ToolName = strings.Repeat("\x01", 1<<20) // 6 bytes each, escaped
 	e.Detail = strings.Repeat("é", 1<<16)
+	e.Guarantees = `{"secrets_allowed":["` + strings.Repeat("A", 1<<12) + `"]}`
 	tk, err := l.Admit()
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +117,10 @@ func TestRecordBounded(t *testing.T) {
 	for _, line := range lines {
 		if len(line) > recordCost || !strings.Contains(line, `…"`) {
 			t.Errorf("line of %d bytes, want at most %d, cut with …: %.200s", len(line), recordCost, line)
+		}
+		// guarantees is a JSON value: cut, it says so and stays JSON.
+		if !json.Valid([]byte(line)) || !strings.Contains(line, `"guarantees":{"cut":4120}`) {
+			t.Errorf("guarantees not cut to valid JSON: %.200s", line)
 		}
 	}
 }

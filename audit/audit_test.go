@@ -18,30 +18,38 @@ import (
 	"time"
 )
 
-var namel3ssKeys = []string{"type", "tool_name", "runner", "resolved_source", "capability", "allowed",
+// traceKeys are the trace's capability_check keys, in its order.
+var traceKeys = []string{"type", "tool_name", "runner", "resolved_source", "capability", "allowed",
 	"guarantee_source", "reason", "protocol_version"}
 
-var capgateKeys = []string{"time", "seq", "replica", "sub", "chat_id", "chat_type", "tool", "decision", "gate", "code",
-	"duration_ms", "input_sha256", "request_id", "approval_id", "flow_id", "account_ref", "detail", "prev"}
+var capgateKeys = []string{"time", "seq", "replica", "sub", "chat_id", "chat_type", "tool", "kind", "protocol", "required",
+	"layer", "explanation", "capability_id", "decision", "gate", "code",
+	"duration_ms", "input_sha256", "request_id", "approval_id", "flow_id", "account_ref", "guarantees", "detail", "prev"}
 
 // fullEvent has every field set.
 func fullEvent(typ string, i int) Event {
 	return Event{
 		Type:            typ,
 		ToolName:        "read_file",
-		Runner:          "mcp",
+		Runner:          "local",
 		ResolvedSource:  "mcp:filesystem",
-		Capability:      "rye.execute.tool.mcp.filesystem.read_file",
+		Capability:      "filesystem_read",
 		Allowed:         false,
-		GuaranteeSource: "token",
-		Reason:          "no grant matches",
-		ProtocolVersion: "2025-06-18",
+		GuaranteeSource: "tool",
+		Reason:          "guarantee_blocked",
+		ProtocolVersion: 1,
 		Time:            time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.FixedZone("CET", 3600)),
 		Replica:         "replica-a",
 		Sub:             "user-42",
 		ChatID:          "chat-7",
 		ChatType:        "direct",
 		Tool:            "mcp:filesystem:read_file",
+		Kind:            "mcp",
+		Protocol:        "mcp/2025-06-18",
+		Required:        "rye.execute.tool.mcp.filesystem.read_file",
+		Layer:           "token",
+		Explanation:     "no grant matches",
+		CapabilityID:    "gog.email",
 		Decision:        "deny",
 		Gate:            "permissions",
 		Code:            "permission_denied",
@@ -51,6 +59,7 @@ func fullEvent(typ string, i int) Event {
 		ApprovalID:      "appr-1",
 		FlowID:          "flow-1",
 		AccountRef:      "acct:github:1",
+		Guarantees:      `{"runner":"local","keys":[{"key":"no_filesystem_read","source":"tool","enforced":true}]}`,
 		Detail:          fmt.Sprintf("event %d", i),
 	}
 }
@@ -140,7 +149,7 @@ func TestKeyOrder(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("%d lines, want 4", len(lines))
 	}
-	want := append(append([]string{}, namel3ssKeys...), capgateKeys...)
+	want := append(append([]string{}, traceKeys...), capgateKeys...)
 	if got := keys(t, lines[0]); !reflect.DeepEqual(got, want) {
 		t.Errorf("full capability_check keys\n got %v\nwant %v", got, want)
 	}
@@ -153,7 +162,7 @@ func TestKeyOrder(t *testing.T) {
 	if got, want := keys(t, lines[3]), []string{"type", "allowed", "time", "seq", "prev"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("allowed tool_call keys %v, want %v", got, want)
 	}
-	if !strings.HasPrefix(lines[0], `{"type":"capability_check","tool_name":"read_file","runner":"mcp",`) {
+	if !strings.HasPrefix(lines[0], `{"type":"capability_check","tool_name":"read_file","runner":"local",`) {
 		t.Errorf("line starts %.80s", lines[0])
 	}
 }
@@ -166,17 +175,24 @@ func TestFieldValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{
-		"type": "capability_check", "tool_name": "read_file", "runner": "mcp", "resolved_source": "mcp:filesystem",
-		"capability": "rye.execute.tool.mcp.filesystem.read_file", "allowed": false, "guarantee_source": "token",
-		"reason": "no grant matches", "protocol_version": "2025-06-18",
+		"type": "capability_check", "tool_name": "read_file", "runner": "local", "resolved_source": "mcp:filesystem",
+		"capability": "filesystem_read", "allowed": false, "guarantee_source": "tool",
+		"reason": "guarantee_blocked", "protocol_version": 1.0,
+		"kind": "mcp", "protocol": "mcp/2025-06-18", "required": "rye.execute.tool.mcp.filesystem.read_file",
+		"layer": "token", "explanation": "no grant matches", "capability_id": "gog.email",
 		"time": "2026-03-01T11:00:00.123456789Z", "seq": 1.0, "replica": "replica-a", "sub": "user-42", "chat_id": "chat-7",
 		"chat_type": "direct", "tool": "mcp:filesystem:read_file", "decision": "deny", "gate": "permissions",
 		"code": "permission_denied", "duration_ms": 1.235, "input_sha256": e.InputSHA256, "request_id": "req-3",
 		"approval_id": "appr-1", "flow_id": "flow-1", "account_ref": "acct:github:1", "detail": "event 3",
 		"prev": genesis,
 	}
+	want["guarantees"] = map[string]any{"runner": "local", "keys": []any{
+		map[string]any{"key": "no_filesystem_read", "source": "tool", "enforced": true}}}
 	if !reflect.DeepEqual(m, want) {
 		t.Errorf("decoded\n%v\nwant\n%v", m, want)
+	}
+	if !strings.Contains(lines[0], `"protocol_version":1,`) {
+		t.Errorf("protocol_version not written as the number 1: %s", lines[0])
 	}
 	if !strings.Contains(lines[0], `"duration_ms":1.235,`) {
 		t.Errorf("duration not written with 3 decimals: %s", lines[0])

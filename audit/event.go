@@ -4,23 +4,35 @@
 //
 // # Line format
 //
-// Every line has the same fixed key order. A capability_check line starts
-// with namel3ss's keys, in namel3ss's order:
+// Every line has the same fixed key order. It starts with the trace's
+// keys, in the trace's order, which mean on every line what they mean on
+// a capability_check (a guarantee checked: a tool refused something it is
+// guaranteed not to do):
 //
 //	type, tool_name, runner, resolved_source, capability, allowed,
 //	guarantee_source, reason, protocol_version
 //
-// then capgate's:
+// runner is local or service, capability a guarantee's capability
+// (network, filesystem_write, subprocess, ...), guarantee_source tool,
+// pack, user or policy, reason guarantee_blocked, protocol_version the
+// number 1. Then capgate's:
 //
-//	time, seq, replica, sub, chat_id, chat_type, tool, decision, gate, code,
+//	time, seq, replica, sub, chat_id, chat_type, tool, kind, protocol,
+//	required, layer, explanation, capability_id, decision, gate, code,
 //	duration_ms, input_sha256, request_id, approval_id, flow_id,
-//	account_ref, detail, prev
+//	account_ref, guarantees, detail, prev
 //
-// Empty strings and a zero duration are left out. type, time, seq and prev
-// are always written; allowed is always written on a capability_check line
-// and on other lines only when true. time is RFC 3339 with nanoseconds, in
-// UTC; seq is the 1-based line number in the file; duration_ms has three
-// decimals.
+// kind is the tool's source kind (ext, bridge, mcp), protocol the caller's
+// (mcp/2025-11-25, rpc), required, layer and explanation a grant_check's
+// capability string, the grant layer that decided and why; capability_id
+// an auth flow's capability (gog.email); guarantees the tool's effective
+// guarantees as a JSON object (tool.Guarantees).
+//
+// Empty strings, a zero duration and a zero protocol_version are left
+// out. type, time, seq and prev are always written; allowed is always
+// written on a capability_check line and on other lines only when true.
+// time is RFC 3339 with nanoseconds, in UTC; seq is the 1-based line
+// number in the file; duration_ms has three decimals.
 //
 // # Chain
 //
@@ -77,11 +89,15 @@ import (
 
 // Event types.
 const (
-	TypeToolCall        = "tool_call"
+	TypeToolCall = "tool_call"
+	// TypeCapabilityCheck is a guarantee checked, in the trace's schema.
 	TypeCapabilityCheck = "capability_check"
-	TypeAuthBegin       = "auth_begin"
-	TypeAuthComplete    = "auth_complete"
-	TypeApproval        = "approval"
+	// TypeGrantCheck is a capability string checked against the caller's
+	// grants.
+	TypeGrantCheck   = "grant_check"
+	TypeAuthBegin    = "auth_begin"
+	TypeAuthComplete = "auth_complete"
+	TypeApproval     = "approval"
 	// TypePlan is a planning call's decision: the gates ran, nothing did.
 	TypePlan = "plan"
 )
@@ -91,10 +107,11 @@ const (
 type Event struct {
 	Type string
 
-	// namel3ss's capability_check fields.
+	// The trace's capability_check fields.
 	ToolName, Runner, ResolvedSource, Capability string
 	Allowed                                      bool
-	GuaranteeSource, Reason, ProtocolVersion     string
+	GuaranteeSource, Reason                      string
+	ProtocolVersion                              int // the trace schema's: 1
 
 	// Time is when it happened; zero means when Log was called.
 	Time time.Time
@@ -103,12 +120,20 @@ type Event struct {
 	Replica string
 
 	Sub, ChatID, ChatType, Tool string
-	Decision                    string // allow, deny or error
-	Gate, Code                  string
-	Duration                    time.Duration
+	Kind                        string // the tool's source kind
+	Protocol                    string // the caller's: "mcp/2025-11-25", "rpc"
+	// A grant_check's capability string, deciding layer and why.
+	Required, Layer, Explanation string
+	CapabilityID                 string // an auth flow's capability: gog.email
+	Decision                     string // allow, deny or error
+	Gate, Code                   string
+	Duration                     time.Duration
 	// InputSHA256 is HashInput of the call's input.
 	InputSHA256, RequestID, ApprovalID, FlowID, AccountRef string
-	Detail                                                 string // short, safe text
+	// Guarantees is the tool's effective guarantees, a JSON object
+	// (tool.Guarantees marshalled), written as is.
+	Guarantees string
+	Detail     string // short, safe text
 }
 
 // Sink receives audit events. *Log is one; Discard drops them.
@@ -152,7 +177,10 @@ func appendHead(b []byte, e *Event) []byte {
 	}
 	b = appendField(b, `,"guarantee_source":`, e.GuaranteeSource)
 	b = appendField(b, `,"reason":`, e.Reason)
-	b = appendField(b, `,"protocol_version":`, e.ProtocolVersion)
+	if e.ProtocolVersion != 0 {
+		b = append(b, `,"protocol_version":`...)
+		b = strconv.AppendInt(b, int64(e.ProtocolVersion), 10)
+	}
 	b = append(b, `,"time":"`...)
 	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	return append(b, `","seq":`...)
@@ -166,6 +194,12 @@ func appendTail(b []byte, e *Event) []byte {
 	b = appendField(b, `,"chat_id":`, e.ChatID)
 	b = appendField(b, `,"chat_type":`, e.ChatType)
 	b = appendField(b, `,"tool":`, e.Tool)
+	b = appendField(b, `,"kind":`, e.Kind)
+	b = appendField(b, `,"protocol":`, e.Protocol)
+	b = appendField(b, `,"required":`, e.Required)
+	b = appendField(b, `,"layer":`, e.Layer)
+	b = appendField(b, `,"explanation":`, e.Explanation)
+	b = appendField(b, `,"capability_id":`, e.CapabilityID)
 	b = appendField(b, `,"decision":`, e.Decision)
 	b = appendField(b, `,"gate":`, e.Gate)
 	b = appendField(b, `,"code":`, e.Code)
@@ -178,6 +212,9 @@ func appendTail(b []byte, e *Event) []byte {
 	b = appendField(b, `,"approval_id":`, e.ApprovalID)
 	b = appendField(b, `,"flow_id":`, e.FlowID)
 	b = appendField(b, `,"account_ref":`, e.AccountRef)
+	if e.Guarantees != "" {
+		b = append(append(b, `,"guarantees":`...), e.Guarantees...)
+	}
 	b = appendField(b, `,"detail":`, e.Detail)
 	return append(b, `,"prev":"`...)
 }

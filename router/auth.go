@@ -26,7 +26,7 @@ type AuthFlow struct {
 // caller must be allowed to execute one of its operations, in a chat the
 // capability allows.
 func (r *Router) AuthBegin(ctx context.Context, c *Caller, capabilityID, accountHint string) (flow *AuthFlow, err error) {
-	ev := audit.Event{Type: audit.TypeAuthBegin, Capability: capabilityID}
+	ev := audit.Event{Type: audit.TypeAuthBegin, CapabilityID: capabilityID}
 	// The flow runs only if its records can be made.
 	tk, err := r.admit()
 	if err != nil {
@@ -41,7 +41,7 @@ func (r *Router) AuthBegin(ctx context.Context, c *Caller, capabilityID, account
 	if err != nil {
 		return nil, err
 	}
-	ev.Tool, ev.Runner, ev.ResolvedSource = d.ID, string(d.Kind), d.Source
+	resolved(&ev, d)
 	tok, err := r.bridgeToken(c, d.Source)
 	if err != nil {
 		return nil, err
@@ -96,12 +96,12 @@ func (r *Router) AuthComplete(ctx context.Context, c *Caller, flowID, callbackUR
 	if err != nil {
 		return "", err
 	}
-	ev.Capability = f.CapabilityID
+	ev.CapabilityID = f.CapabilityID
 	d, auth, err := r.authCapability(c, f.CapabilityID)
 	if err != nil {
 		return "", err
 	}
-	ev.Tool, ev.Runner, ev.ResolvedSource = d.ID, string(d.Kind), d.Source
+	resolved(&ev, d)
 	var begun struct {
 		FlowState     json.RawMessage `json:"flow_state"`
 		ExpectedState string          `json:"expected_callback_state"`
@@ -206,7 +206,7 @@ func (r *Router) auditAuth(c *Caller, ev *audit.Event, tk *audit.Ticket, err err
 		if errors.As(err, &te) {
 			ev.Gate = te.Gate
 		} else {
-			r.opts.Logger.Error("auth flow failed", "type", ev.Type, "capability", ev.Capability, "err", err)
+			r.opts.Logger.Error("auth flow failed", "type", ev.Type, "capability", ev.CapabilityID, "err", err)
 			err = tool.Wrap(err, tool.CodeInternal, "internal error")
 		}
 	}

@@ -106,7 +106,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
-	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, ProtocolVersion: req.Protocol, RequestID: req.RequestID}
+	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, RequestID: req.RequestID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -282,6 +282,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
+	if req.Scope != nil {
+		call.Secrets = req.Scope.Secrets
+	}
 	relayed(&call, d, r.opts.Logger)
 	if d.Kind == tool.KindBridge {
 		if call.ContextToken, err = r.bridgeToken(c, d.Source); err != nil {
@@ -289,7 +292,15 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		}
 	}
 	ran = true
-	tk.Keep(1) // room for the tool_call record only, while the tool runs
+	if ev.Guarantees != "" {
+		// And for the capability_checks of guarantees that held it back:
+		// one refusing to start it, or one per guarantee the kernel held
+		// it to (no_network, no_subprocess).
+		tk.Keep(3)
+		call.Denied = r.kernelDenied(tk, ev, d)
+	} else {
+		tk.Keep(1) // room for the tool_call record only, while the tool runs
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
 	defer cancel()
 	upCtx, up := r.opts.Tracer.Upstream(ctx, d.Name, d.ID, string(d.Kind), d.Source)
@@ -299,6 +310,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		if te, ok := errors.AsType[*tool.Error](err); !ok || te.Gate != GateSandbox {
 			r.opts.Metrics.UpstreamError(string(d.Kind) + ":" + d.Source)
 		}
+		r.guaranteeBlocked(tk, ev, d, err)
 		if ctx.Err() != nil && !isToolError(err) {
 			return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s did not answer in time", d.ID)
 		}
@@ -361,7 +373,8 @@ func (r *Router) check(ctx context.Context, c *Caller, req *Request, ev *audit.E
 	}
 	c = r.within(c, req.Scope)
 	ch.c, ch.d = c, d
-	ev.Tool, ev.Runner, ev.ResolvedSource, ev.ToolName = d.ID, string(d.Kind), d.Source, d.ExposedName
+	resolved(ev, d)
+	ev.ToolName, ev.Guarantees = d.ExposedName, guaranteesJSON(d)
 
 	input, value, inputHash, err := parseInput(req.Input)
 	if err != nil {
@@ -578,12 +591,12 @@ func (r *Router) List(c *Caller, scope *Scope, f registry.Filter) []*tool.Descri
 func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev *audit.Event, tk *audit.Ticket) error {
 	required := r.toolCaps.get(d.ID).execute
 	allowed, refused, reason := c.grants.Explain(required)
-	check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Runner: string(d.Kind),
-		ResolvedSource: d.Source, Capability: required, Allowed: allowed, Reason: reason,
-		ProtocolVersion: req.Protocol, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType, Tool: d.ID,
+	check := audit.Event{Type: audit.TypeGrantCheck, ToolName: d.ExposedName, Required: required, Explanation: reason,
+		Protocol: req.Protocol, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
 		Gate: GateCapability, RequestID: req.RequestID}
+	resolved(&check, d)
 	if allowed {
-		check.GuaranteeSource, check.Decision = c.guarantee, "allow"
+		check.Layer, check.Decision = c.guarantee, "allow"
 		r.record(tk, check)
 		return nil
 	}
@@ -591,7 +604,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 	if refused < len(c.layers) {
 		layer = c.layers[refused]
 	}
-	check.GuaranteeSource, check.Decision = layer, "deny"
+	check.Layer, check.Decision = layer, "deny"
 	r.record(tk, check)
 	return &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 		Message: fmt.Sprintf("%s is not granted (refused by the %s grants)", required, layer),

@@ -15,9 +15,9 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-// TestCapabilityCheckEvents pins the capability_check record of each
-// kind of caller, allowed and refused, word for word.
-func TestCapabilityCheckEvents(t *testing.T) {
+// TestGrantCheckEvents pins the grant_check record of each kind of
+// caller, allowed and refused, word for word.
+func TestGrantCheckEvents(t *testing.T) {
 	ctx := context.Background()
 	src := &swapSource{}
 	src.set(`{"type":"object"}`, "a", "b")
@@ -86,8 +86,8 @@ func TestCapabilityCheckEvents(t *testing.T) {
 			decision = "allow"
 		}
 		id := "mcp:swap:" + tt.required[len(tt.required)-1:]
-		want := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: "swap__" + id[len(id)-1:], Runner: "mcp", ResolvedSource: "swap",
-			Capability: tt.required, Allowed: tt.allowed, GuaranteeSource: tt.guarantee, Reason: tt.reason, ProtocolVersion: "p",
+		want := audit.Event{Type: audit.TypeGrantCheck, ToolName: "swap__" + id[len(id)-1:], Runner: "service", ResolvedSource: "swap",
+			Kind: "mcp", Required: tt.required, Layer: tt.guarantee, Explanation: tt.reason, Protocol: "p",
 			Sub: tt.sub, ChatID: tt.chatID, ChatType: tt.chatType, Tool: id, Decision: decision, Gate: GateCapability, RequestID: "7"}
 		if evs[0] != want {
 			t.Errorf("%s %s:\n got %+v\nwant %+v", tt.sub, tt.tool, evs[0], want)

@@ -31,8 +31,8 @@ func (r *Router) Fetch(c *Caller, t permissions.ItemType, id, what, protocol str
 	defer tk.Done()
 	required := permissions.Required(permissions.Fetch, t, id)
 	allowed := r.May(c, permissions.Fetch, t, id)
-	ev := audit.Event{Type: audit.TypeCapabilityCheck, Capability: required, Allowed: allowed,
-		ProtocolVersion: protocol, Tool: id, Gate: GateCapability, Time: r.opts.Now()}
+	ev := audit.Event{Type: audit.TypeGrantCheck, Required: required,
+		Protocol: protocol, Tool: id, Gate: GateCapability, Time: r.opts.Now()}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}

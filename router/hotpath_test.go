@@ -62,8 +62,8 @@ func (r *recorder) capabilities() []string {
 	defer r.mu.Unlock()
 	var out []string
 	for _, e := range r.events {
-		if e.Type == audit.TypeCapabilityCheck {
-			out = append(out, e.Capability)
+		if e.Type == audit.TypeGrantCheck {
+			out = append(out, e.Required)
 		}
 	}
 	r.events = nil

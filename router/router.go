@@ -441,7 +441,10 @@ type Scope struct {
 	Name        string
 	Grants      *permissions.Set
 	Acknowledge []string
-	gated       *grantSet // the declared grants, for hints
+	// Secrets reach the extension and bridge subprocesses the skill's
+	// calls start, and only those, as secrets_allowed ([skills.NAME] env).
+	Secrets map[string]string
+	gated   *grantSet // the declared grants, for hints
 }
 
 // NewScope evaluates a skill's declared grants against its acknowledge

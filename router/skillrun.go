@@ -35,7 +35,7 @@ func (r *Router) BeginSkill(c *Caller, name, protocol string) (*SkillRun, error)
 	}
 	tk.Keep(1)
 	now := r.opts.Now()
-	ev := audit.Event{Type: TypeSkillRun, Tool: "skill:" + name, ToolName: name, ProtocolVersion: protocol, Time: now}
+	ev := audit.Event{Type: TypeSkillRun, Tool: "skill:" + name, ToolName: name, Protocol: protocol, Time: now}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -81,7 +81,7 @@ func (s *SkillRun) Deny(err error) {
 	ev.Decision, ev.Code = "deny", string(tool.ErrorCode(err))
 	var te *tool.Error
 	if errors.As(err, &te) {
-		ev.Gate, ev.Capability = te.Gate, te.Required
+		ev.Gate, ev.Required = te.Gate, te.Required
 	}
 	ev.Detail = "iterations=0 tool_calls=0 outcome=refused"
 	s.r.record(&s.tk, ev)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/capgate/capgate/tool"
 )
 
 // Policy is the operator's side of every tool's derivation: overrides by
@@ -27,6 +29,9 @@ type Confinement struct {
 	Own        []string
 	// AllowUnsafe runs it even where its guarantees cannot be enforced.
 	AllowUnsafe bool
+	// Observe, set per call, is told of each socket and new process the
+	// kernel refuses it (Spec.Observe).
+	Observe func(Key)
 }
 
 // For derives the confinement of a process with declaration decl, whose
@@ -50,6 +55,30 @@ func (c Confinement) Confined() bool {
 		}
 	}
 	return false
+}
+
+// describe shows c with miss, what this kernel lacks for it.
+func (c Confinement) describe(miss []Missing) *tool.Guarantees {
+	g := c.Guarantees
+	out := &tool.Guarantees{Runner: tool.RunnerLocal, Keys: []tool.Guarantee{},
+		SecretsAllowed: slices.Clone(g.SecretsAllowed), SecretsSource: string(g.SecretsFrom),
+		Enforced: len(miss) == 0, AllowUnsafe: c.AllowUnsafe, Pure: g.Pure}
+	if out.SecretsAllowed == nil {
+		out.SecretsAllowed = []string{}
+	}
+	for _, k := range Keys {
+		if !g.Has(k) {
+			continue
+		}
+		e := tool.Guarantee{Key: string(k), Source: string(g.From[k]), Enforced: true}
+		for _, m := range miss {
+			if m.Key == k {
+				e.Enforced, e.Missing = false, m.Feature
+			}
+		}
+		out.Keys = append(out.Keys, e)
+	}
+	return out
 }
 
 // direct is the unconfined start: exactly what the sources did before.

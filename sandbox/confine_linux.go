@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+
+	"github.com/capgate/capgate/tool"
 )
 
 // Command builds the command that runs argv confined by c, ended when ctx
@@ -28,22 +30,41 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 	g := c.Guarantees
 	g.SecretsAllowed = slices.Clone(g.SecretsAllowed)
 	secrets := map[string]string{}
+	// A declared secret in the tool's environment reaches it whatever its
+	// env guarantees; the launcher otherwise drops it under no_env_read.
+	for _, kv := range env {
+		if name, v, _ := strings.Cut(kv, "="); slices.Contains(g.SecretsAllowed, name) {
+			secrets[name] = v
+		}
+	}
 	for _, kv := range protocol {
 		name, v, _ := strings.Cut(kv, "=")
 		secrets[name] = v
 		g.SecretsAllowed = append(g.SecretsAllowed, name)
 	}
 	launch, cleanup, err := Command(Spec{Path: path, Args: argv[1:], Dir: dir, Env: env, Secrets: secrets,
-		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe})
+		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe, Observe: c.Observe})
 	if err != nil {
 		return nil, nil, err
 	}
 	return withContext(ctx, launch), cleanup, nil
 }
 
+// Describe is c as operators and callers see it: each guarantee, where it
+// came from, and whether this kernel enforces it for capgate as it runs.
+func (c Confinement) Describe() *tool.Guarantees {
+	var miss []Missing
+	if c.Confined() {
+		feat, _ := probed().forLaunch(nil)
+		miss = feat.missing(c.Guarantees, c.Deny)
+	}
+	return c.describe(miss)
+}
+
 // withContext rebuilds cmd (not yet started) so that ctx ends it.
 func withContext(ctx context.Context, cmd *exec.Cmd) *exec.Cmd {
 	out := exec.CommandContext(ctx, cmd.Path)
 	out.Args, out.Env, out.Dir, out.SysProcAttr, out.Err = cmd.Args, cmd.Env, cmd.Dir, cmd.SysProcAttr, cmd.Err
+	out.ExtraFiles = cmd.ExtraFiles
 	return out
 }

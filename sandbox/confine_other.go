@@ -7,19 +7,29 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+
+	"github.com/capgate/capgate/tool"
 )
+
+func (c Confinement) missing() []Missing {
+	var miss []Missing
+	for _, k := range Keys {
+		if c.Guarantees.Has(k) {
+			miss = append(miss, Missing{Key: k, Feature: "the Linux launcher (not on " + runtime.GOOS + ")"})
+		}
+	}
+	return miss
+}
+
+// Describe is c as operators and callers see it: off Linux no guarantee
+// is enforced.
+func (c Confinement) Describe() *tool.Guarantees { return c.describe(c.missing()) }
 
 // Command runs argv directly: the launcher is Linux only, so a tool with
 // guarantees is refused (*UnenforceableError) unless AllowUnsafe.
 func (c Confinement) Command(ctx context.Context, argv []string, dir string, env, protocol []string) (*exec.Cmd, func(), error) {
 	if c.Confined() && !c.AllowUnsafe {
-		var miss []Missing
-		for _, k := range Keys {
-			if c.Guarantees.Has(k) {
-				miss = append(miss, Missing{Key: k, Feature: "the Linux launcher (not on " + runtime.GOOS + ")"})
-			}
-		}
-		return nil, nil, &UnenforceableError{Missing: miss}
+		return nil, nil, &UnenforceableError{Missing: c.missing()}
 	}
 	d := direct(argv, dir, append(slices.Clone(env), protocol...))
 	cmd := exec.CommandContext(ctx, d.Path)

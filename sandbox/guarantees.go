@@ -25,6 +25,26 @@ const (
 	SecretsAllowed    Key = "secrets_allowed"
 )
 
+// Capability is the trace's word for what k withholds (no_network:
+// network). The launcher's deny paths, capgate's own files, are reads.
+func (k Key) Capability() string {
+	switch k {
+	case NoFilesystemWrite:
+		return "filesystem_write"
+	case NoFilesystemRead, "deny":
+		return "filesystem_read"
+	case NoNetwork:
+		return "network"
+	case NoSubprocess:
+		return "subprocess"
+	case NoEnvRead:
+		return "env_read"
+	case NoEnvWrite:
+		return "env_write"
+	}
+	return string(k)
+}
+
 // Keys lists the boolean guarantees in a fixed order.
 var Keys = []Key{NoFilesystemWrite, NoFilesystemRead, NoNetwork, NoSubprocess, NoEnvRead, NoEnvWrite}
 
@@ -47,6 +67,7 @@ type Guarantees struct {
 	From           map[Key]Source
 	SecretsAllowed []string
 	SecretsFrom    Source
+	Pure           bool // declared purity: pure, which set every key
 }
 
 // Has reports whether k is guaranteed.
@@ -242,7 +263,7 @@ func joinKeys(ks []Key) string {
 // only). Every step can only add guarantees or narrow secrets. Notes lists
 // what an override asked that was not applied because it would loosen.
 func Derive(decl Declared, over Overrides, trust Declared) (g Guarantees, notes []string) {
-	g = Guarantees{Set: map[Key]bool{}, From: map[Key]Source{}}
+	g = Guarantees{Set: map[Key]bool{}, From: map[Key]Source{}, Pure: decl.Pure}
 	for _, k := range decl.keys() {
 		g.tighten(k, FromDeclaration)
 	}

@@ -37,6 +37,12 @@ type Spec struct {
 	// AllowUnsafe starts the tool even when a guarantee cannot be enforced
 	// here (the operator's allow_unsafe_execution). It loosens nothing.
 	AllowUnsafe bool
+	// Observe, when set, is told of each socket() and new process the
+	// kernel refuses the tool under no_network and no_subprocess (from
+	// another goroutine, until cleanup returns). Under no_network a socket
+	// of any family but AF_UNIX is then refused, as without a network
+	// namespace.
+	Observe func(Key) `json:"-"`
 }
 
 // EnvAllow is what of capgate's environment reaches a tool that
@@ -69,6 +75,8 @@ type plan struct {
 
 	NoSocket bool `json:"no_socket"` // seccomp refuses socket() but AF_UNIX
 	NoFork   bool `json:"no_fork"`   // seccomp refuses new processes
+	// Notify hands both to capgate (fd 3), which refuses and records them.
+	Notify bool `json:"notify"`
 }
 
 // Command builds the *exec.Cmd that starts spec's program confined to its
@@ -89,16 +97,8 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		return nil, nil, fmt.Errorf("sandbox: program %q: not an absolute path", spec.Path)
 	}
 	g := spec.Guarantees
-	unprivileged := !f.Privileged || (spec.Credential != nil && spec.Credential.Uid != 0)
-	feat := f
-	if unprivileged {
-		feat.NetNS = feat.NetNS && feat.UserNS
-	}
-	miss := feat.Check(g)
-	if len(spec.Deny) > 0 && f.LandlockABI < 1 {
-		// Deny paths hold capgate's keys: unprovable, they fail closed too.
-		miss = append(miss, Missing{Key: "deny", Feature: "Landlock"})
-	}
+	feat, unprivileged := f.forLaunch(spec.Credential)
+	miss := feat.missing(g, spec.Deny)
 	if len(miss) > 0 && !spec.AllowUnsafe {
 		return nil, nil, &UnenforceableError{Missing: miss}
 	}
@@ -157,6 +157,17 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		}
 	}
 	p.NoFork = g.Has(NoSubprocess)
+	var sup *supervisor
+	if spec.Observe != nil && f.Seccomp && (p.NoFork || g.Has(NoNetwork)) {
+		p.NoSocket = p.NoSocket || g.Has(NoNetwork)
+		p.Notify = true
+		if sup, err = newSupervisor(spec.Observe); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		removeTmp := cleanup
+		cleanup = func() { sup.stop(); removeTmp() }
+	}
 
 	js, err := json.Marshal(p)
 	if err != nil {
@@ -168,7 +179,31 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	cmd.Env = []string{specEnv + "=" + string(js)}
 	cmd.Dir = spec.Dir
 	cmd.SysProcAttr = attr
+	if sup != nil {
+		cmd.ExtraFiles = []*os.File{sup.child} // fd 3 in the trampoline
+	}
 	return cmd, cleanup, nil
+}
+
+// forLaunch is what f can enforce for a tool started with cred: a tool
+// that is not root outside needs a user namespace for its network one.
+func (f Features) forLaunch(cred *syscall.Credential) (feat Features, unprivileged bool) {
+	unprivileged = !f.Privileged || (cred != nil && cred.Uid != 0)
+	feat = f
+	if unprivileged {
+		feat.NetNS = feat.NetNS && feat.UserNS
+	}
+	return feat, unprivileged
+}
+
+// missing is Check plus the deny paths, which hold capgate's keys:
+// unprovable, they fail closed too.
+func (f Features) missing(g Guarantees, deny []string) []Missing {
+	miss := f.Check(g)
+	if len(deny) > 0 && f.LandlockABI < 1 {
+		miss = append(miss, Missing{Key: "deny", Feature: "Landlock"})
+	}
+	return miss
 }
 
 // buildEnv is the tool's whole environment: capgate's (or under no_env_read

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -314,6 +315,33 @@ func TestNoSubprocess(t *testing.T) {
 	got := launch(t, w, Spec{Guarantees: g}, f)
 	want(t, got, "spawn", "denied")
 	want(t, got, "tcp", "ok")
+}
+
+// TestObservedDenials: with an observer, the sockets and new processes the
+// kernel refuses under no_network and no_subprocess are reported to
+// capgate (seccomp user notification), and still refused.
+func TestObservedDenials(t *testing.T) {
+	f := Probe()
+	g := guarantee(NoSubprocess, NoNetwork)
+	needs(t, f, g)
+	w := newWorld(t)
+	var mu sync.Mutex
+	seen := map[Key]int{}
+	got := launch(t, w, Spec{Guarantees: g, Observe: func(k Key) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[k]++
+	}}, f)
+	want(t, got, "spawn", "denied")
+	want(t, got, "tcp", "denied")
+	want(t, got, "udp", "denied")
+	want(t, got, "read-system", "ok") // the rest of the tool runs
+	mu.Lock()
+	defer mu.Unlock()
+	// tcp and udp each make a socket; spawn one process.
+	if seen[NoNetwork] < 2 || seen[NoSubprocess] < 1 {
+		t.Errorf("observed %v, want no_network twice and no_subprocess", seen)
+	}
 }
 
 func TestEnvironment(t *testing.T) {

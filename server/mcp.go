@@ -168,6 +168,9 @@ func mcpTool(d *tool.Descriptor) mcp.Tool {
 			"capgate/side_effects": effects,
 		}},
 	}
+	if d.Guarantees != nil {
+		t.Meta.AdditionalFields["capgate/guarantees"] = d.Guarantees
+	}
 	if len(d.OutputSchema) > 0 {
 		t.RawOutputSchema = d.OutputSchema
 	}

@@ -438,14 +438,14 @@ func skillRuns(t *testing.T, s *testServer) []string {
 			continue // an empty log
 		}
 		var ev struct {
-			Type, Sub, Tool, Decision, Code, Capability, Detail string
-			ToolName                                            string `json:"tool_name"`
+			Type, Sub, Tool, Decision, Code, Required, Detail string
+			ToolName                                          string `json:"tool_name"`
 		}
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("audit line %q: %v", line, err)
 		}
 		if ev.Type == "skill_run" {
-			runs = append(runs, strings.Join([]string{ev.Sub, ev.Tool, ev.ToolName, ev.Decision, ev.Code, ev.Capability, ev.Detail}, "|"))
+			runs = append(runs, strings.Join([]string{ev.Sub, ev.Tool, ev.ToolName, ev.Decision, ev.Code, ev.Required, ev.Detail}, "|"))
 		}
 	}
 	return runs

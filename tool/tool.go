@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -94,6 +95,9 @@ type Descriptor struct {
 	DefinitionHash string `json:"definition_hash,omitempty"`
 	// Quarantined, when set, says why the tool is listed but never callable.
 	Quarantined string `json:"quarantined,omitempty"`
+	// Guarantees are what the tool cannot do, for a tool whose process
+	// capgate starts; nil for one it only talks to.
+	Guarantees *Guarantees `json:"guarantees,omitempty"`
 }
 
 // Clone returns a deep copy, so a gate can change it without touching the
@@ -109,6 +113,7 @@ func (d *Descriptor) Clone() *Descriptor {
 	c.Risk.Effects = slices.Clone(d.Risk.Effects)
 	c.Risk.Rules = slices.Clone(d.Risk.Rules)
 	c.AllowedChatTypes = slices.Clone(d.AllowedChatTypes)
+	c.Guarantees = d.Guarantees.Clone()
 	return &c
 }
 
@@ -126,6 +131,14 @@ type Call struct {
 	Input          json.RawMessage // a JSON object
 	Account        string          // which stored credential to use, if any
 	IdempotencyKey string
+	// Secrets are the values of the skill whose run made this call
+	// ([skills.NAME] env): a subprocess the call starts receives them as
+	// secrets_allowed, and no other call does.
+	Secrets map[string]string
+	// Denied, when set, is told of each guarantee ("no_network",
+	// "no_subprocess") that the kernel held the call's subprocess to when
+	// it tried: called from another goroutine, before the call returns.
+	Denied func(guarantee string)
 	// ContextToken is a short-lived token the router signs for this call
 	// from the verified caller's claims, for sources that want one.
 	ContextToken string
@@ -140,6 +153,15 @@ type Call struct {
 	// roots/list) and returns the client's answer. Without it such
 	// requests are refused.
 	Ask func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+}
+
+// SecretsEnv is c.Secrets as "NAME=value" entries, in name order.
+func (c Call) SecretsEnv() []string {
+	out := make([]string, 0, len(c.Secrets))
+	for _, k := range slices.Sorted(maps.Keys(c.Secrets)) {
+		out = append(out, k+"="+c.Secrets[k])
+	}
+	return out
 }
 
 // Result is what a tool returned: MCP content blocks, kept as raw JSON so

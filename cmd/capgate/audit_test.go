@@ -21,7 +21,7 @@ func auditLog(t *testing.T, dir string, n int) (string, []string) {
 		t.Fatal(err)
 	}
 	for i := range n {
-		l.Log(audit.Event{Type: audit.TypeCapabilityCheck, Capability: "rye.execute.tool.mcp.fs.read", Sub: "user-1",
+		l.Log(audit.Event{Type: audit.TypeGrantCheck, Required: "rye.execute.tool.mcp.fs.read", Sub: "user-1",
 			Tool: "mcp:fs:read", Decision: "deny", Duration: time.Millisecond, RequestID: fmt.Sprint("req-", i)})
 	}
 	if err := l.Close(); err != nil {

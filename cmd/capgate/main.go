@@ -77,7 +77,7 @@ caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
 	// --version prints what `capgate version` prints.
 	root.SetVersionTemplate(versionLine())
 	root.AddCommand(newVersionCmd(), newConfigCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd(), newTokenCmd(),
-		newServeCmd(), newConnectCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd(), newAuditCmd(), newBenchCmd(), newSkillCmd())
-	root.AddCommand(newReloadCmd())
+		newServeCmd(), newConnectCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd(), newAuditCmd(), newBenchCmd(), newSkillCmd(),
+		newVerifyCmd(), newReloadCmd())
 	return root
 }

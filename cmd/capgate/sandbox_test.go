@@ -15,6 +15,41 @@ import (
 	"github.com/capgate/capgate/token"
 )
 
+// helloServer listens on loopback TCP, says "hello" to each connection
+// and returns its address; cleanup closes it.
+func helloServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello"))
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// invoker runs `capgate capability invoke --capability ARGS...` as tok and
+// returns its output; a call that does not answer fails the test.
+func invoker(t *testing.T, s *served, tok string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, errb, code := s.as(t, tok, append([]string{"invoke", "--capability"}, args...)...)
+		if code != 0 {
+			t.Fatalf("invoke %v: the call did not answer: %d %s %s\n%s", args, code, out, errb, s.logs())
+		}
+		return out
+	}
+}
+
 // TestDeclaredGuaranteesConfineEverySource runs a real capgate serve whose
 // three kinds of subprocess declare what they cannot do, and has each try
 // it anyway: the kernel stops each attempt, the call still answers, and
@@ -27,22 +62,7 @@ func TestDeclaredGuaranteesConfineEverySource(t *testing.T) {
 	if f.LandlockABI < 1 || !f.Seccomp || (!f.NetNS && f.LandlockABI < 4) {
 		t.Skipf("this kernel cannot enforce the guarantees: %+v", f)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hello"))
-			c.Close()
-		}
-	}()
-	tcp := "tcp=" + ln.Addr().String()
+	tcp := "tcp=" + helloServer(t)
 
 	pack := filepath.Join(t.TempDir(), "probe")
 	if err := os.MkdirAll(pack, 0o755); err != nil {
@@ -94,14 +114,7 @@ capabilities = { subprocess = "none" }
 		t.Fatal(err)
 	}
 	alice := testkit.Mint(t, string(key), token.Claims{Sub: "alice", ChatType: "private"})
-	invoke := func(args ...string) string {
-		t.Helper()
-		out, errb, code := s.as(t, alice, append([]string{"invoke", "--capability"}, args...)...)
-		if code != 0 {
-			t.Fatalf("invoke %v: %d %s %s\n%s", args, code, out, errb, s.logs())
-		}
-		return out
-	}
+	invoke := invoker(t, s, alice)
 
 	// An extension command declaring network none cannot connect; the
 	// same command undeclared can.

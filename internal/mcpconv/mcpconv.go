@@ -14,6 +14,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sandbox"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -57,6 +58,11 @@ func Annotations(d *tool.Descriptor) mcp.ToolAnnotation {
 	readOnly = readOnly && !destructive
 	idempotent := said(a.IdempotentHint, false, own) && own
 	open = said(a.OpenWorldHint, true, open) || open
+	// The kernel's proof outweighs every word: a tool that cannot reach
+	// the network does not touch the open world.
+	if g, ok := d.Guarantees.Get(string(sandbox.NoNetwork)); ok && g.Enforced {
+		open = false
+	}
 	return mcp.ToolAnnotation{Title: d.Title, ReadOnlyHint: &readOnly, DestructiveHint: &destructive,
 		IdempotentHint: &idempotent, OpenWorldHint: &open}
 }

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,7 +43,18 @@ type Capgate struct {
 	DataDir string
 	Env     []string // added to serve's environment, after the secret
 	Args    []string // serve's flags after --config
+	// Wrap starts serve through this command (argv, serve's after it):
+	// NoLandlock, say.
+	Wrap []string
+	// User runs serve as this user, unprivileged, in Dir, which the
+	// caller makes and the user owns; the built binaries become readable
+	// by all. Dir "" is a temp dir of the test's.
+	User *User
+	Dir  string
 }
+
+// User is a user to run as, by numeric ids.
+type User struct{ Uid, Gid int }
 
 // Served is a running `capgate serve` that StartCapgate started.
 type Served struct {
@@ -67,9 +79,12 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if testing.Short() {
 		tb.Skip("runs capgate serve")
 	}
-	s := &Served{Bin: Build(tb, CapgatePkg), Dir: tb.TempDir(), Addr: c.Addr, Secret: c.Secret}
+	s := &Served{Bin: Build(tb, CapgatePkg), Dir: c.Dir, Addr: c.Addr, Secret: c.Secret}
 	if s.Addr == "" {
 		s.Addr = FreeAddr(tb)
+	}
+	if s.Dir == "" {
+		s.Dir = tb.TempDir()
 	}
 	if s.Secret == "" {
 		s.Secret = DefaultSecret
@@ -89,12 +104,21 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	if u := c.User; u != nil {
+		if err := errors.Join(os.Chown(s.ConfigPath, u.Uid, u.Gid), os.Chmod(filepath.Dir(s.Bin), 0o755)); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	var env []string
 	if !c.NoSecret {
 		env = append(env, "CAPGATE_TOKEN_SECRET="+s.Secret)
 	}
 	env = append(env, c.Env...)
-	s.Cmd, s.Banner, s.logs = start(tb, s.Bin, append([]string{"serve", "--config", s.ConfigPath}, c.Args...), true, env...)
+	bin, args := s.Bin, append([]string{"serve", "--config", s.ConfigPath}, c.Args...)
+	if len(c.Wrap) > 0 {
+		bin, args = c.Wrap[0], append(append(c.Wrap[1:len(c.Wrap):len(c.Wrap)], s.Bin), args...)
+	}
+	s.Cmd, s.Banner, s.logs = start(tb, bin, args, true, c.User, env...)
 	return s
 }
 

@@ -73,6 +73,10 @@ const MCPFixture = "github.com/capgate/capgate/internal/testkit/mcpfixture"
 // BridgeFixture is the bridge-v1 provider the tests run.
 const BridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
 
+// NoLandlock runs a program with the landlock syscalls refused (ENOSYS),
+// for a capgate on a kernel that cannot prove filesystem guarantees.
+const NoLandlock = "github.com/capgate/capgate/internal/testkit/nolandlock"
+
 // ConformanceFixture is the import path of the upstream MCP server with the
 // MCP conformance suite's tools, resources, templates and prompts.
 const ConformanceFixture = "github.com/capgate/capgate/internal/testkit/conformancefixture"
@@ -134,16 +138,20 @@ func ServeLogged(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, s
 // other flags.
 func ServeArgs(tb testing.TB, bin string, args []string, env ...string) (*exec.Cmd, string, func() string) {
 	tb.Helper()
-	return start(tb, bin, args, false, env...)
+	return start(tb, bin, args, false, nil, env...)
 }
 
 // start runs bin with args and env added, waits for serve's banner (up to
 // 30 s) and returns the process, the banner and a reader of its stderr.
 // With group it runs in its own process group, which cleanup kills whole
 // (the upstreams serve started too) and logs serve's output if tb failed.
-func start(tb testing.TB, bin string, args []string, group bool, env ...string) (*exec.Cmd, string, func() string) {
+// With cred it runs as that user.
+func start(tb testing.TB, bin string, args []string, group bool, user *User, env ...string) (*exec.Cmd, string, func() string) {
 	tb.Helper()
 	cmd := exec.Command(bin, args...)
+	if user != nil {
+		runAs(cmd, user)
+	}
 	cmd.Env = append(os.Environ(), env...)
 	if group {
 		proc.NewGroup(cmd)

@@ -114,7 +114,16 @@ func (p *Provider) invalid(format string, args ...any) *tool.Error {
 }
 
 // call runs one request and returns the validated result object.
-func (p *Provider) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+// c, for an invoke, brings a skill's secrets and the observer of denials.
+func (p *Provider) call(ctx context.Context, method string, params any, c *tool.Call) (json.RawMessage, error) {
+	var secrets []string
+	conf := p.opts.Confine
+	if c != nil {
+		secrets = c.SecretsEnv()
+		if c.Denied != nil {
+			conf.Observe = func(k sandbox.Key) { c.Denied(string(k)) }
+		}
+	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	id := "cap_bridge_" + hex.EncodeToString(idb[:])
@@ -123,8 +132,8 @@ func (p *Provider) call(ctx context.Context, method string, params any) (json.Ra
 		return nil, err
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
-		Protocol: []string{"ASH_CONTEXT_TOKEN_SECRET=" + base64.RawURLEncoding.EncodeToString(p.opts.Secret)},
-		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.opts.Confine})
+		Protocol: append(secrets, "ASH_CONTEXT_TOKEN_SECRET="+base64.RawURLEncoding.EncodeToString(p.opts.Secret)),
+		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf})
 	ns := p.opts.Namespace
 	if err != nil && stderr != "" {
 		// The tail goes to the operator, never to the caller: a provider
@@ -229,7 +238,7 @@ type opDef struct {
 // duplicate capability fails the whole list, and the previous definitions
 // stay: no partial state.
 func (p *Provider) List(ctx context.Context) ([]*tool.Descriptor, error) {
-	res, err := p.call(ctx, "definitions", map[string]any{})
+	res, err := p.call(ctx, "definitions", map[string]any{}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +249,7 @@ func (p *Provider) List(ctx context.Context) ([]*tool.Descriptor, error) {
 		return nil, p.invalid("definitions response must include a definitions array")
 	}
 	ns := p.opts.Namespace
+	guarantees := p.opts.Confine.Describe() // one process serves every operation
 	var tools []*tool.Descriptor
 	ops := map[string]operation{}
 	seen := map[string]bool{}
@@ -287,6 +297,7 @@ func (p *Provider) List(ctx context.Context) ([]*tool.Descriptor, error) {
 				Mutating:         op.Mutating,
 				RequiresAuth:     requiresAuth,
 				Available:        true,
+				Guarantees:       guarantees.Clone(),
 			})
 			ops[name] = operation{capabilityID: d.ID, name: op.Name}
 		}
@@ -380,7 +391,7 @@ func (p *Provider) Call(ctx context.Context, c tool.Call) (*tool.Result, error) 
 		IdempotencyKey *string         `json:"idempotency_key"`
 		ContextToken   string          `json:"context_token"`
 	}{op.capabilityID, op.name, input, nullable(c.Account), nullable(c.IdempotencyKey), c.ContextToken}
-	res, err := p.call(ctx, "invoke", params)
+	res, err := p.call(ctx, "invoke", params, &c)
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +419,7 @@ func nullable(s string) *string {
 func (p *Provider) AuthBegin(ctx context.Context, capabilityID, accountHint, contextToken string) (*tool.AuthBegin, error) {
 	res, err := p.call(ctx, "auth_begin", map[string]any{
 		"capability_id": capabilityID, "account_hint": nullable(accountHint), "context_token": contextToken,
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +440,7 @@ func (p *Provider) AuthComplete(ctx context.Context, capabilityID string, params
 		return nil, tool.Errorf(tool.CodeAuthFlowInvalid, "auth_complete params must be an object")
 	}
 	m["capability_id"], m["context_token"] = capabilityID, contextToken
-	res, err := p.call(ctx, "auth_complete", m)
+	res, err := p.call(ctx, "auth_complete", m, nil)
 	if err != nil {
 		return nil, err
 	}

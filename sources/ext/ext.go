@@ -52,6 +52,8 @@ type Command struct {
 	// Capabilities declares what the command needs (filesystem, network,
 	// env, subprocess, secrets); what it leaves out, it is denied.
 	Capabilities map[string]any `yaml:"capabilities"`
+	// Purity "pure" says the command needs nothing: every guarantee.
+	Purity string `yaml:"purity"`
 }
 
 // Options bound every call of every pack.
@@ -240,6 +242,16 @@ func (p *Pack) build(file string) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", file, err))
 		}
+		switch c.Purity {
+		case "":
+		case "pure":
+			if c.Capabilities != nil {
+				fail(key+".purity", "pure guarantees everything; drop capabilities or purity")
+			}
+			decl.Pure = true
+		default:
+			fail(key+".purity", "%q is not pure (the one purity there is)", c.Purity)
+		}
 		conf, notes := p.opts.Policy.For(id, decl, p.Dir)
 		for _, n := range notes {
 			p.opts.Logger.Warn("capability override ignored", "tool", id, "note", n)
@@ -256,8 +268,9 @@ func (p *Pack) build(file string) error {
 			Risk: risk.Assess(risk.Declaration{}, declared, risk.Hints{
 				Name: name, Description: c.Description, Permissions: m.Permissions,
 			}),
-			Mutating:  c.Mutating,
-			Available: true,
+			Mutating:   c.Mutating,
+			Available:  true,
+			Guarantees: conf.Describe(),
 		}
 		p.tools = append(p.tools, d)
 	}
@@ -318,9 +331,14 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
+	conf := p.confine[c.Tool.Name]
+	if c.Denied != nil {
+		conf.Observe = func(k sandbox.Key) { c.Denied(string(k)) }
+	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
-		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: p.confine[c.Tool.Name],
+		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf,
+		Protocol: c.SecretsEnv(),
 	})
 	id := c.Tool.ID
 	if err != nil && stderr != "" {

@@ -217,6 +217,10 @@ func TestManifestErrors(t *testing.T) {
 			[]string{`extension.yaml: commands.get.capabilities.network: "sometimes" is not one of none|outbound`}},
 		{"id: x\ncommands:\n  get: {run: [a], capabilities: {disk: none}}\n",
 			[]string{`extension.yaml: commands.get.capabilities: unknown key "disk"`}},
+		{"id: x\ncommands:\n  get: {run: [a], purity: clean}\n",
+			[]string{`extension.yaml: commands.get.purity: "clean" is not pure`}},
+		{"id: x\ncommands:\n  get: {run: [a], purity: pure, capabilities: {network: none}}\n",
+			[]string{`extension.yaml: commands.get.purity: pure guarantees everything`}},
 	}
 	for _, tt := range tests {
 		dir := t.TempDir()

@@ -600,6 +600,10 @@ func (s *Source) Request(ctx context.Context, method string, params any) (json.R
 
 func (s *Source) descriptor(t rawTool) *tool.Descriptor {
 	a := t.Annotations
+	var g *tool.Guarantees
+	if s.opts.Command != "" { // a stdio server is a process capgate starts
+		g = s.opts.Confine.Describe()
+	}
 	return &tool.Descriptor{
 		ID:           tool.ID(tool.KindMCP, s.opts.Name, t.Name),
 		Kind:         tool.KindMCP,
@@ -615,7 +619,8 @@ func (s *Source) descriptor(t rawTool) *tool.Descriptor {
 			ReadOnly: a.ReadOnlyHint, Destructive: a.DestructiveHint, OpenWorld: a.OpenWorldHint,
 			TrustAnnotations: s.opts.TrustAnnotations,
 		}),
-		Available: true,
+		Available:  true,
+		Guarantees: g,
 	}
 }
 

@@ -1,0 +1,185 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A tool whose denials capgate observes (Spec.Observe) has the syscalls
+// its no_network and no_subprocess guarantees refuse, socket() of any
+// family but AF_UNIX and fork/vfork/clone without CLONE_THREAD, handed to
+// capgate by seccomp user notification (SECCOMP_RET_USER_NOTIF): the
+// trampoline loads the filter with a listener and passes the listener's fd
+// to capgate over a socketpair (SCM_RIGHTS, fd 3 in the trampoline), and a
+// supervisor goroutine answers each such syscall EPERM and reports it. If
+// capgate stops answering, the kernel fails the syscall (ENOSYS): closed.
+
+// notifyFD is where the trampoline finds its end of the socketpair.
+const notifyFD = 3
+
+// The kernel's struct seccomp_notif and seccomp_notif_resp.
+type seccompNotif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Nr    int32
+	Arch  uint32
+	IP    uint64
+	Args  [6]uint64
+}
+
+type seccompNotifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+// supervisor is capgate's side of one confined process's notifications.
+type supervisor struct {
+	conn    *net.UnixConn // capgate's end of the socketpair
+	child   *os.File      // the trampoline's end, given as ExtraFiles[0]
+	wake    [2]int        // a pipe whose write end stop closes
+	observe func(Key)
+	done    chan struct{}
+	once    sync.Once
+}
+
+// newSupervisor makes the socketpair and starts waiting for the listener.
+func newSupervisor(observe func(Key)) (*supervisor, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: notification socketpair: %w", err)
+	}
+	parent := os.NewFile(uintptr(fds[0]), "capgate-notify")
+	c, err := net.FileConn(parent)
+	parent.Close() // FileConn holds its own copy
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("sandbox: notification socket: %w", err)
+	}
+	s := &supervisor{conn: c.(*net.UnixConn), child: os.NewFile(uintptr(fds[1]), "capgate-notify-child"),
+		observe: observe, done: make(chan struct{})}
+	if err := unix.Pipe2(s.wake[:], unix.O_CLOEXEC); err != nil {
+		s.conn.Close()
+		s.child.Close()
+		return nil, fmt.Errorf("sandbox: notification pipe: %w", err)
+	}
+	go s.run()
+	return s, nil
+}
+
+// stop ends the supervisor and waits for it: call it once the process has
+// ended. Syscalls still waiting on the listener then fail.
+func (s *supervisor) stop() {
+	s.once.Do(func() {
+		s.child.Close()
+		s.conn.Close() // wakes a wait for the listener
+		unix.Close(s.wake[1])
+		<-s.done
+		unix.Close(s.wake[0])
+	})
+}
+
+func (s *supervisor) run() {
+	defer close(s.done)
+	listener, err := s.receive()
+	if err != nil {
+		return // the trampoline ended (or failed, exiting 126) before sending
+	}
+	defer unix.Close(listener)
+	for {
+		fds := []unix.PollFd{{Fd: int32(listener), Events: unix.POLLIN}, {Fd: int32(s.wake[0]), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		if fds[1].Revents != 0 || fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+			return // stopped, or every process under the filter has ended
+		}
+		if fds[0].Revents&unix.POLLIN != 0 {
+			s.answer(listener)
+		}
+	}
+}
+
+// receive reads the listener's fd that the trampoline sends.
+func (s *supervisor) receive() (int, error) {
+	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := s.conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return -1, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return -1, fmt.Errorf("sandbox: no listener in the trampoline's message")
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return -1, fmt.Errorf("sandbox: want one listener fd")
+	}
+	return fds[0], nil
+}
+
+// answer takes one notification, reports which guarantee it was, and
+// refuses the syscall with EPERM.
+func (s *supervisor) answer(listener int) {
+	var n seccompNotif // the kernel wants it zeroed
+	if err := ioctl(listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&n)); err != nil {
+		return // the process died meanwhile (ENOENT), or was interrupted
+	}
+	resp := seccompNotifResp{ID: n.ID, Error: -int32(unix.EPERM)}
+	_ = ioctl(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
+	if k, ok := notifiedKey(n.Nr); ok {
+		s.observe(k)
+	}
+}
+
+// notifiedKey is the guarantee a notified syscall breaks.
+func notifiedKey(nr int32) (Key, bool) {
+	switch nr {
+	case unix.SYS_SOCKET:
+		return NoNetwork, true
+	case unix.SYS_CLONE, unix.SYS_FORK, unix.SYS_VFORK:
+		return NoSubprocess, true
+	}
+	return "", false
+}
+
+func ioctl(fd int, req uint, arg unsafe.Pointer) error {
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// sendListener is the trampoline's side: it loads prog with a listener and
+// sends the listener's fd to capgate over notifyFD, then closes both.
+func sendListener(prog *unix.SockFprog) error {
+	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER,
+		uintptr(unsafe.Pointer(prog)))
+	if e != 0 {
+		return fmt.Errorf("loading the notifying filter: %w", e)
+	}
+	listener := int(r)
+	err := unix.Sendmsg(notifyFD, []byte{0}, unix.UnixRights(listener), nil, 0)
+	unix.Close(listener)
+	unix.Close(notifyFD)
+	if err != nil {
+		return fmt.Errorf("handing the listener to capgate: %w", err)
+	}
+	return nil
+}
