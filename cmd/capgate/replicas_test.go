@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +108,18 @@ burst = 6
 		for _, s := range []*served{a, b} {
 			if ans := s.invokeRaw(t, carol, "ext:rep:ping", `{}`, ""); ans.Code != "rate_limited" {
 				t.Errorf("call 7 on %s: %+v, want rate_limited", s.addr, ans)
+			}
+		}
+	})
+
+	t.Run("session opened on one is used on the other", func(t *testing.T) {
+		frank := mint("frank")
+		sid := testkit.OpenSession(t, reps[0].URL, frank, "{}")
+		for i, rep := range []*testkit.Served{reps[1], reps[0], reps[1]} {
+			st, _, body := testkit.PostSession(t, rep.URL, frank, sid, fmt.Sprintf(
+				`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"rep__ping","arguments":{}}}`, i+1))
+			if st != http.StatusOK || !strings.Contains(string(body), "ok") || strings.Contains(string(body), `"isError":true`) {
+				t.Fatalf("call %d in a session opened on r1, sent to %s: %d %s", i+1, rep.Addr, st, body)
 			}
 		}
 	})
