@@ -438,7 +438,7 @@ func (c *capsCache) intersect(table *risk.Table, caps, acks []string, policy *pe
 // acknowledgements, intersected with the caller's. Make one with NewScope,
 // which drops the declared grants the skill's acknowledge does not cover.
 type Scope struct {
-	Name        string
+	Name        string // the skill's; its grant layer is "skill NAME"
 	Grants      *permissions.Set
 	Acknowledge []string
 	// Secrets reach the extension and bridge subprocesses the skill's

@@ -333,7 +333,7 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 	if err != nil {
 		return nil, nil, tool.Errorf(tool.CodeBackendUnavailable, "skill %s: its grants: %v", name, err)
 	}
-	return s, &router.Scope{Name: "skill " + name, Grants: grants, Acknowledge: s.Acknowledge, Secrets: s.EnvValues}, nil
+	return s, &router.Scope{Name: name, Grants: grants, Acknowledge: s.Acknowledge, Secrets: s.EnvValues}, nil
 }
 
 // skillTools are the tools offered to the skill's model: its allowed

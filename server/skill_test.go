@@ -402,6 +402,28 @@ func TestUseSkillAudit(t *testing.T) {
 	if !slices.Equal(runs, want) {
 		t.Errorf("skill_run records:\n%s\nwant:\n%s", strings.Join(runs, "\n"), strings.Join(want, "\n"))
 	}
+	// The grant checks of a run's inner calls name the skill's layer once.
+	layers := grantLayers(t, s)
+	if !slices.Contains(layers, "skill echoer+policy") || slices.ContainsFunc(layers, func(l string) bool { return strings.HasPrefix(l, "skill skill") }) {
+		t.Errorf("grant_check layers %q, want one of them %q", layers, "skill echoer+policy")
+	}
+}
+
+// grantLayers are the layers of the grant_check records in s's audit file.
+func grantLayers(t *testing.T, s *testServer) []string {
+	t.Helper()
+	b, err := os.ReadFile(s.auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layers []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var ev struct{ Type, Layer string }
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Type == "grant_check" {
+			layers = append(layers, ev.Layer)
+		}
+	}
+	return layers
 }
 
 // failingModel answers as model does for its first after requests, then
