@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/capgate/capgate/config"
@@ -184,5 +185,31 @@ enabled = false
 	}
 	if d := got["defaults"]; !reflect.DeepEqual(d.AllowChatIDs, []string{"100"}) || d.Enabled != nil {
 		t.Errorf("defaults: %+v", d)
+	}
+}
+
+// TestDevSecretMadeOnceByManyAtOnce: processes starting together on one
+// data dir (replicas, serve and a CLI) all get the one development key.
+func TestDevSecretMadeOnceByManyAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse("capgate.toml", []byte("[server]\ndata_dir = \"data\"\n"), dir, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := func(string) (string, bool) { return "", false }
+	secrets := make([]string, 16)
+	errs := make([]error, len(secrets))
+	var wg sync.WaitGroup
+	for i := range secrets {
+		wg.Go(func() {
+			b, _, err := Secret(cfg, none)
+			secrets[i], errs[i] = string(b), err
+		})
+	}
+	wg.Wait()
+	for i := range secrets {
+		if errs[i] != nil || secrets[i] == "" || secrets[i] != secrets[0] {
+			t.Fatalf("Secret %d of %d at once: %v (same key as the first: %v)", i, len(secrets), errs[i], secrets[i] == secrets[0])
+		}
 	}
 }

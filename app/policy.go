@@ -64,21 +64,9 @@ func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []by
 	path := filepath.Join(cfg.Server.DataDir, DevSecretFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(cfg.Server.DataDir, 0o700); err != nil {
-			return nil, "", err
-		}
-		key := make([]byte, 32)
-		rand.Read(key)
-		b = []byte(hex.EncodeToString(key) + "\n")
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, "", fmt.Errorf("creating the development token key: %w", err)
-		}
-		_, werr := f.Write(b)
-		if err := errors.Join(werr, f.Close()); err != nil {
-			return nil, "", err
-		}
-	} else if err != nil {
+		b, err = createDevSecret(cfg.Server.DataDir, path)
+	}
+	if err != nil {
 		return nil, "", fmt.Errorf("reading the development token key: %w", err)
 	}
 	// Windows reports 0666 for every file: its ACLs are not modes.
@@ -90,4 +78,32 @@ func Secret(cfg *config.Config, lookup func(string) (string, bool)) (secret []by
 		return nil, "", fmt.Errorf("%s is empty", path)
 	}
 	return secret, path, nil
+}
+
+// createDevSecret makes the development key file whole or not at all: it
+// is written to a temporary file and linked into place, so that processes
+// starting together on one data dir (replicas, serve and a CLI) all end up
+// with the one key the first link made, never a half-written file.
+func createDevSecret(dir, path string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	b := []byte(hex.EncodeToString(key) + "\n")
+	f, err := os.CreateTemp(dir, DevSecretFile+".*")
+	if err != nil {
+		return nil, fmt.Errorf("creating the development token key: %w", err)
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(b)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return nil, fmt.Errorf("creating the development token key: %w", err)
+	}
+	if err := os.Link(f.Name(), path); errors.Is(err, os.ErrExist) {
+		return os.ReadFile(path) // another process made it first
+	} else if err != nil {
+		return nil, fmt.Errorf("creating the development token key: %w", err)
+	}
+	return b, nil
 }
