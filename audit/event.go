@@ -23,7 +23,7 @@
 //	account_ref, guarantees, detail, prev
 //
 // kind is the tool's source kind (ext, bridge, mcp), protocol the caller's
-// (mcp/2025-11-25, rpc), required, layer and explanation a grant_check's
+// (mcp/2025-11-25, capability-rpc), required, layer and explanation a grant_check's
 // capability string, the grant layer that decided and why; capability_id
 // an auth flow's capability (gog.email); guarantees the tool's effective
 // guarantees as a JSON object (tool.Guarantees).
@@ -121,7 +121,7 @@ type Event struct {
 
 	Sub, ChatID, ChatType, Tool string
 	Kind                        string // the tool's source kind
-	Protocol                    string // the caller's: "mcp/2025-11-25", "rpc"
+	Protocol                    string // the caller's: "mcp/2025-11-25", "capability-rpc"
 	// A grant_check's capability string, deciding layer and why.
 	Required, Layer, Explanation string
 	CapabilityID                 string // an auth flow's capability: gog.email
