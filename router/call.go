@@ -154,7 +154,7 @@ func (r *Router) observe(ctx context.Context, ev *audit.Event) {
 	if ev.Code != "" {
 		r.opts.Metrics.Denied(ev.Code, ev.Gate)
 		if ev.Gate == GateSandbox {
-			r.opts.Metrics.SandboxDenied(ev.Runner + ":" + ev.ResolvedSource)
+			r.opts.Metrics.SandboxDenied(ev.Kind + ":" + ev.ResolvedSource)
 		}
 	}
 	if !r.opts.Logger.Enabled(ctx, slog.LevelInfo) {

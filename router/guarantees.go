@@ -67,6 +67,7 @@ func (r *Router) kernelDenied(tk *audit.Ticket, ev *audit.Event, d *tool.Descrip
 			Detail: "the kernel refused the tool " + what + " (" + key + "); the call went on"}
 		resolved(&check, d)
 		r.record(tk, check)
+		r.opts.Metrics.SandboxDenied(string(d.Kind) + ":" + d.Source)
 	}
 }
 

@@ -127,7 +127,8 @@ func (m *Metrics) UpstreamError(source string) {
 }
 
 // SandboxDenied counts a call not run because its confinement could not
-// be enforced.
+// be enforced, and a socket or new process the kernel refused a confined
+// tool (seen through seccomp user notification).
 func (m *Metrics) SandboxDenied(source string) {
 	if m != nil {
 		m.sandbox.WithLabelValues(source).Inc()

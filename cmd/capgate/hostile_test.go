@@ -101,9 +101,11 @@ func hostileTools(t *testing.T, user *testkit.User) {
 		t.Fatal(err)
 	}
 	allNone := `capabilities = { filesystem = "none", network = "none", subprocess = "none", env = "none"`
+	metricsAddr := testkit.FreeAddr(t)
 	cg := testkit.StartCapgate(t, testkit.Capgate{NoSecret: true, User: user, Dir: dir,
 		Env: []string{"HOSTILE_SENTINEL=capgate-environment-value"},
-		Config: fmt.Sprintf(`
+		Config: fmt.Sprintf(`metrics_listen = %q
+
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.*"]
 acknowledge = ["elevated"]
@@ -128,7 +130,7 @@ side_effects = []
 [mcp.servers.sealed.env]
 MCPFIXTURE_ATTEMPTS = "1"
 HOSTILE_SENTINEL = "capgate-environment-value"
-`, packs, testkit.Build(t, testkit.BridgeFixture), allNone, testkit.Build(t, testkit.MCPFixture), allNone)})
+`, metricsAddr, packs, testkit.Build(t, testkit.BridgeFixture), allNone, testkit.Build(t, testkit.MCPFixture), allNone)})
 	s := fromCapgate(cg)
 	secret, err := os.ReadFile(key)
 	if err != nil {
@@ -182,6 +184,13 @@ HOSTILE_SENTINEL = "capgate-environment-value"
 	}
 
 	observedDenials(t, s)
+	// And counted: a network and a subprocess attempt at least, per tool.
+	fams := scrape(t, "http://"+metricsAddr+"/metrics")
+	for _, src := range []string{"ext:probe", "bridge:gog"} {
+		if m := series(fams, "capgate_sandbox_denials_total", map[string]string{"source": src}); m.GetCounter().GetValue() < 2 {
+			t.Errorf("capgate_sandbox_denials_total{source=%q} = %v, want 2 or more", src, m.GetCounter().GetValue())
+		}
+	}
 
 	// The audit shows each call's guarantees.
 	for _, id := range []string{"ext:probe:sealed", "mcp:sealed:attempt", "bridge:gog:calendar.list_events"} {
