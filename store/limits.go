@@ -19,12 +19,19 @@ import (
 // That is the tolerance; with clocks in sync (NTP: milliseconds) it is
 // below one token at any practical rate.
 
+// bucketElapsed is the milliseconds from the bucket's time to excluded's,
+// none when excluded's clock is behind.
+const bucketElapsed = `(CASE WHEN excluded.updated_at > rate_buckets.updated_at
+		THEN excluded.updated_at - rate_buckets.updated_at ELSE 0 END)`
+
+// bucketRefilled is the bucket's tokens refilled to excluded's time, not
+// yet capped.
+const bucketRefilled = `rate_buckets.tokens + excluded.per_ms * ` + bucketElapsed
+
 // bucketRefill is the bucket's tokens after refilling to excluded's time,
 // capped at its burst.
-const bucketRefill = `(CASE WHEN rate_buckets.tokens + excluded.per_ms * (CASE WHEN excluded.updated_at > rate_buckets.updated_at
-		THEN excluded.updated_at - rate_buckets.updated_at ELSE 0 END) > excluded.burst THEN excluded.burst
-	ELSE rate_buckets.tokens + excluded.per_ms * (CASE WHEN excluded.updated_at > rate_buckets.updated_at
-		THEN excluded.updated_at - rate_buckets.updated_at ELSE 0 END) END)`
+const bucketRefill = `(CASE WHEN ` + bucketRefilled + ` > excluded.burst THEN excluded.burst
+	ELSE ` + bucketRefilled + ` END)`
 
 // TakeToken takes one token from the bucket of (sub, toolID), which
 // refills perSec tokens a second up to burst; false when it has none.
