@@ -138,10 +138,11 @@ func (s *Store) CompleteIdempotency(ctx context.Context, sub, toolID, key, claim
 	if err != nil {
 		return fmt.Errorf("store: complete idempotency: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		if err != nil {
-			return fmt.Errorf("store: complete idempotency: %w", err)
-		}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("store: complete idempotency: %w", err)
+	}
+	if n == 0 {
 		return ErrNotFound
 	}
 	return nil
