@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -97,5 +98,26 @@ func TestClaimIdempotencyRace(t *testing.T) {
 	wg.Wait()
 	if won != 1 {
 		t.Errorf("%d claims won, want 1", won)
+	}
+}
+
+// BenchmarkClaimIdempotency is what a call with an idempotency key adds:
+// its claim, then its completion.
+func BenchmarkClaimIdempotency(b *testing.B) {
+	ctx := context.Background()
+	s := mustOpen(b, b.TempDir(), nil)
+	result := make([]byte, 512)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		key := fmt.Sprint("key", i)
+		claim, _, err := s.ClaimIdempotency(ctx, "alice", "mcp:fs:write", key, "h", time.Minute)
+		if err == nil {
+			err = s.CompleteIdempotency(ctx, "alice", "mcp:fs:write", key, claim, result, time.Hour)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,27 +96,6 @@ func TestRateBucketsConcurrent(t *testing.T) {
 	wg.Wait()
 	if got.Load() != 5 {
 		t.Errorf("%d tokens taken from a bucket of 5", got.Load())
-	}
-}
-
-// BenchmarkClaimIdempotency is what a call with an idempotency key adds:
-// its claim, then its completion.
-func BenchmarkClaimIdempotency(b *testing.B) {
-	ctx := context.Background()
-	s := mustOpen(b, b.TempDir(), nil)
-	result := make([]byte, 512)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		key := fmt.Sprint("key", i)
-		claim, _, err := s.ClaimIdempotency(ctx, "alice", "mcp:fs:write", key, "h", time.Minute)
-		if err == nil {
-			err = s.CompleteIdempotency(ctx, "alice", "mcp:fs:write", key, claim, result, time.Hour)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
 	}
 }
 
