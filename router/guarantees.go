@@ -55,18 +55,9 @@ func (r *Router) kernelDenied(tk *audit.Ticket, ev *audit.Event, d *tool.Descrip
 			return
 		}
 		seen[key] = true
-		from := ""
-		if g, ok := d.Guarantees.Get(key); ok {
-			from = g.Source
-		}
 		what := map[string]string{string(sandbox.NoNetwork): "a socket", string(sandbox.NoSubprocess): "a new process"}[key]
-		check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Capability: sandbox.Key(key).Capability(),
-			GuaranteeSource: from, Reason: "guarantee_blocked", ProtocolVersion: 1,
-			Sub: ev.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType, Protocol: ev.Protocol,
-			Decision: "deny", Gate: GateGuarantee, RequestID: ev.RequestID, Guarantees: ev.Guarantees,
-			Detail: "the kernel refused the tool " + what + " (" + key + "); the call went on"}
-		resolved(&check, d)
-		r.record(tk, check)
+		r.record(tk, guaranteeCheck(ev, d, sandbox.Key(key), "", "",
+			"the kernel refused the tool "+what+" ("+key+"); the call went on"))
 		r.opts.Metrics.SandboxDenied(string(d.Kind) + ":" + d.Source)
 	}
 }
@@ -80,20 +71,27 @@ func (r *Router) guaranteeBlocked(tk *audit.Ticket, ev *audit.Event, d *tool.Des
 	if !errors.As(err, &u) || len(u.Missing) == 0 {
 		return
 	}
-	first := u.Missing[0].Key
-	from := string(sandbox.FromTrust) // the deny paths are the operator's
-	if g, ok := d.Guarantees.Get(string(first)); ok {
-		from = g.Source
-	}
 	needs := make([]string, len(u.Missing))
 	for i, m := range u.Missing {
 		needs[i] = string(m.Key) + " needs " + m.Feature
 	}
-	check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Capability: first.Capability(),
+	// A deny path without a source of its own is the operator's.
+	r.record(tk, guaranteeCheck(ev, d, u.Missing[0].Key, string(sandbox.FromTrust), tool.CodeBackendUnavailable,
+		"not enforceable on this kernel: "+strings.Join(needs, "; ")))
+}
+
+// guaranteeCheck is the capability_check record, in the trace's schema,
+// of the call ev refused or held back at key, one of d's guarantees: its
+// source is the guarantee's, else from.
+func guaranteeCheck(ev *audit.Event, d *tool.Descriptor, key sandbox.Key, from string, code tool.Code, detail string) audit.Event {
+	if g, ok := d.Guarantees.Get(string(key)); ok {
+		from = g.Source
+	}
+	check := audit.Event{Type: audit.TypeCapabilityCheck, ToolName: d.ExposedName, Capability: key.Capability(),
 		GuaranteeSource: from, Reason: "guarantee_blocked", ProtocolVersion: 1,
 		Sub: ev.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType, Protocol: ev.Protocol,
-		Decision: "deny", Gate: GateGuarantee, Code: string(tool.CodeBackendUnavailable), RequestID: ev.RequestID,
-		Guarantees: ev.Guarantees, Detail: "not enforceable on this kernel: " + strings.Join(needs, "; ")}
+		Decision: "deny", Gate: GateGuarantee, Code: string(code), RequestID: ev.RequestID,
+		Guarantees: ev.Guarantees, Detail: detail}
 	resolved(&check, d)
-	r.record(tk, check)
+	return check
 }
