@@ -83,7 +83,7 @@ func (l *limiter) take(ctx context.Context, sub, toolID string) (taken, bool, er
 		return taken{}, false, nil
 	}
 	b.tokens--
-	return taken{b: b, burst: l.burst}, true, nil
+	return taken{l: l, b: b}, true, nil
 }
 
 // wouldTake reports whether take would succeed now, taking nothing and
@@ -120,31 +120,29 @@ func (l *limiter) refill(b *bucket) {
 	}
 }
 
-// taken is a token taken from a bucket; the zero value is none.
+// taken is a token taken from a bucket of l; the zero value is none.
 type taken struct {
-	b     *bucket
-	burst float64
+	l *limiter
+	b *bucket // the bucket in memory; nil for a shared one
 	// a shared bucket's
-	l           *limiter
 	ctx         context.Context
 	sub, toolID string
 }
 
 // refund gives the token back.
 func (t taken) refund() {
-	if t.l != nil {
+	switch {
+	case t.l == nil:
+	case t.b != nil:
+		t.b.mu.Lock()
+		t.b.tokens = min(t.l.burst, t.b.tokens+1)
+		t.b.mu.Unlock()
+	default:
 		// A lost refund costs the caller one token, never more calls.
 		if err := t.l.shared.RefundToken(t.ctx, t.sub, t.toolID, t.l.burst); err != nil {
 			t.l.log.Warn("rate-limit token not refunded", "tool", t.toolID, "err", err)
 		}
-		return
 	}
-	if t.b == nil {
-		return
-	}
-	t.b.mu.Lock()
-	t.b.tokens = min(t.burst, t.b.tokens+1)
-	t.b.mu.Unlock()
 }
 
 // storeUnavailable is the refusal of a call whose state (what, at gate)
