@@ -481,6 +481,7 @@ func (r *Router) claimKey(ctx context.Context, c *Caller, d *tool.Descriptor, ke
 	}
 }
 
+// quoteKey quotes a key for a message, cut to 64 bytes.
 func quoteKey(k string) string {
 	if len(k) > 64 {
 		k = k[:64] + "…"

@@ -65,7 +65,7 @@ func (s *strictScan) object() string {
 		}
 		if _, dup := seen[key]; dup {
 			return fmt.Sprintf("repeats the key %s in %s: refused, since decoders disagree on which one counts",
-				quoteShort(key), s.where())
+				quoteKey(key), s.where())
 		}
 		seen[key] = struct{}{}
 		s.space()
@@ -170,13 +170,5 @@ func keySegment(key string) string {
 	if plain {
 		return "." + key
 	}
-	return "[" + quoteShort(key) + "]"
-}
-
-// quoteShort quotes a key for a message, cut to 64 bytes.
-func quoteShort(k string) string {
-	if len(k) > 64 {
-		k = k[:64] + "…"
-	}
-	return strconv.Quote(k)
+	return "[" + quoteKey(key) + "]"
 }
