@@ -130,9 +130,9 @@ func (s *Store) RequestApproval(ctx context.Context, sub, toolID, inputHash stri
 			return nil, fmt.Errorf("store: request approval: %w", err)
 		}
 	}
-	a, err := scanApproval(tx.QueryRowContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
+	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals
 		WHERE sub = ? AND tool_id = ? AND input_hash = ? AND used_at IS NULL AND expires_at > ?
-		ORDER BY created_at DESC, id DESC LIMIT 1`), sub, toolID, inputHash, now))
+		ORDER BY created_at DESC, id DESC LIMIT 1`, sub, toolID, inputHash, now))
 	if err == nil {
 		return a, nil
 	}
@@ -149,8 +149,8 @@ func (s *Store) RequestApproval(ctx context.Context, sub, toolID, inputHash stri
 		Input:     input[:min(len(input), MaxApprovalInput)],
 		InputSize: len(input),
 	}
-	if _, err := tx.ExecContext(ctx, rebind(`INSERT INTO approvals
-		(id, sub, tool_id, input_hash, created_at, expires_at, input, input_size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+	if _, err := tx.ExecContext(ctx, `INSERT INTO approvals
+		(id, sub, tool_id, input_hash, created_at, expires_at, input, input_size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.Sub, a.ToolID, a.InputHash, now, ms(a.ExpiresAt), a.Input, a.InputSize); err != nil {
 		return nil, fmt.Errorf("store: request approval: %w", err)
 	}
@@ -168,9 +168,9 @@ func (s *Store) Approve(ctx context.Context, id, by string) (*Approval, error) {
 		return nil, errors.New("store: approve: say who approves")
 	}
 	now := s.nowMS()
-	a, err := scanApproval(s.ops.QueryRowContext(ctx, rebind(`UPDATE approvals SET approved_at = ?, approved_by = ?
+	a, err := scanApproval(s.ops.QueryRowContext(ctx, `UPDATE approvals SET approved_at = ?, approved_by = ?
 		WHERE id = ? AND approved_at IS NULL AND used_at IS NULL AND expires_at > ?
-		RETURNING `+approvalCols), now, by, id, now))
+		RETURNING `+approvalCols, now, by, id, now))
 	if err == nil {
 		return a, nil
 	}
@@ -180,7 +180,7 @@ func (s *Store) Approve(ctx context.Context, id, by string) (*Approval, error) {
 	// Refused: find out why. An approval only moves forward (pending,
 	// approved, used; live, expired), so what is read now still explains
 	// the refusal.
-	a, err = scanApproval(s.ops.QueryRowContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals WHERE id = ?`), id))
+	a, err = scanApproval(s.ops.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, &ApprovalError{ID: id, Reason: ErrApprovalNotFound}
@@ -202,10 +202,10 @@ func (s *Store) Approve(ctx context.Context, id, by string) (*Approval, error) {
 // use now; ErrNotFound when there is none. It lets a call check its
 // approval early and use it only once every other gate has passed.
 func (s *Store) ApprovalFor(ctx context.Context, sub, toolID, inputHash string) (*Approval, error) {
-	a, err := scanApproval(s.ops.QueryRowContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
+	a, err := scanApproval(s.ops.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals
 		WHERE sub = ? AND tool_id = ? AND input_hash = ?
 		  AND approved_at IS NOT NULL AND used_at IS NULL AND expires_at > ?
-		ORDER BY approved_at, id LIMIT 1`), sub, toolID, inputHash, s.nowMS()))
+		ORDER BY approved_at, id LIMIT 1`, sub, toolID, inputHash, s.nowMS()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -222,13 +222,13 @@ func (s *Store) UseApproval(ctx context.Context, sub, toolID, inputHash string) 
 	now := s.nowMS()
 	// The outer used_at IS NULL keeps this single-use on PostgreSQL too,
 	// where READ COMMITTED re-checks it after waiting on a racing update.
-	a, err := scanApproval(s.ops.QueryRowContext(ctx, rebind(`UPDATE approvals SET used_at = ?
+	a, err := scanApproval(s.ops.QueryRowContext(ctx, `UPDATE approvals SET used_at = ?
 		WHERE used_at IS NULL AND id = (
 			SELECT id FROM approvals
 			WHERE sub = ? AND tool_id = ? AND input_hash = ?
 			  AND approved_at IS NOT NULL AND used_at IS NULL AND expires_at > ?
 			ORDER BY approved_at, id LIMIT 1)
-		RETURNING `+approvalCols), now, sub, toolID, inputHash, now))
+		RETURNING `+approvalCols, now, sub, toolID, inputHash, now))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -248,9 +248,9 @@ func (s *Store) Approvals(ctx context.Context) ([]Approval, error) {
 	if s.dialect == dialectPG {
 		tie = "id"
 	}
-	rows, err := s.ops.QueryContext(ctx, rebind(`SELECT `+approvalCols+` FROM approvals
+	rows, err := s.ops.QueryContext(ctx, `SELECT `+approvalCols+` FROM approvals
 		WHERE used_at IS NULL AND expires_at > ?
-		ORDER BY created_at DESC, `+tie+` DESC`), s.nowMS())
+		ORDER BY created_at DESC, `+tie+` DESC`, s.nowMS())
 	if err != nil {
 		return nil, fmt.Errorf("store: approvals: %w", err)
 	}

@@ -36,8 +36,8 @@ func (s *Store) BeginFlow(ctx context.Context, sub, capabilityID, accountHint st
 		CreatedAt:    time.UnixMilli(now),
 		ExpiresAt:    time.UnixMilli(now + FlowTTL.Milliseconds()),
 	}
-	_, err := s.ops.ExecContext(ctx, rebind(`INSERT INTO auth_flows
-		(id, sub, capability_id, account_hint, state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+	_, err := s.ops.ExecContext(ctx, `INSERT INTO auth_flows
+		(id, sub, capability_id, account_hint, state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		f.ID, f.Sub, f.CapabilityID, f.AccountHint, f.State, now, ms(f.ExpiresAt))
 	if err != nil {
 		return nil, fmt.Errorf("store: begin flow: %w", err)
@@ -52,9 +52,9 @@ func (s *Store) BeginFlow(ctx context.Context, sub, capabilityID, accountHint st
 func (s *Store) TakeFlow(ctx context.Context, id, sub string) (*Flow, error) {
 	f := &Flow{ID: id, Sub: sub}
 	var created, expires sql.NullInt64
-	err := s.ops.QueryRowContext(ctx, rebind(`DELETE FROM auth_flows
+	err := s.ops.QueryRowContext(ctx, `DELETE FROM auth_flows
 		WHERE id = ? AND sub = ? AND expires_at > ?
-		RETURNING capability_id, account_hint, state, created_at, expires_at`),
+		RETURNING capability_id, account_hint, state, created_at, expires_at`,
 		id, sub, s.nowMS()).Scan(&f.CapabilityID, &f.AccountHint, &f.State, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrFlowInvalid

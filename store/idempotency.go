@@ -25,8 +25,8 @@ type IdempotencyRecord struct {
 func (s *Store) Idempotency(ctx context.Context, sub, toolID, key string) (*IdempotencyRecord, error) {
 	var r IdempotencyRecord
 	var created, expires sql.NullInt64
-	err := s.ops.QueryRowContext(ctx, rebind(`SELECT input_hash, result, created_at, expires_at FROM idempotency
-		WHERE sub = ? AND tool_id = ? AND idem_key = ? AND expires_at > ? AND claim IS NULL`),
+	err := s.ops.QueryRowContext(ctx, `SELECT input_hash, result, created_at, expires_at FROM idempotency
+		WHERE sub = ? AND tool_id = ? AND idem_key = ? AND expires_at > ? AND claim IS NULL`,
 		sub, toolID, key, s.nowMS()).Scan(&r.InputHash, &r.Result, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -48,12 +48,12 @@ func (s *Store) PutIdempotency(ctx context.Context, sub, toolID, key, inputHash 
 	now := s.nowMS()
 	// The conditional upsert is one statement: two writers racing for a key
 	// cannot both see "no live record".
-	res, err := s.ops.ExecContext(ctx, rebind(`INSERT INTO idempotency
+	res, err := s.ops.ExecContext(ctx, `INSERT INTO idempotency
 		(sub, tool_id, idem_key, input_hash, result, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (sub, tool_id, idem_key) DO UPDATE SET
 			input_hash = excluded.input_hash, result = excluded.result,
 			created_at = excluded.created_at, expires_at = excluded.expires_at
-		WHERE idempotency.expires_at <= ?`),
+		WHERE idempotency.expires_at <= ?`,
 		sub, toolID, key, inputHash, result, now, now+ttl.Milliseconds(), now)
 	if err != nil {
 		return fmt.Errorf("store: put idempotency: %w", err)
@@ -87,12 +87,12 @@ func (s *Store) ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHas
 	for range 3 {
 		claim := newID("clm_")
 		now := s.nowMS()
-		res, err := s.ops.ExecContext(ctx, rebind(`INSERT INTO idempotency
+		res, err := s.ops.ExecContext(ctx, `INSERT INTO idempotency
 			(sub, tool_id, idem_key, input_hash, result, claim, created_at, expires_at) VALUES (?, ?, ?, ?, NULL, ?, ?, ?)
 			ON CONFLICT (sub, tool_id, idem_key) DO UPDATE SET
 				input_hash = excluded.input_hash, result = NULL, claim = excluded.claim,
 				created_at = excluded.created_at, expires_at = excluded.expires_at
-			WHERE idempotency.expires_at <= ?`),
+			WHERE idempotency.expires_at <= ?`,
 			sub, toolID, key, inputHash, claim, now, now+ttl.Milliseconds(), now)
 		if err != nil {
 			return "", nil, fmt.Errorf("store: claim idempotency: %w", err)
@@ -106,8 +106,8 @@ func (s *Store) ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHas
 		}
 		var r IdempotencyRecord
 		var created, expires sql.NullInt64
-		err = s.ops.QueryRowContext(ctx, rebind(`SELECT input_hash, result, claim IS NOT NULL, created_at, expires_at
-			FROM idempotency WHERE sub = ? AND tool_id = ? AND idem_key = ? AND expires_at > ?`),
+		err = s.ops.QueryRowContext(ctx, `SELECT input_hash, result, claim IS NOT NULL, created_at, expires_at
+			FROM idempotency WHERE sub = ? AND tool_id = ? AND idem_key = ? AND expires_at > ?`,
 			sub, toolID, key, s.nowMS()).Scan(&r.InputHash, &r.Result, &r.InProgress, &created, &expires)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
@@ -132,8 +132,8 @@ func (s *Store) CompleteIdempotency(ctx context.Context, sub, toolID, key, claim
 		result = []byte{} // NULL is kept for claims
 	}
 	now := s.nowMS()
-	res, err := s.ops.ExecContext(ctx, rebind(`UPDATE idempotency SET result = ?, claim = NULL, expires_at = ?
-		WHERE sub = ? AND tool_id = ? AND idem_key = ? AND claim = ?`),
+	res, err := s.ops.ExecContext(ctx, `UPDATE idempotency SET result = ?, claim = NULL, expires_at = ?
+		WHERE sub = ? AND tool_id = ? AND idem_key = ? AND claim = ?`,
 		result, now+ttl.Milliseconds(), sub, toolID, key, claim)
 	if err != nil {
 		return fmt.Errorf("store: complete idempotency: %w", err)
@@ -152,8 +152,8 @@ func (s *Store) CompleteIdempotency(ctx context.Context, sub, toolID, key, claim
 // runs: for a call that ended without a result to replay. Releasing a
 // claim no longer held does nothing.
 func (s *Store) ReleaseIdempotency(ctx context.Context, sub, toolID, key, claim string) error {
-	if _, err := s.ops.ExecContext(ctx, rebind(`DELETE FROM idempotency
-		WHERE sub = ? AND tool_id = ? AND idem_key = ? AND claim = ?`), sub, toolID, key, claim); err != nil {
+	if _, err := s.ops.ExecContext(ctx, `DELETE FROM idempotency
+		WHERE sub = ? AND tool_id = ? AND idem_key = ? AND claim = ?`, sub, toolID, key, claim); err != nil {
 		return fmt.Errorf("store: release idempotency: %w", err)
 	}
 	return nil

@@ -39,13 +39,13 @@ func (s *Store) TakeToken(ctx context.Context, sub, toolID string, perSec, burst
 	if burst < 1 || perSec <= 0 {
 		return false, fmt.Errorf("store: take token: rate %v/s, burst %v", perSec, burst)
 	}
-	res, err := s.ops.ExecContext(ctx, rebind(`INSERT INTO rate_buckets (sub, tool_id, tokens, updated_at, per_ms, burst)
+	res, err := s.ops.ExecContext(ctx, `INSERT INTO rate_buckets (sub, tool_id, tokens, updated_at, per_ms, burst)
 		VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (sub, tool_id) DO UPDATE SET
 			tokens = `+bucketRefill+` - 1,
 			updated_at = CASE WHEN excluded.updated_at > rate_buckets.updated_at THEN excluded.updated_at ELSE rate_buckets.updated_at END,
 			per_ms = excluded.per_ms, burst = excluded.burst
-		WHERE `+bucketRefill+` >= 1`),
+		WHERE `+bucketRefill+` >= 1`,
 		sub, toolID, burst-1, s.nowMS(), perSec/1000, burst)
 	if err != nil {
 		return false, fmt.Errorf("store: take token: %w", err)
@@ -59,9 +59,9 @@ func (s *Store) TakeToken(ctx context.Context, sub, toolID string, perSec, burst
 
 // RefundToken gives back a token taken from (sub, toolID), up to burst.
 func (s *Store) RefundToken(ctx context.Context, sub, toolID string, burst float64) error {
-	if _, err := s.ops.ExecContext(ctx, rebind(`UPDATE rate_buckets
+	if _, err := s.ops.ExecContext(ctx, `UPDATE rate_buckets
 		SET tokens = CASE WHEN tokens + 1 > ? THEN ? ELSE tokens + 1 END
-		WHERE sub = ? AND tool_id = ?`), burst, burst, sub, toolID); err != nil {
+		WHERE sub = ? AND tool_id = ?`, burst, burst, sub, toolID); err != nil {
 		return fmt.Errorf("store: refund token: %w", err)
 	}
 	return nil
@@ -71,7 +71,7 @@ func (s *Store) RefundToken(ctx context.Context, sub, toolID string, burst float
 func (s *Store) PeekToken(ctx context.Context, sub, toolID string, perSec, burst float64) (bool, error) {
 	var tokens float64
 	var updated int64
-	err := s.ops.QueryRowContext(ctx, rebind(`SELECT tokens, updated_at FROM rate_buckets WHERE sub = ? AND tool_id = ?`),
+	err := s.ops.QueryRowContext(ctx, `SELECT tokens, updated_at FROM rate_buckets WHERE sub = ? AND tool_id = ?`,
 		sub, toolID).Scan(&tokens, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return burst >= 1, nil

@@ -173,7 +173,7 @@ func migrate(ctx context.Context, db *sql.DB, d dialect, name, table string, lis
 				return fmt.Errorf("store: %s: migration %d: %w", name, m.version, err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, rebind(`INSERT INTO `+table+` (version, applied_at) VALUES (?, ?)`),
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (version, applied_at) VALUES (?, ?)`,
 			m.version, ms(now())); err != nil {
 			return fmt.Errorf("store: %s: migration %d: %w", name, m.version, err)
 		}

@@ -20,9 +20,9 @@ func (s *Store) ClaimOnce(ctx context.Context, key string, expires time.Time) er
 		return fmt.Errorf("store: claim once: expiry %s is not in the future", expires.UTC().Format(time.RFC3339))
 	}
 	// One conditional upsert: two claimants racing cannot both see no live row.
-	res, err := s.ops.ExecContext(ctx, rebind(`INSERT INTO once_claims (claim_key, created_at, expires_at) VALUES (?, ?, ?)
+	res, err := s.ops.ExecContext(ctx, `INSERT INTO once_claims (claim_key, created_at, expires_at) VALUES (?, ?, ?)
 		ON CONFLICT (claim_key) DO UPDATE SET created_at = excluded.created_at, expires_at = excluded.expires_at
-		WHERE once_claims.expires_at <= ?`), key, now, ms(expires), now)
+		WHERE once_claims.expires_at <= ?`, key, now, ms(expires), now)
 	if err != nil {
 		return fmt.Errorf("store: claim once: %w", err)
 	}

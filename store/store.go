@@ -111,11 +111,6 @@ type Store struct {
 	stmts atomic.Int64
 }
 
-// rebind adapts a statement written with ? placeholders to the backend.
-// SQLite takes ? as is; a PostgreSQL backend would number them ($1, $2,
-// ...) here. Every statement with placeholders goes through it.
-func rebind(query string) string { return query }
-
 // Open opens (creating when missing) the store under dir: the directory
 // with mode 0700, capgate.db and, unless opts.WithoutVault, the key and
 // vault.db. It applies pending schema migrations.
@@ -251,11 +246,11 @@ func (s *Store) Close() error {
 func (s *Store) Prune(ctx context.Context) error {
 	now := s.nowMS()
 	for _, table := range []string{"auth_flows", "idempotency", "approvals", "once_claims"} {
-		if _, err := s.ops.ExecContext(ctx, rebind(`DELETE FROM `+table+` WHERE expires_at <= ?`), now); err != nil {
+		if _, err := s.ops.ExecContext(ctx, `DELETE FROM `+table+` WHERE expires_at <= ?`, now); err != nil {
 			return fmt.Errorf("store: prune %s: %w", table, err)
 		}
 	}
-	if _, err := s.ops.ExecContext(ctx, rebind(`DELETE FROM rate_buckets WHERE updated_at <= ?`), now-bucketTTL.Milliseconds()); err != nil {
+	if _, err := s.ops.ExecContext(ctx, `DELETE FROM rate_buckets WHERE updated_at <= ?`, now-bucketTTL.Milliseconds()); err != nil {
 		return fmt.Errorf("store: prune rate_buckets: %w", err)
 	}
 	return nil

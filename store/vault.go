@@ -59,11 +59,11 @@ func (s *Store) PutCredential(ctx context.Context, sub, capabilityID, accountRef
 	}
 	nonce, ct := s.seal(material, credentialAD(sub, capabilityID, accountRef))
 	now := s.nowMS()
-	_, err := s.vault.ExecContext(ctx, rebind(`INSERT INTO credentials
+	_, err := s.vault.ExecContext(ctx, `INSERT INTO credentials
 		(sub, capability_id, account_ref, nonce, ciphertext, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (sub, capability_id, account_ref) DO UPDATE SET
-			nonce = excluded.nonce, ciphertext = excluded.ciphertext, updated_at = excluded.updated_at`),
+			nonce = excluded.nonce, ciphertext = excluded.ciphertext, updated_at = excluded.updated_at`,
 		sub, capabilityID, accountRef, nonce, ct, now, now)
 	if err != nil {
 		return fmt.Errorf("store: put credential: %w", err)
@@ -79,8 +79,8 @@ func (s *Store) Credential(ctx context.Context, sub, capabilityID, accountRef st
 		return nil, ErrNoVault
 	}
 	var nonce, ct []byte
-	err := s.vault.QueryRowContext(ctx, rebind(`SELECT nonce, ciphertext FROM credentials
-		WHERE sub = ? AND capability_id = ? AND account_ref = ?`),
+	err := s.vault.QueryRowContext(ctx, `SELECT nonce, ciphertext FROM credentials
+		WHERE sub = ? AND capability_id = ? AND account_ref = ?`,
 		sub, capabilityID, accountRef).Scan(&nonce, &ct)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -105,8 +105,8 @@ func (s *Store) Accounts(ctx context.Context, sub, capabilityID string) ([]strin
 	if s.vault == nil {
 		return nil, ErrNoVault
 	}
-	rows, err := s.vault.QueryContext(ctx, rebind(`SELECT account_ref FROM credentials
-		WHERE sub = ? AND capability_id = ?`), sub, capabilityID)
+	rows, err := s.vault.QueryContext(ctx, `SELECT account_ref FROM credentials
+		WHERE sub = ? AND capability_id = ?`, sub, capabilityID)
 	if err != nil {
 		return nil, fmt.Errorf("store: accounts: %w", err)
 	}
@@ -134,8 +134,8 @@ func (s *Store) DeleteCredential(ctx context.Context, sub, capabilityID, account
 	if s.vault == nil {
 		return ErrNoVault
 	}
-	res, err := s.vault.ExecContext(ctx, rebind(`DELETE FROM credentials
-		WHERE sub = ? AND capability_id = ? AND account_ref = ?`), sub, capabilityID, accountRef)
+	res, err := s.vault.ExecContext(ctx, `DELETE FROM credentials
+		WHERE sub = ? AND capability_id = ? AND account_ref = ?`, sub, capabilityID, accountRef)
 	if err != nil {
 		return fmt.Errorf("store: delete credential: %w", err)
 	}
@@ -156,8 +156,8 @@ var keyCheckAD = []byte("capgate vault key check v1")
 func (s *Store) checkKey(ctx context.Context) error {
 	nonce, ct := s.seal([]byte("capgate"), keyCheckAD)
 	value := append(nonce, ct...)
-	if _, err := s.vault.ExecContext(ctx, rebind(`INSERT INTO vault_meta (name, value) VALUES ('key_check', ?)
-		ON CONFLICT (name) DO NOTHING`), value); err != nil {
+	if _, err := s.vault.ExecContext(ctx, `INSERT INTO vault_meta (name, value) VALUES ('key_check', ?)
+		ON CONFLICT (name) DO NOTHING`, value); err != nil {
 		return fmt.Errorf("store: %s: key check: %w", VaultFile, err)
 	}
 	if err := s.vault.QueryRowContext(ctx, `SELECT value FROM vault_meta WHERE name = 'key_check'`).Scan(&value); err != nil {
