@@ -38,8 +38,9 @@ import (
 const modernProtocol = mcp.ProtocolVersion20260728
 
 // sessionProtocols are the session revisions whose tools/call results the
-// fast call writes as mcp-go does.
-var sessionProtocols = map[string]bool{"2025-11-25": true, "2025-06-18": true}
+// fast call writes as mcp-go does, each with the protocol its calls are
+// routed under (made once, not per call).
+var sessionProtocols = map[string]string{"2025-11-25": "mcp/2025-11-25", "2025-06-18": "mcp/2025-06-18"}
 
 // The members the fast call reads of a request body, in the order of
 // their values in fastCallMessage.
@@ -116,7 +117,11 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool
 	h := r.Header
 	version := h.Get(mcp.HeaderProtocolVersion)
 	modern := version == modernProtocol
-	if (!modern && !sessionProtocols[version]) || h.Get(mcp.HeaderLastEventID) != "" ||
+	protocol, session := sessionProtocols[version]
+	if modern {
+		protocol = "mcp/" + modernProtocol
+	}
+	if (!modern && !session) || h.Get(mcp.HeaderLastEventID) != "" ||
 		!isJSONType(h.Get("Content-Type")) || hasParamHeader(h) ||
 		(modern && h.Get("Mcp-Method") != "tools/call") {
 		return false
@@ -167,7 +172,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool
 		ctx, done = sess.track(ctx, msg.id)
 		defer done()
 	}
-	res, inv, err := p.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + version})
+	res, inv, err := p.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: protocol})
 	if m.observed() {
 		telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 	}
