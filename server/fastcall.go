@@ -38,8 +38,9 @@ import (
 const modernProtocol = mcp.ProtocolVersion20260728
 
 // sessionProtocols are the session revisions whose tools/call results the
-// fast call writes as mcp-go does.
-var sessionProtocols = map[string]bool{"2025-11-25": true, "2025-06-18": true}
+// fast call writes as mcp-go does, each with the protocol its calls are
+// routed under (made once, not per call).
+var sessionProtocols = map[string]string{"2025-11-25": "mcp/2025-11-25", "2025-06-18": "mcp/2025-06-18"}
 
 // The members the fast call reads of a request body, in the order of
 // their values in fastCallMessage.
@@ -62,13 +63,30 @@ type fastCallMessage struct {
 	mode                                                         []byte // capgate/mode: planning is not for the fast call
 }
 
-// read picks the message out of body; false when it is not a JSON-RPC
-// message the fast call can read with confidence.
-func (msg *fastCallMessage) read(body []byte) bool {
-	var top [4][]byte
+// posted is a POSTed body, its top-level members (messageNames) picked
+// at most once for the front door's op (begin) and the fast call alike.
+type posted struct {
+	body           []byte
+	top            [4][]byte
+	picked, object bool
+}
+
+// members are the body's top-level members; ok is false when it is not a
+// JSON object rawjson reads with confidence.
+func (p *posted) members() (top *[4][]byte, ok bool) {
+	if !p.picked {
+		p.picked, p.object = true, rawjson.Pick(p.body, messageNames, p.top[:])
+	}
+	return &p.top, p.object
+}
+
+// read picks the message out of the body; false when it is not a
+// JSON-RPC message the fast call can read with confidence.
+func (msg *fastCallMessage) read(p *posted) bool {
 	var params [7][]byte
 	var meta [5][]byte
-	if !rawjson.Pick(body, messageNames, top[:]) || !rawjson.Pick(top[3], paramsNames, params[:]) {
+	top, ok := p.members()
+	if !ok || !rawjson.Pick(top[3], paramsNames, params[:]) {
 		return false
 	}
 	if params[5] != nil && !rawjson.Pick(params[5], metaNames, meta[:]) {
@@ -96,12 +114,13 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 		if !ok {
 			return
 		}
+		p := &posted{body: body}
 		if m.observed() {
 			var op *telemetry.Op
-			r, op = m.begin(r, body)
+			r, op = m.begin(r, p)
 			defer op.End()
 		}
-		if fast && m.fastCall(w, r, body) {
+		if fast && m.fastCall(w, r, p) {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -112,11 +131,15 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 // fastCall serves r when it is a fast call, and says whether it did. A
 // session's notifications/cancelled reaches the fast call it names here,
 // and mcp-go after.
-func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool {
+func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) bool {
 	h := r.Header
 	version := h.Get(mcp.HeaderProtocolVersion)
 	modern := version == modernProtocol
-	if (!modern && !sessionProtocols[version]) || h.Get(mcp.HeaderLastEventID) != "" ||
+	protocol, session := sessionProtocols[version]
+	if modern {
+		protocol = "mcp/" + modernProtocol
+	}
+	if (!modern && !session) || h.Get(mcp.HeaderLastEventID) != "" ||
 		!isJSONType(h.Get("Content-Type")) || hasParamHeader(h) ||
 		(modern && h.Get("Mcp-Method") != "tools/call") {
 		return false
@@ -167,7 +190,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body []byte) bool
 		ctx, done = sess.track(ctx, msg.id)
 		defer done()
 	}
-	res, inv, err := p.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: "mcp/" + version})
+	res, inv, err := p.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: protocol})
 	if m.observed() {
 		telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 	}

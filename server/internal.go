@@ -159,13 +159,9 @@ func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
 
 // continueHere goes on with the parked job f's state names.
 func (m *MCP) continueHere(ctx context.Context, f continuation) (*mcp.CallToolResult, error) {
-	st, err := m.jobs.seals().open(f.State, f.Sub, time.Now())
+	j, err := m.jobs.resume(f.State, f.Sub)
 	if err != nil {
 		return mcpconv.Denial(err), nil
-	}
-	j := m.jobs.take(st)
-	if j == nil {
-		return mcpconv.Denial(errStateExpired), nil
 	}
 	j.deliver(f.Responses)
 	return m.jobs.wait(ctx, j)

@@ -154,14 +154,19 @@ func (js *jobs) seals() *stateSealer {
 	return js.sealer
 }
 
-// resume takes the parked job named by state, if it is the caller's.
-// Another subject's state reads like an unknown one.
-func (js *jobs) resume(state, sub string) *job {
+// resume takes the parked job named by state, if it is the caller's;
+// else it says why not. Another subject's state reads like an unknown
+// one.
+func (js *jobs) resume(state, sub string) (*job, error) {
 	st, err := js.seals().open(state, sub, time.Now())
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	return js.take(st)
+	j := js.take(st)
+	if j == nil {
+		return nil, errStateExpired
+	}
+	return j, nil
 }
 
 // take takes the parked job st names, if st is the state it is parked

@@ -32,14 +32,14 @@ func TestJobResumeBoundToSubject(t *testing.T) {
 	if !pending || len(requests) != 1 || state == "" {
 		t.Fatalf("want one input request and a state, got %+v", res)
 	}
-	if js.resume(state, "bob") != nil {
+	if j, _ := js.resume(state, "bob"); j != nil {
 		t.Fatal("bob resumed alice's job")
 	}
-	j := js.resume(state, "alice")
+	j, _ := js.resume(state, "alice")
 	if j == nil {
 		t.Fatal("alice could not resume her job")
 	}
-	if js.resume(state, "alice") != nil {
+	if j, _ := js.resume(state, "alice"); j != nil {
 		t.Fatal("a job resumed twice")
 	}
 	var key string

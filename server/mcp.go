@@ -56,8 +56,9 @@ func CallerFrom(ctx context.Context) *router.Caller {
 }
 
 // NewMCP builds the MCP server over reg and keeps its tool list in step
-// with the catalog (clients get tools/list_changed).
-func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
+// with the catalog (clients get tools/list_changed). Its session ids and
+// forwarded continuations are keyed from secret (Options.Secret).
+func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	m := &MCP{}
 	m.parts.Store(&parts{router: rt, registry: reg})
 	hooks := &mcpserver.Hooks{}
@@ -81,9 +82,8 @@ func NewMCP(rt *router.Router, reg *registry.Registry) *MCP {
 		mcpserver.WithPromptFilter(m.filterPrompts),
 		mcpserver.WithInstructions("capgate routes every tool call through its capability policy. A denied call returns a result whose text names the code, the capability string that was missing and what would allow it."),
 	)
-	own := randomSecret() // New rekeys these from Options.Secret
-	m.sessions = newSessionIDs(own)
-	m.internal = newInternalCalls(own)
+	m.sessions = newSessionIDs(secret)
+	m.internal = newInternalCalls(secret)
 	// The front door checks the Host of loopback requests for every path
 	// (rejectRebinding): mcp-go need not do it again.
 	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	capgate "github.com/capgate/capgate"
@@ -167,36 +166,11 @@ func mint(t testing.TB, c token.Claims) string {
 // sampling requests, and says it can sample with tools.
 func connect(t *testing.T, url, tok, protocol string, handlers ...client.ClientOption) *client.Client {
 	t.Helper()
-	topts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok})}
-	if protocol == "2025-11-25" && len(handlers) > 0 {
-		topts = append(topts, transport.WithContinuousListening())
-	}
-	tr, err := transport.NewStreamableHTTP(url+"/mcp", topts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := handlers
-	if protocol != "" {
-		opts = append(opts, client.WithProtocolVersion(protocol))
-	}
-	c := client.NewClient(tr, opts...)
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = protocol
-	if protocol == "" {
-		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	}
+	var caps mcp.ClientCapabilities
 	if len(handlers) > 0 {
-		init.Params.Capabilities.Sampling = &mcp.SamplingCapability{Tools: &struct{}{}}
+		caps.Sampling = &mcp.SamplingCapability{Tools: &struct{}{}}
 	}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return connectCaps(t, url, tok, protocol, caps, handlers...)
 }
 
 func resultText(r *mcp.CallToolResult) string {

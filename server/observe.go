@@ -33,8 +33,7 @@ func (m *MCP) observed() bool { return m.metrics != nil || m.tracer != nil }
 // begin reads what the op needs of one POSTed body and starts it; nil
 // when the body is not a request (a client's response, a batch, garbage
 // is still counted, as method "other").
-func (m *MCP) begin(r *http.Request, body []byte) (*http.Request, *telemetry.Op) {
-	var top [4][]byte
+func (m *MCP) begin(r *http.Request, body *posted) (*http.Request, *telemetry.Op) {
 	var params [2][]byte
 	var meta [2][]byte
 	req := telemetry.Request{Method: telemetry.Other, SessionID: r.Header.Get(mcpserver.HeaderKeySessionID),
@@ -43,7 +42,7 @@ func (m *MCP) begin(r *http.Request, body []byte) (*http.Request, *telemetry.Op)
 	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		req.Transport = a.Network()
 	}
-	if rawjson.Pick(body, messageNames, top[:]) {
+	if top, ok := body.members(); ok {
 		if top[2] == nil {
 			return r, nil // a response to something capgate asked
 		}

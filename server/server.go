@@ -74,13 +74,11 @@ func New(opts Options) *Server {
 	}
 	s := &Server{logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
 		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready, metrics: opts.Metrics, metricsListen: opts.MetricsListen}
-	s.MCP = NewMCP(opts.Router, opts.Registry)
 	secret := opts.Secret
 	if secret == nil {
 		secret = randomSecret()
 	}
-	*s.MCP.sessions = *newSessionIDs(secret)
-	s.MCP.internal = newInternalCalls(secret)
+	s.MCP = NewMCP(opts.Router, opts.Registry, secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
 	return s

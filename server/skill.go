@@ -141,19 +141,10 @@ func (m *MCP) useSkill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 		run.Deny(err)
 		return mcpconv.Denial(err), nil
 	}
-	s, scope, err := m.skillAccess(c, in.Skill)
-	if err != nil {
-		run.Deny(err)
-		return mcpconv.Denial(err), nil
-	}
-	var tools []mcp.Tool
-	if samplingTools {
-		// The spec forbids tools in a request to a client that did not
-		// declare sampling.tools: such a skill runs without them.
-		tools = m.skillTools(c, s, scope)
-	}
-	st := &skillState{Name: s.Name, Message: in.Message, Context: in.Context, Tools: samplingTools, Began: time.Now().UnixMilli()}
-	return m.jobs.wait(ctx, m.skillJob(c, run, s, scope, tools, proto, st, nil))
+	// The spec forbids tools in a request to a client that did not
+	// declare sampling.tools: such a skill runs without them.
+	st := &skillState{Name: in.Skill, Message: in.Message, Context: in.Context, Tools: samplingTools, Began: time.Now().UnixMilli()}
+	return m.runSkill(ctx, c, run, proto, st, nil)
 }
 
 // continueSkill goes on with the use_skill run st carries, begun here or
@@ -176,16 +167,24 @@ func (m *MCP) continueSkill(ctx context.Context, c *router.Caller, st *requestSt
 		run.Deny(err)
 		return mcpconv.Denial(err), nil
 	}
-	s, scope, err := m.skillAccess(c, sk.Name)
+	return m.runSkill(ctx, c, run, proto, &sk, r.Sampling)
+}
+
+// runSkill decides c's access to the skill st names, as for a new run,
+// and runs it as a job (skillJob), offering its model the skill's tools
+// when st says the client takes them.
+func (m *MCP) runSkill(ctx context.Context, c *router.Caller, run *router.SkillRun, proto string,
+	st *skillState, first *mcp.CreateMessageResult) (*mcp.CallToolResult, error) {
+	s, scope, err := m.skillAccess(c, st.Name)
 	if err != nil {
 		run.Deny(err)
 		return mcpconv.Denial(err), nil
 	}
 	var tools []mcp.Tool
-	if sk.Tools {
+	if st.Tools {
 		tools = m.skillTools(c, s, scope)
 	}
-	return m.jobs.wait(ctx, m.skillJob(c, run, s, scope, tools, proto, &sk, r.Sampling))
+	return m.jobs.wait(ctx, m.skillJob(c, run, s, scope, tools, proto, st, first))
 }
 
 // skillJob runs skill s for c as a job: from the start, or with first (the
