@@ -62,11 +62,25 @@ func runConfigCheck(out, errOut io.Writer, path string) error {
 // configProblems is every problem with the config at path that serve
 // would refuse before it starts a source.
 func configProblems(path string) []string {
-	src, _ := os.ReadFile(path)
+	_, _, problems := checkConfig(path)
+	return problems
+}
+
+// checkConfig loads the config at path and reports what configProblems
+// does, so that a caller which goes on with the config reads and loads it
+// once. cfg is nil when it does not load; src is the file as read.
+func checkConfig(path string) (cfg *config.Config, src []byte, problems []string) {
+	src, _ = os.ReadFile(path)
 	cfg, err := config.Load(path)
 	if err != nil {
-		return withLines(src, lines(err))
+		return nil, src, withLines(src, lines(err))
 	}
+	return cfg, src, semanticProblems(cfg, src)
+}
+
+// semanticProblems are the problems of a config that loaded: its grants
+// as the risk file classifies them, and its JWKS file.
+func semanticProblems(cfg *config.Config, src []byte) []string {
 	var out []string
 	add := func(err error) { out = append(out, lines(err)...) }
 	table, err := app.RiskTable(cfg.Policy.RiskFile)

@@ -46,15 +46,12 @@ Exit status: 0 sent, 1 no running serve, 2 the config is not usable.`,
 		Example: `  capgate reload --config capgate.toml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if problems := configProblems(configPath); len(problems) > 0 {
+			cfg, _, problems := checkConfig(configPath)
+			if len(problems) > 0 {
 				for _, p := range problems {
 					fmt.Fprintln(cmd.ErrOrStderr(), p)
 				}
 				return &exitError{code: exitUsage, err: fmt.Errorf("%s is not usable; serve keeps its running config", configPath)}
-			}
-			cfg, err := config.Load(configPath)
-			if err != nil {
-				return usageError("%v", err)
 			}
 			pid, err := servePid(cfg.Server.DataDir)
 			if err != nil {
@@ -148,15 +145,11 @@ func reload(ctx context.Context, logger *slog.Logger, srv *app.App, configPath s
 	refuse := func(problem string) {
 		logger.Error("reload refused; the running config keeps serving", "problem", problem)
 	}
-	if problems := configProblems(configPath); len(problems) > 0 {
+	cfg, _, problems := checkConfig(configPath)
+	if len(problems) > 0 {
 		for _, p := range problems {
 			refuse(p)
 		}
-		return
-	}
-	cfg, err := config.Load(configPath)
-	if err != nil {
-		refuse(err.Error())
 		return
 	}
 	dirs, err := skillDirs(cfg, flagDirs)
