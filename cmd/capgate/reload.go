@@ -117,7 +117,7 @@ func reloads(ctx context.Context, logger *slog.Logger, srv *app.App, configPath 
 	signal.Notify(hup, syscall.SIGHUP)
 	var changed <-chan struct{}
 	if watch {
-		changed = watchFiles(ctx, func() []string { return watched(configPath) }, 500*time.Millisecond)
+		changed = watchFiles(ctx, watchedFiles(configPath), 500*time.Millisecond)
 	}
 	go reloadLoop(ctx, logger, srv, configPath, flagDirs, hup, changed)
 }
@@ -198,6 +198,24 @@ func watched(configPath string) []string {
 		files = append(files, app.LockPath(cfg))
 	}
 	return files
+}
+
+// watchedFiles is watched(configPath) for each poll: the config, which
+// reads nothing but its own file and the environment, is loaded again only
+// when that file's size or time changed, not on every poll.
+func watchedFiles(configPath string) func() []string {
+	var stamp string
+	var files []string
+	return func() []string {
+		now := "-"
+		if fi, err := os.Stat(configPath); err == nil {
+			now = fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
+		}
+		if files == nil || now != stamp {
+			stamp, files = now, watched(configPath)
+		}
+		return files
+	}
 }
 
 // watchFiles polls files() every interval and sends on the returned
