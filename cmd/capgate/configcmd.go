@@ -172,9 +172,9 @@ var indexRE = regexp.MustCompile(`\[[0-9]+\]`)
 
 // unquote drops the quotes of quoted key parts: a."b.c" reads as a.b.c,
 // which is how config names such a key too.
-func unquote(k string) string {
-	return strings.NewReplacer(`"`, "", "'", "", " ", "").Replace(k)
-}
+func unquote(k string) string { return unquoter.Replace(k) }
+
+var unquoter = strings.NewReplacer(`"`, "", "'", "", " ", "")
 
 // lines splits a (joined) error into its lines.
 func lines(err error) []string {
