@@ -69,9 +69,7 @@ commands:
       required: [cmd]
     risk: CRITICAL
 `
-	if err := os.WriteFile(filepath.Join(dir, "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(dir, "extension.yaml"), manifest)
 	config = fmt.Sprintf(`
 [extensions]
 paths = [%q]
