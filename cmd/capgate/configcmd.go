@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -100,12 +101,7 @@ func semanticProblems(cfg *config.Config, src []byte) []string {
 			}
 		}
 		check("policy.grants", p.Grants, p.Acknowledge)
-		subs := make([]string, 0, len(p.Subjects))
-		for sub := range p.Subjects {
-			subs = append(subs, sub)
-		}
-		slices.Sort(subs)
-		for _, sub := range subs {
+		for _, sub := range slices.Sorted(maps.Keys(p.Subjects)) {
 			check("policy.subjects."+sub, p.Subjects[sub].Grants, p.Subjects[sub].Acknowledge)
 		}
 		if p.Anonymous != nil {
