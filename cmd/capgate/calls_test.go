@@ -69,9 +69,7 @@ commands:
       required: [cmd]
     risk: CRITICAL
 `
-	if err := os.WriteFile(filepath.Join(dir, "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(dir, "extension.yaml"), manifest)
 	config = fmt.Sprintf(`
 [extensions]
 paths = [%q]
@@ -251,8 +249,7 @@ func TestApprovedInputIsWhatRuns(t *testing.T) {
 		!strings.Contains(a.Message, `repeats the key "cmd"`) {
 		t.Errorf("over /rpc: %+v", a)
 	}
-	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
-	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"calls__danger","arguments":` + smuggled + `,` + meta + `}}`
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"calls__danger","arguments":` + smuggled + `,` + modernMeta + `}}`
 	for _, path := range []struct{ name, body string }{
 		{"the fast call", body},
 		{"mcp-go's path", strings.Replace(body, `"_meta":{`, `"_meta":{"progressToken":"p1",`, 1)},

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -62,11 +63,25 @@ func runConfigCheck(out, errOut io.Writer, path string) error {
 // configProblems is every problem with the config at path that serve
 // would refuse before it starts a source.
 func configProblems(path string) []string {
-	src, _ := os.ReadFile(path)
+	_, _, problems := checkConfig(path)
+	return problems
+}
+
+// checkConfig loads the config at path and reports what configProblems
+// does, so that a caller which goes on with the config reads and loads it
+// once. cfg is nil when it does not load; src is the file as read.
+func checkConfig(path string) (cfg *config.Config, src []byte, problems []string) {
+	src, _ = os.ReadFile(path)
 	cfg, err := config.Load(path)
 	if err != nil {
-		return withLines(src, lines(err))
+		return nil, src, withLines(src, lines(err))
 	}
+	return cfg, src, semanticProblems(cfg, src)
+}
+
+// semanticProblems are the problems of a config that loaded: its grants
+// as the risk file classifies them, and its JWKS file.
+func semanticProblems(cfg *config.Config, src []byte) []string {
 	var out []string
 	add := func(err error) { out = append(out, lines(err)...) }
 	table, err := app.RiskTable(cfg.Policy.RiskFile)
@@ -86,12 +101,7 @@ func configProblems(path string) []string {
 			}
 		}
 		check("policy.grants", p.Grants, p.Acknowledge)
-		subs := make([]string, 0, len(p.Subjects))
-		for sub := range p.Subjects {
-			subs = append(subs, sub)
-		}
-		slices.Sort(subs)
-		for _, sub := range subs {
+		for _, sub := range slices.Sorted(maps.Keys(p.Subjects)) {
 			check("policy.subjects."+sub, p.Subjects[sub].Grants, p.Subjects[sub].Acknowledge)
 		}
 		if p.Anonymous != nil {
@@ -158,9 +168,9 @@ var indexRE = regexp.MustCompile(`\[[0-9]+\]`)
 
 // unquote drops the quotes of quoted key parts: a."b.c" reads as a.b.c,
 // which is how config names such a key too.
-func unquote(k string) string {
-	return strings.NewReplacer(`"`, "", "'", "", " ", "").Replace(k)
-}
+func unquote(k string) string { return unquoter.Replace(k) }
+
+var unquoter = strings.NewReplacer(`"`, "", "'", "", " ", "")
 
 // lines splits a (joined) error into its lines.
 func lines(err error) []string {

@@ -89,7 +89,7 @@ func TestFrontOversizedBodyIs413(t *testing.T) {
 		}
 	}
 	// A body within the limit is read and answered.
-	if st, _, b := testkit.PostMCP(t, s.URL, tok, "nope", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`); st == http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "'nope' not found") {
+	if st, _, b := testkit.PostMCP(t, s.URL, tok, "nope", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{},`+modernMeta+`}}`); st == http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "'nope' not found") {
 		t.Errorf("a small body: %d %s", st, b)
 	}
 }
@@ -215,7 +215,7 @@ func TestFrontHealthAndDrain(t *testing.T) {
 	}
 	// Still serving while the balancer notices.
 	tok := s.Token(t, token.Claims{Sub: "alice"})
-	if st, _, b := testkit.PostMCP(t, s.URL, tok, "nope", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`); !strings.Contains(string(b), "'nope' not found") {
+	if st, _, b := testkit.PostMCP(t, s.URL, tok, "nope", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{},`+modernMeta+`}}`); !strings.Contains(string(b), "'nope' not found") {
 		t.Errorf("a call while draining: %d %s", st, b)
 	}
 	select {

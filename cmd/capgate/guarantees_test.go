@@ -33,9 +33,6 @@ func guaranteesFixture(t *testing.T, extra string) *served {
 		t.Skipf("this kernel cannot enforce the guarantees: %+v", f)
 	}
 	pack := filepath.Join(t.TempDir(), "probe")
-	if err := os.MkdirAll(pack, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
 	cmd := func(name, caps string) string {
 		return fmt.Sprintf("  %s:\n    description: Print its environment\n    run: [%q, \"--json\", \"env\"]\n    risk: LOW\n%s", name, hostile, caps)
@@ -43,9 +40,7 @@ func guaranteesFixture(t *testing.T, extra string) *served {
 	manifest := "id: probe\nname: Probe\ndescription: Hostile commands\ncommands:\n" +
 		cmd("sealed", "    capabilities:\n      network: none\n") + cmd("tightened", "") + cmd("open", "") +
 		cmd("pure", "    purity: pure\n")
-	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(pack, "extension.yaml"), manifest)
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.*"]
@@ -241,9 +236,6 @@ func TestUnenforceableGuaranteeIsACapabilityCheck(t *testing.T) {
 		t.Skip("needs Landlock, to take it away")
 	}
 	pack := filepath.Join(t.TempDir(), "probe")
-	if err := os.MkdirAll(pack, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
 	manifest := fmt.Sprintf(`id: probe
 name: Probe
@@ -260,9 +252,7 @@ commands:
     risk: LOW
     capabilities: {filesystem: none}
 `, hostile)
-	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(pack, "extension.yaml"), manifest)
 	s := fromCapgate(testkit.StartCapgate(t, testkit.Capgate{Wrap: []string{testkit.Build(t, testkit.NoLandlock)}, Config: fmt.Sprintf(`
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.*"]

@@ -37,9 +37,6 @@ func startHostile(t *testing.T) (*served, func() string) {
 		t.Skip("runs capgate serve")
 	}
 	pack := filepath.Join(t.TempDir(), "packs", "leaky")
-	if err := os.MkdirAll(pack, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	manifest := `id: tools.leaky
 commands:
   crash:
@@ -47,9 +44,7 @@ commands:
     run: ["sh", "-c", "echo 'fatal: login with password=` + extSecret + ` refused' >&2; exit 3"]
     risk: LOW
 `
-	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(pack, "extension.yaml"), manifest)
 	s := fromCapgate(testkit.StartCapgate(t, testkit.Capgate{Socket: true, Secret: "hostile-test-secret-value-3a9b7c", Config: fmt.Sprintf(`
 [policy]
 grants = ["rye.fetch.*", "rye.execute.tool.mcp.hx.*", "rye.execute.tool.bridge.gog.*", "rye.execute.tool.ext.tools.leaky.*"]

@@ -97,9 +97,7 @@ func hostileTools(t *testing.T, user *testkit.User) {
 	manifest := "id: probe\nname: Probe\ndescription: Hostile commands\ncommands:\n" +
 		command("sealed", none, attempts("ext")) + command("open", "", append(attempts("open"), "id")) +
 		command("outbound", "    capabilities: {filesystem: none, network: outbound, subprocess: none, env: none}\n", []string{tcp})
-	if err := os.WriteFile(filepath.Join(packs, "probe", "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(packs, "probe", "extension.yaml"), manifest)
 	allNone := `capabilities = { filesystem = "none", network = "none", subprocess = "none", env = "none"`
 	metricsAddr := testkit.FreeAddr(t)
 	cg := testkit.StartCapgate(t, testkit.Capgate{NoSecret: true, User: user, Dir: dir,

@@ -231,9 +231,8 @@ side_effects = ["network.http"]
 	// has it served without mcp-go. It is served on connections that begin
 	// with /mcp: the /rpc calls' kept-alive ones went to net/http.
 	http.DefaultClient.CloseIdleConnections()
-	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
 	for _, tc := range []struct{ name, tool string }{{"fx__echo", "mcp:fx:echo"}, {"fx__t_00", "mcp:fx:t_00"}, {"fx__t_02", "mcp:fx:t_02"}} {
-		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + tc.name + `","arguments":{"message":"hi"},` + meta + `}}`
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + tc.name + `","arguments":{"message":"hi"},` + modernMeta + `}}`
 		st, _, b := testkit.PostMCP(t, "http://"+s.addr, alice, tc.name, body)
 		var fr struct {
 			Result struct {

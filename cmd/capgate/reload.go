@@ -46,15 +46,12 @@ Exit status: 0 sent, 1 no running serve, 2 the config is not usable.`,
 		Example: `  capgate reload --config capgate.toml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if problems := configProblems(configPath); len(problems) > 0 {
+			cfg, _, problems := checkConfig(configPath)
+			if len(problems) > 0 {
 				for _, p := range problems {
 					fmt.Fprintln(cmd.ErrOrStderr(), p)
 				}
 				return &exitError{code: exitUsage, err: fmt.Errorf("%s is not usable; serve keeps its running config", configPath)}
-			}
-			cfg, err := config.Load(configPath)
-			if err != nil {
-				return usageError("%v", err)
 			}
 			pid, err := servePid(cfg.Server.DataDir)
 			if err != nil {
@@ -120,7 +117,7 @@ func reloads(ctx context.Context, logger *slog.Logger, srv *app.App, configPath 
 	signal.Notify(hup, syscall.SIGHUP)
 	var changed <-chan struct{}
 	if watch {
-		changed = watchFiles(ctx, func() []string { return watched(configPath) }, 500*time.Millisecond)
+		changed = watchFiles(ctx, watchedFiles(configPath), 500*time.Millisecond)
 	}
 	go reloadLoop(ctx, logger, srv, configPath, flagDirs, hup, changed)
 }
@@ -148,15 +145,11 @@ func reload(ctx context.Context, logger *slog.Logger, srv *app.App, configPath s
 	refuse := func(problem string) {
 		logger.Error("reload refused; the running config keeps serving", "problem", problem)
 	}
-	if problems := configProblems(configPath); len(problems) > 0 {
+	cfg, _, problems := checkConfig(configPath)
+	if len(problems) > 0 {
 		for _, p := range problems {
 			refuse(p)
 		}
-		return
-	}
-	cfg, err := config.Load(configPath)
-	if err != nil {
-		refuse(err.Error())
 		return
 	}
 	dirs, err := skillDirs(cfg, flagDirs)
@@ -205,6 +198,24 @@ func watched(configPath string) []string {
 		files = append(files, app.LockPath(cfg))
 	}
 	return files
+}
+
+// watchedFiles is watched(configPath) for each poll: the config, which
+// reads nothing but its own file and the environment, is loaded again only
+// when that file's size or time changed, not on every poll.
+func watchedFiles(configPath string) func() []string {
+	var stamp string
+	var files []string
+	return func() []string {
+		now := "-"
+		if fi, err := os.Stat(configPath); err == nil {
+			now = fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
+		}
+		if files == nil || now != stamp {
+			stamp, files = now, watched(configPath)
+		}
+		return files
+	}
 }
 
 // watchFiles polls files() every interval and sends on the returned

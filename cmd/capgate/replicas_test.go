@@ -208,9 +208,7 @@ commands:
     input_schema: {type: object, properties: {cmd: {type: string}}, required: [cmd]}
     risk: CRITICAL
 `
-	if err := os.WriteFile(filepath.Join(dir, "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(dir, "extension.yaml"), manifest)
 	return fmt.Sprintf("[extensions]\npaths = [%q]\n\n[policy]\ngrants = [\"rye.execute.tool.ext.rep.*\"]\n", root), log
 }
 

@@ -65,9 +65,6 @@ func TestDeclaredGuaranteesConfineEverySource(t *testing.T) {
 	tcp := "tcp=" + helloServer(t)
 
 	pack := filepath.Join(t.TempDir(), "probe")
-	if err := os.MkdirAll(pack, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
 	cmd := func(name, caps string) string {
 		return fmt.Sprintf("  %s:\n    description: Try to connect\n    run: [%q, \"--json\", %q, \"spawn=/bin/true\"]\n    risk: LOW\n    side_effects: []\n%s",
@@ -75,9 +72,7 @@ func TestDeclaredGuaranteesConfineEverySource(t *testing.T) {
 	}
 	manifest := "id: probe\nname: Probe\ndescription: Hostile commands\ncommands:\n" +
 		cmd("sealed", "    capabilities:\n      network: none\n") + cmd("open", "") + cmd("tightened", "")
-	if err := os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(pack, "extension.yaml"), manifest)
 	fixture := testkit.Build(t, testkit.MCPFixture)
 	server := func(name, caps string) string {
 		return fmt.Sprintf("[mcp.servers.%s]\ncommand = %q\nrisk = \"LOW\"\nside_effects = []\n%s\n[mcp.servers.%s.env]\nMCPFIXTURE_ATTEMPTS = \"1\"\n\n",

@@ -44,13 +44,19 @@ func runSkillCLI(t *testing.T, args ...string) (code int, stdout, stderr string)
 func writeSkillFile(t *testing.T, root, rel, content string) string {
 	t.Helper()
 	path := filepath.Join(root, rel)
+	writeFile(t, path, content)
+	return path
+}
+
+// writeFile writes content to path (mode 0644), making its directory.
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return path
 }
 
 func TestSkillValidate(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,19 +30,10 @@ func TestSkillEnvReachesOnlyItsCalls(t *testing.T) {
 	}
 	const secret = "skill-only-value-31d9"
 	root := t.TempDir()
-	write := func(path, text string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(filepath.Join(root, "skills", "keyed", "SKILL.md"), "---\ndescription: Uses a value\nenv: [SKILL_VALUE]\n"+
+	writeFile(t, filepath.Join(root, "skills", "keyed", "SKILL.md"), "---\ndescription: Uses a value\nenv: [SKILL_VALUE]\n"+
 		"allowed_tools: [gog__calendar_list_events, probe__env]\nmax_iterations: 4\n---\nUse the value.\n")
 	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
-	write(filepath.Join(root, "packs", "probe", "extension.yaml"), fmt.Sprintf(
+	writeFile(t, filepath.Join(root, "packs", "probe", "extension.yaml"), fmt.Sprintf(
 		"id: probe\nname: Probe\ndescription: Hostile commands\ncommands:\n  env:\n    description: Read its value\n"+
 			"    run: [%q, \"--json\", \"env=SKILL_VALUE\"]\n    risk: LOW\n    capabilities: {env: none}\n", hostile))
 	s := fromCapgate(testkit.StartCapgate(t, testkit.Capgate{

@@ -71,15 +71,10 @@ problem on stderr), 2 bad usage.`,
 // prodProblems is every reason the config at path is not fit for
 // production, as "file[:line]: key: problem" lines.
 func prodProblems(log io.Writer, path string, allowUnsafe bool, lookup func(string) (string, bool)) []string {
-	if out := configProblems(path); len(out) > 0 {
+	cfg, src, out := checkConfig(path)
+	if len(out) > 0 {
 		return out // the rest needs a config that loads
 	}
-	src, _ := os.ReadFile(path)
-	cfg, err := config.Load(path)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	var out []string
 	add := func(key, format string, args ...any) {
 		out = append(out, fmt.Sprintf("%s: %s: %s", cfg.Path, key, fmt.Sprintf(format, args...)))
 	}

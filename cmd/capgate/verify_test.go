@@ -28,14 +28,9 @@ func TestVerifyProd(t *testing.T) {
 	bin := testkit.Build(t, capgatePkg)
 	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
 	packs := filepath.Join(t.TempDir(), "packs")
-	if err := os.MkdirAll(filepath.Join(packs, "probe"), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	manifest := fmt.Sprintf("id: probe\nname: Probe\ndescription: Probe\ncommands:\n  p:\n    description: Print an id\n"+
 		"    run: [%q, \"--json\", \"id\"]\n    risk: LOW\n    capabilities: {network: none, filesystem: read}\n", hostile)
-	if err := os.WriteFile(filepath.Join(packs, "probe", "extension.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, filepath.Join(packs, "probe", "extension.yaml"), manifest)
 	base := fmt.Sprintf("[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = \"data\"\nsocket = \"-\"\n\n"+
 		"[policy]\ngrants = [\"rye.fetch.*\"]\n\n[extensions]\npaths = [%q]\n", packs)
 	const secretEnv = "CAPGATE_TOKEN_SECRET=verify-test-secret-value-0a9b8c7d"
