@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -81,9 +82,10 @@ func (c Confinement) describe(miss []Missing) *tool.Guarantees {
 	return out
 }
 
-// direct is the unconfined start: exactly what the sources did before.
-func direct(argv []string, dir string, env []string) *exec.Cmd {
-	cmd := exec.Command(argv[0], argv[1:]...)
+// direct is the unconfined start, ended when ctx is: exactly what the
+// sources did before.
+func direct(ctx context.Context, argv []string, dir string, env []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = dir, env
 	return cmd
 }
