@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -42,6 +43,26 @@ func (p Policy) For(key string, decl Declared, own ...string) (Confinement, []st
 	over := p.Overrides[key]
 	g, notes := Derive(decl, over, p.Trust)
 	return Confinement{Guarantees: g, Deny: slices.Clone(p.Deny), Own: own, AllowUnsafe: over.AllowUnsafe}, notes
+}
+
+// ObservedBy is c as one call runs it: each socket and new process the
+// kernel refuses it is told to denied (a tool.Call's Denied), when set.
+func (c Confinement) ObservedBy(denied func(guarantee string)) Confinement {
+	if denied != nil {
+		c.Observe = func(k Key) { denied(string(k)) }
+	}
+	return c
+}
+
+// Refusal is the caller's error for a start the launcher refused with
+// *UnenforceableError: capability_backend_unavailable in the router's
+// sandbox gate (router.GateSandbox, counted as a sandbox denial), hinting
+// at the override under overrideKey that runs it without that proof.
+func Refusal(err error, overrideKey, format string, args ...any) *tool.Error {
+	e := tool.Wrap(err, tool.CodeBackendUnavailable, format, args...)
+	e.Gate = "sandbox"
+	e.Hint = fmt.Sprintf("[capability_overrides.%q] allow_unsafe_execution = true runs it without that proof", overrideKey)
+	return e
 }
 
 // Confined reports whether c guarantees anything. A process that

@@ -120,9 +120,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 	conf := p.opts.Confine
 	if c != nil {
 		secrets = c.SecretsEnv()
-		if c.Denied != nil {
-			conf.Observe = func(k sandbox.Key) { c.Denied(string(k)) }
-		}
+		conf = conf.ObservedBy(c.Denied)
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
@@ -146,10 +144,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 	switch {
 	case err == nil:
 	case errors.As(err, &unenforceable):
-		e := tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: not run: %v", ns, err)
-		e.Gate = "sandbox" // router.GateSandbox: counted as a sandbox denial
-		e.Hint = fmt.Sprintf("[capability_overrides.\"bridge:%s\"] allow_unsafe_execution = true runs it without that proof", ns)
-		return nil, e
+		return nil, sandbox.Refusal(err, "bridge:"+ns, "bridge %s: not run: %v", ns, err)
 	case errors.Is(err, proc.ErrTimeout):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: %s timed out after %s", ns, method, p.opts.Timeout)
 	case errors.Is(err, proc.ErrCancelled):
