@@ -124,15 +124,21 @@ func (l *Log) rotate() error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	release(l.f, l.size, l.reserved-l.size)
+	l.replaceFile(nf)
+	l.size, l.reserved = 0, reserved
+	l.account(0)
+	return nil
+}
+
+// replaceFile makes nf, flocked, the file l writes, and closes the one it
+// replaces (dropping its flock).
+func (l *Log) replaceFile(nf *os.File) {
 	old := l.f
 	l.f = nf
 	if l.w == old {
 		l.w = nf
 	}
-	old.Close() // and its flock
-	l.size, l.reserved = 0, reserved
-	l.account(0)
-	return nil
+	old.Close()
 }
 
 // follow reopens path when the file this Log holds was moved aside by
@@ -161,12 +167,7 @@ func (l *Log) follow() error {
 		nf.Close()
 		return fmt.Errorf("audit: %s: %w", l.path, err)
 	}
-	old := l.f
-	l.f = nf
-	if l.w == old {
-		l.w = nf
-	}
-	old.Close()
+	l.replaceFile(nf)
 	l.size, l.wroteSeq, l.wroteHash, l.synced, l.reserved = 0, seq, hash, seq, 0
 	l.account(0)
 	return nil
