@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -33,8 +34,9 @@ func rotatedFiles(path string) ([]rotatedFile, error) {
 	}
 	var out []rotatedFile
 	for _, e := range ents {
+		// <base>.<seq>: ParseUint takes digits only (no sign, no "_").
 		rest, ok := strings.CutPrefix(e.Name(), base+".")
-		if !ok || rest == "" || strings.TrimLeft(rest, "0123456789") != "" || rest[0] == '0' {
+		if !ok || strings.HasPrefix(rest, "0") {
 			continue
 		}
 		n, err := strconv.ParseUint(rest, 10, 64)
@@ -43,15 +45,7 @@ func rotatedFiles(path string) ([]rotatedFile, error) {
 		}
 		out = append(out, rotatedFile{filepath.Join(dir, e.Name()), n})
 	}
-	slices.SortFunc(out, func(a, b rotatedFile) int {
-		switch {
-		case a.last < b.last:
-			return -1
-		case a.last > b.last:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b rotatedFile) int { return cmp.Compare(a.last, b.last) })
 	return out, nil
 }
 
