@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -33,8 +34,9 @@ func rotatedFiles(path string) ([]rotatedFile, error) {
 	}
 	var out []rotatedFile
 	for _, e := range ents {
+		// <base>.<seq>: ParseUint takes digits only (no sign, no "_").
 		rest, ok := strings.CutPrefix(e.Name(), base+".")
-		if !ok || rest == "" || strings.TrimLeft(rest, "0123456789") != "" || rest[0] == '0' {
+		if !ok || strings.HasPrefix(rest, "0") {
 			continue
 		}
 		n, err := strconv.ParseUint(rest, 10, 64)
@@ -43,15 +45,7 @@ func rotatedFiles(path string) ([]rotatedFile, error) {
 		}
 		out = append(out, rotatedFile{filepath.Join(dir, e.Name()), n})
 	}
-	slices.SortFunc(out, func(a, b rotatedFile) int {
-		switch {
-		case a.last < b.last:
-			return -1
-		case a.last > b.last:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b rotatedFile) int { return cmp.Compare(a.last, b.last) })
 	return out, nil
 }
 
@@ -124,15 +118,21 @@ func (l *Log) rotate() error {
 		return fmt.Errorf("audit: %w", err)
 	}
 	release(l.f, l.size, l.reserved-l.size)
+	l.replaceFile(nf)
+	l.size, l.reserved = 0, reserved
+	l.account(0)
+	return nil
+}
+
+// replaceFile makes nf, flocked, the file l writes, and closes the one it
+// replaces (dropping its flock).
+func (l *Log) replaceFile(nf *os.File) {
 	old := l.f
 	l.f = nf
 	if l.w == old {
 		l.w = nf
 	}
-	old.Close() // and its flock
-	l.size, l.reserved = 0, reserved
-	l.account(0)
-	return nil
+	old.Close()
 }
 
 // follow reopens path when the file this Log holds was moved aside by
@@ -161,12 +161,7 @@ func (l *Log) follow() error {
 		nf.Close()
 		return fmt.Errorf("audit: %s: %w", l.path, err)
 	}
-	old := l.f
-	l.f = nf
-	if l.w == old {
-		l.w = nf
-	}
-	old.Close()
+	l.replaceFile(nf)
 	l.size, l.wroteSeq, l.wroteHash, l.synced, l.reserved = 0, seq, hash, seq, 0
 	l.account(0)
 	return nil

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -43,6 +45,26 @@ func (p Policy) For(key string, decl Declared, own ...string) (Confinement, []st
 	return Confinement{Guarantees: g, Deny: slices.Clone(p.Deny), Own: own, AllowUnsafe: over.AllowUnsafe}, notes
 }
 
+// ObservedBy is c as one call runs it: each socket and new process the
+// kernel refuses it is told to denied (a tool.Call's Denied), when set.
+func (c Confinement) ObservedBy(denied func(guarantee string)) Confinement {
+	if denied != nil {
+		c.Observe = func(k Key) { denied(string(k)) }
+	}
+	return c
+}
+
+// Refusal is the caller's error for a start the launcher refused with
+// *UnenforceableError: capability_backend_unavailable in the router's
+// sandbox gate (router.GateSandbox, counted as a sandbox denial), hinting
+// at the override under overrideKey that runs it without that proof.
+func Refusal(err error, overrideKey, format string, args ...any) *tool.Error {
+	e := tool.Wrap(err, tool.CodeBackendUnavailable, format, args...)
+	e.Gate = "sandbox"
+	e.Hint = fmt.Sprintf("[capability_overrides.%q] allow_unsafe_execution = true runs it without that proof", overrideKey)
+	return e
+}
+
 // Confined reports whether c guarantees anything. A process that
 // guarantees nothing starts directly, as it did before the launcher: the
 // launcher's plan for no guarantee still narrows writes to the work dir,
@@ -81,9 +103,10 @@ func (c Confinement) describe(miss []Missing) *tool.Guarantees {
 	return out
 }
 
-// direct is the unconfined start: exactly what the sources did before.
-func direct(argv []string, dir string, env []string) *exec.Cmd {
-	cmd := exec.Command(argv[0], argv[1:]...)
+// direct is the unconfined start, ended when ctx is: exactly what the
+// sources did before.
+func direct(ctx context.Context, argv []string, dir string, env []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = dir, env
 	return cmd
 }

@@ -21,7 +21,7 @@ import (
 // AllowUnsafe.
 func (c Confinement) Command(ctx context.Context, argv []string, dir string, env, protocol []string) (cmd *exec.Cmd, cleanup func(), err error) {
 	if !c.Confined() {
-		return withContext(ctx, direct(argv, dir, append(slices.Clone(env), protocol...))), func() {}, nil
+		return direct(ctx, argv, dir, append(slices.Clone(env), protocol...)), func() {}, nil
 	}
 	path, err := program(argv[0], dir)
 	if err != nil {

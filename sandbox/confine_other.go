@@ -31,8 +31,5 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 	if c.Confined() && !c.AllowUnsafe {
 		return nil, nil, &UnenforceableError{Missing: c.missing()}
 	}
-	d := direct(argv, dir, append(slices.Clone(env), protocol...))
-	cmd := exec.CommandContext(ctx, d.Path)
-	cmd.Args, cmd.Env, cmd.Dir, cmd.Err = d.Args, d.Env, d.Dir, d.Err
-	return cmd, func() {}, nil
+	return direct(ctx, argv, dir, append(slices.Clone(env), protocol...)), func() {}, nil
 }

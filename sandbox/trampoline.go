@@ -130,24 +130,27 @@ func loadSeccomp(noSocket, noFork, notify bool) error {
 	}
 	groups = append(groups, seccomp.SyscallGroup{Action: eperm, Names: []string{"io_uring_setup"}})
 	policy := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
-	if notify {
-		insts, err := policy.Assemble()
-		if err != nil {
-			return err
-		}
-		prog, err := sockFprog(insts)
-		if err != nil {
-			return err
-		}
-		if err := sendListener(prog); err != nil {
-			return err
-		}
-		return loadArchGuard()
-	}
-	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Policy: policy}); err != nil {
+	if err := loadPolicy(policy, notify); err != nil {
 		return err
 	}
 	return loadArchGuard()
+}
+
+// loadPolicy loads policy's filter: with notify, through a listener handed
+// to capgate (sendListener), else as it is.
+func loadPolicy(policy seccomp.Policy, notify bool) error {
+	if !notify {
+		return seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Policy: policy})
+	}
+	insts, err := policy.Assemble()
+	if err != nil {
+		return err
+	}
+	prog, err := sockFprog(insts)
+	if err != nil {
+		return err
+	}
+	return sendListener(prog)
 }
 
 // loadArchGuard refuses every syscall made through an ABI other than this

@@ -132,6 +132,15 @@ func parseJWKS(raw []byte) ([]publicKey, error) {
 	return keysOf(jwks)
 }
 
+// jwkName names the JWKS's key at index i in errors. Only they build it:
+// a fetched JWKS's keys are converted on every verification.
+func jwkName(i int, kid string) string {
+	if kid == "" {
+		return fmt.Sprintf("JWKS key %d", i+1)
+	}
+	return fmt.Sprintf("JWKS key %d (kid %q)", i+1, kid)
+}
+
 // keysOf converts a JWKS's keys, refusing any capgate cannot use.
 func keysOf(jwks []jwkset.JWK) ([]publicKey, error) {
 	if len(jwks) == 0 {
@@ -141,10 +150,6 @@ func keysOf(jwks []jwkset.JWK) ([]publicKey, error) {
 	kids := make(map[string]bool)
 	for i, j := range jwks {
 		m := j.Marshal()
-		name := fmt.Sprintf("JWKS key %d", i+1)
-		if m.KID != "" {
-			name += fmt.Sprintf(" (kid %q)", m.KID)
-		}
 		if m.USE == "enc" {
 			continue // an encryption key
 		}
@@ -165,28 +170,28 @@ func keysOf(jwks []jwkset.JWK) ([]publicKey, error) {
 			case elliptic.P521():
 				k.kind = "EC P-521"
 			default:
-				return nil, fmt.Errorf("token: %s: unsupported curve", name)
+				return nil, fmt.Errorf("token: %s: unsupported curve", jwkName(i, m.KID))
 			}
 		case ed25519.PublicKey:
 			k.kind = "Ed25519"
 		case []byte:
-			return nil, fmt.Errorf("token: %s is a symmetric (oct) key; HS256 is verified with the shared secret only", name)
+			return nil, fmt.Errorf("token: %s is a symmetric (oct) key; HS256 is verified with the shared secret only", jwkName(i, m.KID))
 		default:
-			return nil, fmt.Errorf("token: %s: kty %q is not a signature key capgate supports (RSA, EC, OKP Ed25519)", name, m.KTY)
+			return nil, fmt.Errorf("token: %s: kty %q is not a signature key capgate supports (RSA, EC, OKP Ed25519)", jwkName(i, m.KID), m.KTY)
 		}
 		k.key = key
 		if m.ALG != "" {
 			k.alg = algByName(string(m.ALG))
 			if k.alg == algUnknown || k.alg == algHS256 {
-				return nil, fmt.Errorf("token: %s: alg %q is not supported; accepted: %s", name, m.ALG, asymmetricAlgs)
+				return nil, fmt.Errorf("token: %s: alg %q is not supported; accepted: %s", jwkName(i, m.KID), m.ALG, asymmetricAlgs)
 			}
 			if kindFor(k.alg) != k.kind {
-				return nil, fmt.Errorf("token: %s: alg %s does not fit its %s key", name, k.alg, k.kind)
+				return nil, fmt.Errorf("token: %s: alg %s does not fit its %s key", jwkName(i, m.KID), k.alg, k.kind)
 			}
 		}
 		if k.hasKid {
 			if kids[k.kid] {
-				return nil, fmt.Errorf("token: %s: another key has the same kid", name)
+				return nil, fmt.Errorf("token: %s: another key has the same kid", jwkName(i, m.KID))
 			}
 			kids[k.kid] = true
 		}

@@ -76,13 +76,16 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 	if env == nil {
 		env = []string{} // nil would inherit ours, secrets and all
 	}
-	cmd, cleanup := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...), func() {}
-	cmd.Dir, cmd.Env = spec.Dir, append(slices.Clip(env), spec.Protocol...) // never nil: env is not
+	var cmd *exec.Cmd
+	cleanup := func() {}
 	if spec.Launcher != nil {
 		var err error
 		if cmd, cleanup, err = spec.Launcher.Command(ctx, spec.Argv, spec.Dir, env, spec.Protocol); err != nil {
 			return nil, "", &StartError{Err: err}
 		}
+	} else {
+		cmd = exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
+		cmd.Dir, cmd.Env = spec.Dir, append(slices.Clip(env), spec.Protocol...) // never nil: env is not
 	}
 	defer cleanup()
 	cmd.Stdin = bytes.NewReader(spec.Stdin)

@@ -60,8 +60,10 @@ type Options struct {
 // Provider is one bridge; it is a tool.Source and a tool.Authenticator.
 type Provider struct {
 	opts Options
-	mu   sync.RWMutex
-	ops  map[string]operation // by tool name, from the last good definitions
+	// tokenEnv is Secret as the provider receives it, encoded once.
+	tokenEnv string
+	mu       sync.RWMutex
+	ops      map[string]operation // by tool name, from the last good definitions
 }
 
 type operation struct {
@@ -94,7 +96,8 @@ func New(opts Options) (*Provider, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Provider{opts: opts, ops: map[string]operation{}}, nil
+	return &Provider{opts: opts, ops: map[string]operation{},
+		tokenEnv: "ASH_CONTEXT_TOKEN_SECRET=" + base64.RawURLEncoding.EncodeToString(opts.Secret)}, nil
 }
 
 func (p *Provider) ID() string      { return p.opts.Namespace }
@@ -120,9 +123,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 	conf := p.opts.Confine
 	if c != nil {
 		secrets = c.SecretsEnv()
-		if c.Denied != nil {
-			conf.Observe = func(k sandbox.Key) { c.Denied(string(k)) }
-		}
+		conf = conf.ObservedBy(c.Denied)
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
@@ -132,7 +133,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 		return nil, err
 	}
 	out, stderr, err := proc.Run(ctx, proc.Spec{Argv: p.opts.Command, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
-		Protocol: append(secrets, "ASH_CONTEXT_TOKEN_SECRET="+base64.RawURLEncoding.EncodeToString(p.opts.Secret)),
+		Protocol: append(secrets, p.tokenEnv),
 		Stdin:    in, Timeout: p.opts.Timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf})
 	ns := p.opts.Namespace
 	if err != nil && stderr != "" {
@@ -146,10 +147,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 	switch {
 	case err == nil:
 	case errors.As(err, &unenforceable):
-		e := tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: not run: %v", ns, err)
-		e.Gate = "sandbox" // router.GateSandbox: counted as a sandbox denial
-		e.Hint = fmt.Sprintf("[capability_overrides.\"bridge:%s\"] allow_unsafe_execution = true runs it without that proof", ns)
-		return nil, e
+		return nil, sandbox.Refusal(err, "bridge:"+ns, "bridge %s: not run: %v", ns, err)
 	case errors.Is(err, proc.ErrTimeout):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: %s timed out after %s", ns, method, p.opts.Timeout)
 	case errors.Is(err, proc.ErrCancelled):

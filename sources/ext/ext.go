@@ -331,10 +331,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	conf := p.confine[c.Tool.Name]
-	if c.Denied != nil {
-		conf.Observe = func(k sandbox.Key) { c.Denied(string(k)) }
-	}
+	conf := p.confine[c.Tool.Name].ObservedBy(c.Denied)
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
 		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf,
@@ -352,10 +349,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	case err == nil:
 		return parseOutput(id, out)
 	case errors.As(err, &unenforceable):
-		e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s not run: %v", id, err)
-		e.Gate = "sandbox" // router.GateSandbox: counted as a sandbox denial
-		e.Hint = fmt.Sprintf("[capability_overrides.%q] allow_unsafe_execution = true runs it without that proof", id)
-		return nil, e
+		return nil, sandbox.Refusal(err, id, "%s not run: %v", id, err)
 	case errors.Is(err, proc.ErrTimeout):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s timed out after %s", id, timeout)
 	case errors.Is(err, proc.ErrCancelled):

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -42,15 +41,7 @@ func contractOptions(o Options) Options {
 
 func connected(t *testing.T, o Options) *Source {
 	t.Helper()
-	s, err := New(contractOptions(o))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return connect(t, contractOptions(o))
 }
 
 // running reports whether the process whose id is in pidFile runs (a

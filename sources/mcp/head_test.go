@@ -50,15 +50,8 @@ func TestCallsCarryTheLinkHead(t *testing.T) {
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
 
-	s, err := New(Options{Name: "fx", URL: "http://" + ln.Addr().String() + "/mcp", Timeout: 10 * time.Second,
+	s := connect(t, Options{Name: "fx", URL: "http://" + ln.Addr().String() + "/mcp", Timeout: 10 * time.Second,
 		Headers: map[string]string{"X-Upstream-Key": "k1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	ds, err := s.List(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	body = rawjson.AppendString(body, call.Tool.Name)
 	body = append(body, `,"arguments":`...)
 	body = append(body, args...)
-	_, _, traced := telemetry.TraceParent(ctx)
+	tp, ts, traced := telemetry.TraceParent(ctx)
 	if call.Progress != nil || traced {
 		body = append(body, `,"_meta":{`...)
 		if call.Progress != nil {
@@ -50,7 +50,7 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 			body = append(body, id...)
 			body = append(body, '"')
 		}
-		body = appendTraceMeta(body, ctx, call.Progress != nil)
+		body = appendTraceMeta(body, tp, ts, call.Progress != nil)
 		body = append(body, '}')
 	}
 	body = append(body, "}}"...)

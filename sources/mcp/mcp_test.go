@@ -28,15 +28,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 func stdioSource(t *testing.T, env map[string]string) *Source {
 	t.Helper()
-	s, err := New(Options{Name: "fx", Command: testkit.Build(t, fixturePkg), Env: env, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return connect(t, Options{Name: "fx", Command: testkit.Build(t, fixturePkg), Env: env, Timeout: 10 * time.Second})
 }
 
 func httpFixture(t *testing.T, addr string) (kill func()) {
@@ -49,7 +41,13 @@ func freeAddr(t *testing.T) string { return testkit.FreeAddr(t) }
 // urlSource connects to a fixture served over HTTP or SSE.
 func urlSource(t *testing.T, url, transport string) *Source {
 	t.Helper()
-	s, err := New(Options{Name: "fx", URL: url, Transport: transport, Timeout: 10 * time.Second})
+	return connect(t, Options{Name: "fx", URL: url, Transport: transport, Timeout: 10 * time.Second})
+}
+
+// connect makes a source of o, closed when the test ends, and connects it.
+func connect(t *testing.T, o Options) *Source {
+	t.Helper()
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

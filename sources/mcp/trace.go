@@ -32,11 +32,11 @@ func traced(req *http.Request) *http.Request {
 	return req
 }
 
-// appendTraceMeta appends ctx's trace context as members of a _meta
-// object being written (after a first member when more is true).
-func appendTraceMeta(b []byte, ctx context.Context, more bool) []byte {
-	tp, ts, ok := telemetry.TraceParent(ctx)
-	if !ok {
+// appendTraceMeta appends a trace context (telemetry.TraceParent's) as
+// members of a _meta object being written (after a first member when more
+// is true); with no traceparent, nothing.
+func appendTraceMeta(b []byte, tp, ts string, more bool) []byte {
+	if tp == "" {
 		return b
 	}
 	if more {
