@@ -292,12 +292,17 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		}
 	}
 	ran = true
+	var held *audit.Ticket
 	if ev.Guarantees != "" {
 		// And for the capability_checks of guarantees that held it back:
 		// one refusing to start it, or one per guarantee the kernel held
 		// it to (no_network, no_subprocess).
 		tk.Keep(3)
-		call.Denied = r.kernelDenied(tk, ev, d)
+		// The observer records on a copy of the ticket on the heap, so
+		// that an unconfined call's ticket and record stay on the stack.
+		held = new(audit.Ticket)
+		*held = *tk
+		call.Denied = r.kernelDenied(held, *ev, d)
 	} else {
 		tk.Keep(1) // room for the tool_call record only, while the tool runs
 	}
@@ -305,6 +310,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	defer cancel()
 	upCtx, up := r.opts.Tracer.Upstream(ctx, d.Name, d.ID, string(d.Kind), d.Source)
 	res, err := r.opts.Registry.Call(upCtx, d.ID, call)
+	if held != nil {
+		*tk = *held // the observer stopped with the process
+	}
 	up.End(errorType(err))
 	if err != nil {
 		if te, ok := errors.AsType[*tool.Error](err); !ok || te.Gate != GateSandbox {

@@ -45,7 +45,7 @@ func guaranteesJSON(d *tool.Descriptor) string {
 // kernelDenied is a call's tool.Call.Denied: the first time the kernel
 // refuses the tool something a guarantee withholds, a capability_check
 // record says so. The call goes on; the tool got EPERM.
-func (r *Router) kernelDenied(tk *audit.Ticket, ev *audit.Event, d *tool.Descriptor) func(string) {
+func (r *Router) kernelDenied(tk *audit.Ticket, ev audit.Event, d *tool.Descriptor) func(string) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	return func(key string) {
@@ -56,7 +56,7 @@ func (r *Router) kernelDenied(tk *audit.Ticket, ev *audit.Event, d *tool.Descrip
 		}
 		seen[key] = true
 		what := map[string]string{string(sandbox.NoNetwork): "a socket", string(sandbox.NoSubprocess): "a new process"}[key]
-		r.record(tk, guaranteeCheck(ev, d, sandbox.Key(key), "", "",
+		r.record(tk, guaranteeCheck(&ev, d, sandbox.Key(key), "", "",
 			"the kernel refused the tool "+what+" ("+key+"); the call went on"))
 		r.opts.Metrics.SandboxDenied(string(d.Kind) + ":" + d.Source)
 	}
