@@ -47,6 +47,9 @@ type rpcData struct {
 	Required     string    `json:"required,omitempty"`
 	Hint         string    `json:"hint,omitempty"`
 	InvocationID string    `json:"invocation_id,omitempty"`
+	// Reason and RetryAfterSeconds: see tool.Error.
+	Reason            string `json:"reason,omitempty"`
+	RetryAfterSeconds int    `json:"retry_after_seconds,omitempty"`
 }
 
 // invokeError is a refused or failed call, with the id of its audit
@@ -195,6 +198,7 @@ func rpcErrData(err error) *rpcData {
 	var te *tool.Error
 	if errors.As(err, &te) {
 		d.Gate, d.Required, d.Hint = te.Gate, te.Required, te.Hint
+		d.Reason, d.RetryAfterSeconds = te.Reason, te.RetryAfterSeconds()
 	}
 	return d
 }
