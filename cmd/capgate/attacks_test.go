@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/testkit"
 )
@@ -151,5 +156,99 @@ func TestSecondServeRefused(t *testing.T) {
 	conn.Close()
 	if status, _ := getHost(t, a.URL+"/healthz", a.Addr); status != http.StatusOK {
 		t.Errorf("the first serve's /healthz: %d", status)
+	}
+}
+
+// TestHostileShapesWithheld: through a real serve, an upstream hands the
+// caller credentials in the shapes issue 24 found getting through: keys
+// spelled token, secretKey, credentials, access_tokens, pass_word, or
+// with a Cyrillic "а"; name/value pairs; Slack app, Google OAuth, Stripe
+// test and restricted keys, and a percent-encoded JWT as values; a
+// resource's token and a prompt's credentials. Each is withheld
+// (capability_invalid_output naming the key or format, never the value).
+// Ordinary words and counts (tokens_used, passage, a name/value pair of
+// no credential) still reach the caller.
+func TestHostileShapesWithheld(t *testing.T) {
+	s, _ := startHostile(t)
+	tr, err := transport.NewStreamableHTTP("http://"+s.addr+"/mcp",
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.mint(t, "alice", "private")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.NewClient(tr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	call := func(tool string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		req := mcp.CallToolRequest{}
+		req.Params.Name, req.Params.Arguments = tool, args
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			t.Fatalf("%s %v: %v", tool, args, err)
+		}
+		return res
+	}
+	withheld := func(what, secret, finding string, res *mcp.CallToolResult) {
+		t.Helper()
+		b, _ := json.Marshal(res)
+		if !res.IsError || strings.Contains(string(b), secret) || !strings.Contains(string(b), "capability_invalid_output") || !strings.Contains(string(b), finding) {
+			t.Errorf("%s reached the caller, or was not withheld naming %q: %s", what, finding, b)
+		}
+	}
+	for _, key := range []string{"token", "secretKey", "credentials", "access_tokens", "pass_word", "p\u0430ssword"} {
+		withheld("key "+key, mcpSecret, "("+key+")", call("hx__leak", map[string]any{"key": key}))
+	}
+	for _, tc := range []struct{ doc, secret, finding string }{
+		{`{"env":[{"name":"HOME","value":"/root"},{"name":"DB_PASSWORD","value":"` + mcpSecret + `"}]}`, mcpSecret, "(DB_PASSWORD)"},
+		{`{"note":"xapp-1-A0123-` + mcpSecret + `"}`, mcpSecret, "Slack token"},
+		{`{"note":"ya29.` + mcpSecret + `-abcdefgh"}`, mcpSecret, "Google OAuth token"},
+		{`{"note":"sk_test_4eC39HqLyjWDarjtT1zdp7dc"}`, "4eC39HqLyjWDarjtT1zdp7dc", "Stripe secret key"},
+		{`{"note":"rk_live_4eC39HqLyjWDarjtT1zdp7dc"}`, "4eC39HqLyjWDarjtT1zdp7dc", "Stripe secret key"},
+		{`{"next":"https://x.test/cb?t=eyJhbGciOiJIUzI1NiJ9%2EeyJzdWIiOiJhbGljZSJ9%2EhxSECRET4f1c9e27"}`, "hxSECRET4f1c9e27", "JSON Web Token"},
+	} {
+		withheld(tc.doc, tc.secret, tc.finding, call("hx__shape", map[string]any{"json": tc.doc}))
+	}
+	// Both directions: what names no credential is the caller's.
+	for _, key := range []string{"tokens_used", "passage"} {
+		if res := call("hx__leak", map[string]any{"key": key}); res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), mcpSecret) {
+			t.Errorf("key %s was withheld: %+v", key, res)
+		}
+	}
+	if res := call("hx__shape", map[string]any{"json": `{"usage":{"tokens_used":1532,"tokens":40},"env":[{"name":"HOME","value":"/root"}]}`}); res.IsError {
+		t.Errorf("ordinary counts and a name/value pair were withheld: %+v", res)
+	}
+
+	for uri, bad := range map[string]bool{"hx://token": true, "hx://usage": false} {
+		req := mcp.ReadResourceRequest{}
+		req.Params.URI = uri
+		res, err := c.ReadResource(ctx, req)
+		b, _ := json.Marshal(res)
+		if bad && (err == nil || strings.Contains(string(b)+err.Error(), mcpSecret) || !strings.Contains(err.Error(), "(token)")) {
+			t.Errorf("read %s: %v %s, want it withheld naming (token)", uri, err, b)
+		}
+		if !bad && (err != nil || !strings.Contains(string(b), "tokens_used")) {
+			t.Errorf("read %s: %v %s, want it read", uri, err, b)
+		}
+	}
+	for name, bad := range map[string]bool{"hx__creds": true, "hx__usage": false} {
+		req := mcp.GetPromptRequest{}
+		req.Params.Name = name
+		res, err := c.GetPrompt(ctx, req)
+		b, _ := json.Marshal(res)
+		if bad && (err == nil || strings.Contains(string(b)+err.Error(), mcpSecret) || !strings.Contains(err.Error(), "(credentials)")) {
+			t.Errorf("prompt %s: %v %s, want it withheld naming (credentials)", name, err, b)
+		}
+		if !bad && (err != nil || !strings.Contains(string(b), "passage")) {
+			t.Errorf("prompt %s: %v %s, want it given", name, err, b)
+		}
 	}
 }
