@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/httpadmit"
+	"github.com/capgate/capgate/internal/pidlock"
 	"github.com/capgate/capgate/rpc"
 )
 
@@ -107,6 +108,14 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 	socket := ""
 	if s.socket != "-" {
 		socket = s.socket
+		// The socket is this serve's alone (a lock beside it): another
+		// serve's live socket is never removed or taken over.
+		held, err := pidlock.Acquire(socket + ".lock")
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("rpc socket: %w", err)
+		}
+		defer held.Release()
 		_ = os.Remove(socket) // a stale socket from a previous run
 		uln, err := net.Listen("unix", socket)
 		if err != nil {
