@@ -130,9 +130,9 @@ func (o *oauthServe) mcpCall(t *testing.T, sub, sid, note string) (who, code, au
 	raw = sseData(raw)
 	var resp struct {
 		Result struct {
-			IsError           bool                      `json:"isError"`
+			IsError           bool                       `json:"isError"`
 			StructuredContent struct{ Sub, Note string } `json:"structuredContent"`
-			Content           []struct{ Text string }   `json:"content"`
+			Content           []struct{ Text string }    `json:"content"`
 			Meta              struct {
 				Error struct {
 					Code    string `json:"code"`

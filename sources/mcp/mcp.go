@@ -94,7 +94,7 @@ type Source struct {
 	retrying bool
 	closed   bool
 	stop     chan struct{}
-	wake     chan struct{} // Retry: try to reconnect now
+	wake     chan struct{}   // Retry: try to reconnect now
 	life     context.Context // ends at Close
 	end      context.CancelFunc
 
