@@ -91,9 +91,10 @@ func authHooks(b *upstreamauth.Broker, name string) mcp.Hooks {
 	}
 }
 
-// withAuth sets the hooks of bo's servers that have auth, and has a
-// link retry a server whose listing waited for one.
-func withAuth(bo *registry.BuildOptions, b *upstreamauth.Broker, reg func() *registry.Registry) {
+// WithAuth sets the hooks of bo's servers that have auth, and has a
+// link retry a server whose listing waited for one (in reg's registry,
+// when reg gives one).
+func WithAuth(bo *registry.BuildOptions, b *upstreamauth.Broker, reg func() *registry.Registry) {
 	if b == nil {
 		return
 	}
@@ -104,7 +105,10 @@ func withAuth(bo *registry.BuildOptions, b *upstreamauth.Broker, reg func() *reg
 		}
 	}
 	b.SetOnLinked(func(name string) {
-		r := reg()
+		var r *registry.Registry
+		if reg != nil {
+			r = reg()
+		}
 		if r == nil {
 			return
 		}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -14,7 +16,9 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/tool"
 	"github.com/capgate/capgate/upstreamauth"
 )
 
@@ -149,4 +153,89 @@ func withBroker(configPath string, f func(context.Context, *upstreamauth.Broker)
 		return usageError("%s: no [mcp.servers] has auth = \"oauth\" or \"user-token\"", cfg.Path)
 	}
 	return f(ctx, b)
+}
+
+// accountsView is what `tools list` says of the servers where each user
+// signs in: their tools are listed with the credential of the user who
+// linked most recently (one user's listing stands for everyone's, every
+// call carries the caller's own), and with --sub each says whether that
+// subject has linked. Before anyone links, such a server lists nothing:
+// unlisted says so.
+type accountsView struct {
+	st     *store.Store
+	b      *upstreamauth.Broker
+	names  []string
+	linked map[string]bool // by server, for the --sub subject
+}
+
+// openAccounts opens the store and broker when cfg has a server with
+// auth, and sets its hooks on bo; nil when none has.
+func openAccounts(ctx context.Context, cfg *config.Config, bo *registry.BuildOptions) (*accountsView, error) {
+	var names []string
+	for name, sc := range cfg.MCP.Servers {
+		if sc.Auth != "" && sc.Auth != "none" {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	slices.Sort(names)
+	st, err := store.Open(ctx, cfg.Server.DataDir, store.Options{URL: cfg.Store.URL})
+	if err != nil {
+		return nil, &exitError{code: exitDenied, err: fmt.Errorf("%s: store (for the servers where each user signs in): %w", cfg.Path, err)}
+	}
+	b, err := app.Broker(cfg, st, slog.New(slog.DiscardHandler), os.LookupEnv)
+	if err != nil {
+		st.Close()
+		return nil, usageError("%v", err)
+	}
+	app.WithAuth(bo, b, nil)
+	return &accountsView{st: st, b: b, names: names, linked: map[string]bool{}}, nil
+}
+
+func (v *accountsView) close() {
+	if v != nil {
+		v.st.Close()
+	}
+}
+
+// stateFor is the state of an auth server's tool for sub ("" for no
+// subject: "sign-in per user").
+func (v *accountsView) stateFor(ctx context.Context, sub string) func(*tool.Descriptor) string {
+	if v == nil {
+		return nil
+	}
+	for _, n := range v.names {
+		if sub != "" {
+			a, err := v.b.Status(ctx, sub, n)
+			v.linked[n] = err == nil && a.Linked
+		}
+	}
+	return func(d *tool.Descriptor) string {
+		if d.Kind != tool.KindMCP || !slices.Contains(v.names, d.Source) {
+			return ""
+		}
+		switch {
+		case sub == "":
+			return "sign-in per user"
+		case v.linked[d.Source]:
+			return "linked"
+		}
+		return "needs sign-in"
+	}
+}
+
+// unlisted prints a line for each auth server with no tool listed: no
+// one has linked an account there yet.
+func (v *accountsView) unlisted(out io.Writer, tools []*tool.Descriptor) {
+	if v == nil {
+		return
+	}
+	for _, n := range v.names {
+		if !slices.ContainsFunc(tools, func(d *tool.Descriptor) bool { return d.Kind == tool.KindMCP && d.Source == n }) {
+			fmt.Fprintf(out, "%s: needs sign-in: no one has linked an account yet, so its tools are not listed "+
+				"(capgate accounts link %s --sub SUBJECT)\n", n, n)
+		}
+	}
 }

@@ -183,6 +183,9 @@ func TestUpstreamOAuthLinkAndCall(t *testing.T) {
 
 	// Before anyone links, the upstream lists nothing and a call is not
 	// found; the operator's CLI prints alice's link.
+	if out := o.cli(t, "tools", "list", "--source", "mcp"); !strings.Contains(out, "tracker: needs sign-in: no one has linked an account yet") {
+		t.Errorf("tools list before anyone linked:\n%s", out)
+	}
 	out := o.cli(t, "accounts", "link", "tracker", "--sub", "alice")
 	link := linkRe.FindString(out)
 	if link == "" {
@@ -203,6 +206,14 @@ func TestUpstreamOAuthLinkAndCall(t *testing.T) {
 			t.Fatalf("alice's call after linking: %q %q\n%s", who, code, o.Logs())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// tools list: listed with alice's credential, linked for her only.
+	if out := o.cli(t, "tools", "list", "--source", "mcp", "--sub", "alice"); !regexp.MustCompile(`tracker__whoami .*available, linked`).MatchString(out) {
+		t.Errorf("tools list --sub alice:\n%s", out)
+	}
+	if out := o.cli(t, "tools", "list", "--source", "mcp", "--sub", "bob"); !regexp.MustCompile(`tracker__whoami .*available, needs sign-in`).MatchString(out) {
+		t.Errorf("tools list --sub bob:\n%s", out)
 	}
 
 	// bob has no account: /rpc answers capability_auth_required with his
