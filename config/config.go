@@ -39,9 +39,13 @@ type Config struct {
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
 	Store               Store                     `toml:"store"`
+	Discovery           Discovery                 `toml:"discovery"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
 	SkillDirs []string `toml:"-"`
+	// Notes say what loading decided that the file does not spell out
+	// (Ash's default wiring of a bundled skill); config check prints them.
+	Notes []string `toml:"-"`
 }
 
 type Server struct {
@@ -362,6 +366,7 @@ func Parse(name string, data []byte, dir string, opts Options) (*Config, error) 
 			return nil, err
 		}
 	}
+	c.applyAshProviders()
 	c.mergeSkillProviders()
 	var errs []error
 	fail := func(key, format string, args ...any) {
@@ -428,6 +433,7 @@ func tomlType(goType string) string {
 }
 
 func (c *Config) applyDefaults() {
+	c.Discovery.applyDefaults()
 	if c.Server.Listen == "" {
 		c.Server.Listen = DefaultListen
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/skills"
 	"github.com/capgate/capgate/telemetry"
+	"github.com/capgate/capgate/toolsearch"
 )
 
 // Options are the parts a Server fronts, built by the wiring (package app).
@@ -55,6 +56,9 @@ type Options struct {
 	// links and callback of upstream accounts, package upstreamauth),
 	// without a capgate token; nil: nothing there.
 	Browser http.Handler
+	// Discovery is how callers find tools ([discovery]); the zero value
+	// lists every tool.
+	Discovery toolsearch.Discovery
 }
 
 // Server is capgate's front door over a router and its registry.
@@ -88,6 +92,7 @@ func New(opts Options) *Server {
 	s.MCP = NewMCP(opts.Router, opts.Registry, secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
+	s.MCP.SetDiscovery(opts.Discovery)
 	return s
 }
 

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/capgate/capgate/internal/testkit"
 )
 
 // TestCapabilityListGroupChat: capability.list, through the real CLI and
@@ -46,5 +51,33 @@ func TestCapabilityListGroupChat(t *testing.T) {
 	}
 	if e, ok := list(s.mint(t, "alice", "private"))["gog.email"]; !ok || !e.Available {
 		t.Errorf("gog.email for a private caller = %+v, want available", e)
+	}
+}
+
+// TestAshGogDefaultWiring: a carried-over Ash config whose only gog line
+// is [skills.gog] enabled = true gets Ash's default provider wiring
+// (`gogcli bridge`, namespace gog): config check says so, and a real serve
+// runs the gogcli it finds in PATH (here the bridge fixture) and lists its
+// capabilities.
+func TestAshGogDefaultWiring(t *testing.T) {
+	const ash = "\n[policy]\ngrants = [\"rye.fetch.*\"]\n\n[skills.gog]\nenabled = true\n"
+	path := filepath.Join(t.TempDir(), "capgate.toml")
+	if err := os.WriteFile(path, []byte("[server]\ndata_dir = \"data\"\n"+ash), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"config", "check", "--config", path}, &out, &errb); code != 0 ||
+		out.String() != path+":7: skills.gog: enabled = true applies Ash's default provider wiring: command = [\"gogcli\", \"bridge\"], namespace = \"gog\"\n"+path+": OK\n" {
+		t.Errorf("config check: exit %d\nstdout %q\nstderr %q", code, out.String(), errb.String())
+	}
+
+	bin := t.TempDir()
+	if err := os.Symlink(testkit.Build(t, testkit.BridgeFixture), filepath.Join(bin, "gogcli")); err != nil {
+		t.Fatal(err)
+	}
+	s := fromCapgate(testkit.StartCapgate(t, testkit.Capgate{Config: ash, Env: []string{"PATH=" + bin + ":" + os.Getenv("PATH")}}))
+	stdout, stderr, code := s.as(t, s.mint(t, "alice", "private"), "list")
+	if code != 0 || !strings.Contains(stdout, `"id": "gog.email"`) {
+		t.Errorf("capability list with [skills.gog] enabled = true: %d\n%s\n%s\nserve logged:\n%s", code, stdout, stderr, s.logs())
 	}
 }
