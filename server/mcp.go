@@ -196,6 +196,7 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	// swaps in meanwhile.
 	rt := m.rt()
 	j := newJob(c.Sub)
+	j.values = ctx
 	r.Progress = mcpconv.ProgressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
 	reqCtx := ctx
