@@ -42,6 +42,12 @@ func (a *App) registryOptions(cfg *config.Config) registry.BuildOptions {
 	master := a.master
 	bo.BridgeKey = func(ns string) ([]byte, error) { return token.BridgeKey(master, ns) }
 	bo.Logger, bo.LookupEnv = a.logger, a.lookupEnv
+	WithAuth(&bo, a.Broker, func() *registry.Registry {
+		if a.Server != nil {
+			return a.Server.Registry()
+		}
+		return a.Registry
+	})
 	return bo
 }
 
@@ -115,6 +121,7 @@ func (a *App) Reload(ctx context.Context, cfg *config.Config, skillsDirs []strin
 	}
 	_, oldReg := a.Server.Swap(rt, reg)
 	a.Server.SetSkills(set, SkillSettings(cfg.Skills))
+	a.Server.MCP.SetDiscovery(DiscoveryOf(cfg.Discovery))
 	a.stopRun()
 	a.stopRun = run(reg)
 	a.Router, a.Registry = rt, reg

@@ -42,9 +42,15 @@ type Request struct {
 	Log      func(params json.RawMessage)
 	Ask      func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 	Protocol string // for the audit: "mcp/2025-11-25", "rpc", ...
+	// Via is how the caller named the tool, for the audit: "call_tool"
+	// when tool search's call_tool ran it, empty when called directly.
+	Via string
 	// RequestID names the call in the audit log; empty, the router makes a
 	// new invocation id, which is the usual case.
 	RequestID string
+	// ClientInvocationID is the caller's own id for the call (AgentOS's
+	// invocation_id): recorded beside RequestID, never in its place.
+	ClientInvocationID string
 }
 
 // Invocation is what happened in one call, for its result: the id its
@@ -106,7 +112,8 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
-	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, RequestID: req.RequestID}
+	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
+		ClientInvocationID: req.ClientInvocationID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -114,6 +121,9 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	// audit log could not record does not run, nor even pass the gates.
 	tk, err := r.admit()
 	defer tk.Done()
+	if err == nil {
+		r.startRecord(&tk, ev)
+	}
 	var res *tool.Result
 	if err == nil {
 		res, err = r.recoverCall(ctx, c, &req, &ev, &tk, &inv)
@@ -282,6 +292,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
+	if !c.Anonymous {
+		call.Sub = c.Sub
+	}
 	if req.Scope != nil {
 		call.Secrets = req.Scope.Secrets
 	}
@@ -601,7 +614,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 	required := r.toolCaps.get(d.ID).execute
 	allowed, refused, reason := c.grants.Explain(required)
 	check := audit.Event{Type: audit.TypeGrantCheck, ToolName: d.ExposedName, Required: required, Explanation: reason,
-		Protocol: req.Protocol, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
+		Protocol: req.Protocol, Via: req.Via, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
 		Gate: GateCapability, RequestID: req.RequestID}
 	resolved(&check, d)
 	if allowed {
