@@ -339,3 +339,58 @@ func TestUserToken(t *testing.T) {
 		t.Errorf("the log carries the token: %s", log.String())
 	}
 }
+
+// TestTokenExchange: a caller's own token from the issuer (here, the one
+// alice got linking tracker) is exchanged at the issuer (RFC 8693) for a
+// token for another server's resource; that server sees alice's account,
+// and the caller's own token is not what it gets.
+func TestTokenExchange(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.link(t, "alice", "alice-upstream")
+	own, err := e.b.Header(ctx, "alice", "tracker", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wiki := authmcp.Start(t, e.as.Issuer)
+	x, err := upstreamauth.New(upstreamauth.Options{Store: e.store,
+		Servers: []upstreamauth.Server{{Name: "wiki", URL: wiki.URL, Mode: upstreamauth.ModeTokenExchange}},
+		Exchange: upstreamauth.Exchange{Issuer: e.as.Issuer, TokenURL: e.as.Issuer + "/token",
+			ClientID: "capgate-exchange", ClientSecret: "exchange-secret-not-for-prod",
+			SubjectToken: func(ctx context.Context) string {
+				return strings.TrimPrefix(own.Get("Authorization"), "Bearer ")
+			}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.Header(ctx, "alice", "wiki", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Get("Authorization") == own.Get("Authorization") {
+		t.Fatal("the caller's own token was passed through")
+	}
+	if got := whoami(t, wiki.URL, h); got != "alice-upstream" {
+		t.Errorf("the exchanged token is %q's", got)
+	}
+	// Cached until it expires.
+	if again, _ := x.Header(ctx, "alice", "wiki", ""); again.Get("Authorization") != h.Get("Authorization") {
+		t.Error("exchanged again though the first is live")
+	}
+	// The caller's own token does not open wiki (it is tracker's).
+	if resp := postUnauthorized(t, wiki.URL, own.Get("Authorization")); resp != http.StatusUnauthorized {
+		t.Errorf("tracker's token at wiki: %d, want 401", resp)
+	}
+}
+
+func postUnauthorized(t *testing.T, url, authz string) int {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	req.Header.Set("Authorization", authz)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
