@@ -166,6 +166,7 @@ func NeedsRestart(running, next *config.Config) []string {
 		{"server.advertise_url", r.AdvertiseURL, n.AdvertiseURL},
 		{"server.metrics_listen", r.MetricsListen, n.MetricsListen},
 		{"store", running.Store, next.Store},
+		{"console", running.Console, next.Console},
 		{"audit", running.Audit, next.Audit},
 		{"auth.secret_env", running.Auth.SecretEnv, next.Auth.SecretEnv},
 		{"auth.audience", running.Auth.Audience, next.Auth.Audience},

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -702,10 +703,25 @@ func (r *Router) approvalRequired(ctx context.Context, c *Caller, d *tool.Descri
 	if err != nil {
 		return storeUnavailable(err, GateApproval, "the approval")
 	}
+	if a.Denied() {
+		return approvalDenied(d, tier, a)
+	}
 	return &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
 		Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (approval %s, valid until %s)",
 			d.ID, d.Risk.Level, tier.Name, a.ID, a.ExpiresAt.UTC().Format(time.RFC3339)),
 		Hint: fmt.Sprintf("an operator runs `capgate approve %s` on the host; then retry the same call with the same input", a.ID)}
+}
+
+// approvalDenied is the refusal of a call an operator denied: it stands
+// for the same call until the denial expires, so that a caller retrying
+// is told the decision rather than queued again.
+func approvalDenied(d *tool.Descriptor, tier risk.Tier, a *store.Approval) error {
+	msg := fmt.Sprintf("%s is risk %s, tier %s: an operator denied this call (approval %s)", d.ID, d.Risk.Level, tier.Name, a.ID)
+	if a.Note != "" {
+		msg += ": " + strconv.Quote(a.Note)
+	}
+	return &tool.Error{Code: tool.CodeApprovalDenied, Gate: GateApproval, Required: tier.Name, Message: msg,
+		Hint: fmt.Sprintf("the same call stays denied until %s; ask the operator, or change the call", a.ExpiresAt.UTC().Format(time.RFC3339))}
 }
 
 // chatGate keeps sensitive tools to their chat types (private by default).
