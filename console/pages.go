@@ -24,6 +24,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"pretty": pretty,
 		"rfc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"join":   strings.Join,
+		"list":   func(v ...string) []string { return v },
 	}
 	names, err := fs.Glob(assets, "templates/*.html")
 	if err != nil {
