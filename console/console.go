@@ -223,9 +223,14 @@ func pretty(raw []byte) string {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return string(raw)
 	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
+	// html/template escapes what it shows: the JSON keeps <, > and & as
+	// they are, for the operator to read.
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
 		return string(raw)
 	}
-	return string(b)
+	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -176,8 +176,9 @@ func (c *Console) approvalsList(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "approvals_list", v, data)
 }
 
-// approvalsEvents streams an "approvals" event whenever the queue changes
-// (server-sent events; the page's htmx then fetches the list again).
+// approvalsEvents streams an "approvals" event when it starts and whenever
+// the queue changes (server-sent events; the page's htmx then fetches the
+// list again).
 func (c *Console) approvalsEvents(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -192,11 +193,11 @@ func (c *Console) approvalsEvents(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(c.opts.PollInterval)
 	defer tick.Stop()
 	for n := 0; ; n++ {
+		// The first event goes at once: what changed between the page's
+		// rendering and this stream's start is fetched then.
 		if fp, err := c.queueFingerprint(r); err == nil && fp != last {
-			if last != "" {
-				fmt.Fprintf(w, "id: %d\nevent: approvals\ndata: %s\n\n", n, fp)
-				fl.Flush()
-			}
+			fmt.Fprintf(w, "id: %d\nevent: approvals\ndata: %s\n\n", n, fp)
+			fl.Flush()
 			last = fp
 		}
 		select {

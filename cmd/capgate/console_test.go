@@ -49,7 +49,11 @@ func browser(t *testing.T) context.Context {
 	)
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
-	bctx, cancel2 := chromedp.NewContext(actx)
+	var copts []chromedp.ContextOption
+	if os.Getenv("CAPGATE_CDP_DEBUG") != "" {
+		copts = append(copts, chromedp.WithLogf(t.Logf), chromedp.WithErrorf(t.Logf))
+	}
+	bctx, cancel2 := chromedp.NewContext(actx, copts...)
 	t.Cleanup(cancel2)
 	if err := chromedp.Do(bctx); err != nil { // starts the browser
 		t.Fatalf("starting chromium: %v", err)
@@ -62,6 +66,11 @@ func profile(t *testing.T, bctx context.Context) context.Context {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
 	t.Cleanup(cancel)
+	// The first run opens the tab, and lives as long as its context: no
+	// deadline on this one.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("opening a tab: %v", err)
+	}
 	return ctx
 }
 
@@ -101,7 +110,7 @@ type css = chromedp.CSS
 // the README shows.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	png := read(t, ctx, "screenshot "+name, chromedp.FullScreenshot(90))
+	png := read(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	dir := os.Getenv("CAPGATE_ARTIFACTS")
 	if dir == "" {
 		dir = t.TempDir()
