@@ -43,6 +43,9 @@ type Config struct {
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
 	SkillDirs []string `toml:"-"`
+	// Notes say what loading decided that the file does not spell out
+	// (Ash's default wiring of a bundled skill); config check prints them.
+	Notes []string `toml:"-"`
 }
 
 type Server struct {
@@ -372,6 +375,7 @@ func Parse(name string, data []byte, dir string, opts Options) (*Config, error) 
 			return nil, err
 		}
 	}
+	c.applyAshProviders()
 	c.mergeSkillProviders()
 	var errs []error
 	fail := func(key, format string, args ...any) {

@@ -202,12 +202,15 @@ func rpcErrData(err error) *rpcData {
 // Capability is one entry of capability.list: a bridge capability with its
 // operations, or any other tool as a capability of its own.
 type Capability struct {
-	ID           string      `json:"id"`
-	Description  string      `json:"description"`
-	Available    bool        `json:"available"`
-	RequiresAuth bool        `json:"requires_auth"`
-	Sensitive    bool        `json:"sensitive,omitempty"`
-	Operations   []Operation `json:"operations"`
+	ID          string `json:"id"`
+	Description string `json:"description"`
+	Available   bool   `json:"available"`
+	// UnavailableReason says why a capability listed with
+	// include_unavailable cannot be called now.
+	UnavailableReason string      `json:"unavailable_reason,omitempty"`
+	RequiresAuth      bool        `json:"requires_auth"`
+	Sensitive         bool        `json:"sensitive,omitempty"`
+	Operations        []Operation `json:"operations"`
 }
 
 type Operation struct {
@@ -239,6 +242,12 @@ func (h *Handler) list(_ *http.Request, c *router.Caller, params json.RawMessage
 			_, op, _ = strings.Cut(d.Name, ".")
 			desc = d.Title
 		}
+		// A tool this chat may not call is listed only on request, as
+		// unavailable with the chat gate's reason (Ash).
+		why, chat := unavailable(c, d)
+		if chat && !p.IncludeUnavailable {
+			continue
+		}
 		i, ok := index[id]
 		if !ok {
 			i = len(caps)
@@ -246,12 +255,30 @@ func (h *Handler) list(_ *http.Request, c *router.Caller, params json.RawMessage
 			caps = append(caps, Capability{ID: id, Description: desc, Available: true, Sensitive: d.Sensitive})
 		}
 		cp := &caps[i]
-		cp.Available = cp.Available && d.Available && d.Quarantined == ""
+		cp.Available = cp.Available && why == ""
+		if cp.UnavailableReason == "" {
+			cp.UnavailableReason = why
+		}
 		cp.RequiresAuth = cp.RequiresAuth || d.RequiresAuth
 		cp.Operations = append(cp.Operations, Operation{Name: op, Tool: d.ID, Description: d.Description,
 			RequiresAuth: d.RequiresAuth, Mutating: d.Mutating, InputSchema: d.InputSchema})
 	}
 	return map[string]any{"capabilities": caps}, nil
+}
+
+// unavailable says why c cannot call d now, or "" when it can; chat
+// reports that the chat gate is why.
+func unavailable(c *router.Caller, d *tool.Descriptor) (why string, chat bool) {
+	switch {
+	case d.Quarantined != "":
+		return "quarantined: " + d.Quarantined, false
+	case !d.Available:
+		return "its source is not answering", false
+	}
+	if err := router.ChatRefusal(c, d); err != nil {
+		return string(tool.ErrorCode(err)) + ": " + tool.ErrorMessage(err), true
+	}
+	return "", false
 }
 
 func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {

@@ -40,6 +40,9 @@ type Error struct {
 	Gate     string // the router gate that decided, for denials
 	Required string // the capability string that was needed
 	Hint     string // what would allow it
+	// AuthURL, with CodeAuthRequired, is the link where the caller signs in
+	// to the account the call needs (an upstream's OAuth sign-in).
+	AuthURL string
 	Err      error  // the underlying cause; never shown to the caller
 }
 

@@ -250,6 +250,10 @@ func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) 
 func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume string) (*http.Request, error) {
 	if resume == "" && l.post != nil && len(body) > 0 {
 		req := l.post.WithContext(ctx)
+		if extra := ctx.Value(headersKey{}); extra != nil {
+			req.Header = req.Header.Clone()
+			addHeaders(ctx, req.Header)
+		}
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		req.Body, _ = req.GetBody()
 		req.ContentLength = int64(len(body))
@@ -277,6 +281,7 @@ func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume st
 		h["Content-Type"] = []string{"application/json"}
 		h["Accept"] = []string{"application/json, text/event-stream"}
 	}
+	addHeaders(ctx, h)
 	if l.session != "" {
 		h["Mcp-Session-Id"] = []string{l.session}
 	}

@@ -68,6 +68,10 @@ type Options struct {
 	// annotations, so they may lower the inferred risk (risk.Hints).
 	TrustAnnotations bool
 
+	// Hooks vary requests by caller: headers per request, a session per
+	// caller (see hooks.go).
+	Hooks Hooks
+
 	Timeout time.Duration // per request; default 60s
 	// MaxMessage bounds one message from the upstream (a result above all);
 	// default DefaultMaxMessage. A longer one is refused with
@@ -100,6 +104,8 @@ type Source struct {
 	// until a list succeeds, when calls go to the upstream unchecked.
 	listed atomic.Pointer[map[string]bool]
 
+	keyed keyed // the sessions of Hooks.SessionKey
+
 	changeMu sync.Mutex
 	onChange []func()
 	onNotify []func(method string, params json.RawMessage)
@@ -120,6 +126,14 @@ type link struct {
 	// guard is the limit on a stdio upstream's messages: over it, the
 	// connection is replaced (see restart).
 	guard *guard
+	// key is the Hooks.SessionKey this link serves; "" for the shared one.
+	key string
+	// base are the hook's headers at dial, for what mcp-go sends without
+	// a request's context (the standalone stream).
+	base http.Header
+	// owners are the calls in flight here, for what the upstream sends
+	// outside their streams on a keyed link.
+	owners owners
 }
 
 var (
@@ -211,17 +225,47 @@ func (s *Source) Connect(ctx context.Context) error {
 }
 
 func (s *Source) dial(ctx context.Context) error {
-	g := newGuard()
-	c, err := s.newClient(g)
+	l, err := s.open(ctx, "")
 	if err != nil {
 		return err
 	}
-	c.OnNotification(s.notification)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.c.Close()
+		return errors.New("source closed")
+	}
+	s.conn, s.lastErr = l, nil
+	s.mu.Unlock()
+	s.closeKeyed()
+	l.guard.whenTripped(func() { go s.restart(l) })
+	return nil
+}
+
+// open connects and initializes one link: the shared one (key "") or the
+// session of a SessionKey. ctx carries the caller the link is for, whose
+// hook headers it keeps for its standalone stream.
+func (s *Source) open(ctx context.Context, key string) (*link, error) {
+	l := &link{key: key, guard: newGuard()}
+	if s.opts.Hooks.Headers != nil && s.opts.Transport != "sse" && s.opts.Command == "" {
+		var err error
+		if ctx, err = s.withHeaders(ctx, nil); err != nil {
+			return nil, err
+		}
+		l.base, _ = ctx.Value(headersKey{}).(http.Header)
+	}
+	g := l.guard
+	c, err := s.newClient(g, &l.base)
+	if err != nil {
+		return nil, err
+	}
+	l.c = c
+	c.OnNotification(func(n mcpgo.JSONRPCNotification) { s.notification(l, n) })
 	// A stdio upstream's process lives as long as the context Start gets,
 	// so that is the source's life, not this dial's deadline.
 	if err := c.Start(s.life); err != nil {
 		c.Close()
-		return fmt.Errorf("mcp server %s: start: %w", s.opts.Name, err)
+		return nil, fmt.Errorf("mcp server %s: start: %w", s.opts.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -236,20 +280,22 @@ func (s *Source) dial(ctx context.Context) error {
 	res, err := c.Initialize(ctx, init)
 	if err != nil {
 		c.Close()
-		return fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
+		return nil, fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
 	}
-	l := &link{c: c, version: res.ProtocolVersion, caps: res.Capabilities, guard: g}
+	l.version, l.caps = res.ProtocolVersion, res.Capabilities
 	if t, ok := c.GetTransport().(*transport.StreamableHTTP); ok {
 		l.http, l.session = true, t.GetSessionId()
 		if l.post, err = s.newRequest(context.Background(), l, nil, ""); err != nil {
 			c.Close()
-			return fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
+			return nil, fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
 		}
 	}
 	// Requests the upstream makes outside capgate's own streams (stdio,
-	// SSE) are matched to a call here.
+	// SSE, the standalone stream) are matched to a call here.
 	if bt, ok := c.GetTransport().(transport.BidirectionalInterface); ok {
-		bt.SetRequestHandler(s.serverRequest)
+		bt.SetRequestHandler(func(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+			return s.serverRequest(ctx, l, req)
+		})
 	}
 	if res.Capabilities.Logging != nil {
 		// Every level comes up; each client's own level filters it.
@@ -260,16 +306,7 @@ func (s *Source) dial(ctx context.Context) error {
 		}
 	}
 	c.OnConnectionLost(func(err error) { s.drop(l, err) })
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		c.Close()
-		return errors.New("source closed")
-	}
-	s.conn, s.lastErr = l, nil
-	s.mu.Unlock()
-	g.whenTripped(func() { go s.restart(l) })
-	return nil
+	return l, nil
 }
 
 // restart replaces l, whose stream a message over the limit put out of
@@ -309,7 +346,7 @@ func (s *Source) overLimit(ctx context.Context, l *link, what string, err error)
 	return s.tooLarge(what, err)
 }
 
-func (s *Source) newClient(g *guard) (*client.Client, error) {
+func (s *Source) newClient(g *guard, base *http.Header) (*client.Client, error) {
 	opts := []client.ClientOption{client.WithProtocolVersion(Protocol)}
 	switch {
 	case s.opts.Command != "":
@@ -338,6 +375,7 @@ func (s *Source) newClient(g *guard) (*client.Client, error) {
 		// The standalone GET stream carries what an upstream sends outside
 		// a call's own stream: mcp-go servers send sampling requests there.
 		t, err := transport.NewStreamableHTTP(s.opts.URL, transport.WithHTTPHeaders(s.opts.Headers),
+			transport.WithHTTPHeaderFunc(headerFunc(base)),
 			transport.WithHTTPBasicClient(&http.Client{Transport: &limitedTransport{next: pooledTransport, max: s.opts.MaxMessage}}),
 			transport.WithContinuousListening(),
 			transport.WithHTTPLogger(slog.New(warnOnly{s.opts.Logger.Handler()})))
@@ -351,7 +389,7 @@ func (s *Source) newClient(g *guard) (*client.Client, error) {
 // notification routes progress to its call (by its token) and turns
 // list_changed into a catalog refresh; what it cannot relate to a call it
 // does not give to one.
-func (s *Source) notification(n mcpgo.JSONRPCNotification) {
+func (s *Source) notification(l *link, n mcpgo.JSONRPCNotification) {
 	switch n.Method {
 	case "notifications/tools/list_changed":
 		s.changed()
@@ -372,8 +410,13 @@ func (s *Source) notification(n mcpgo.JSONRPCNotification) {
 		return
 	}
 	if n.Method == "notifications/message" {
-		// Outside a call's own stream nothing says which call a log message
-		// is about; given to a guessed one it could reach another subject.
+		// Outside a call's own stream only a caller's own session says
+		// whose a log message is; on the shared one, given to a guessed
+		// call it could reach another subject.
+		if c := l.owners.latest(); c != nil && l.key != "" && c.Log != nil {
+			c.Log(params)
+			return
+		}
 		s.opts.Logger.Debug("dropped an upstream log message that belongs to no call", "server", s.opts.Name)
 		return
 	}
@@ -406,6 +449,10 @@ func (s *Source) client() (*link, error) {
 // drop forgets connection c after a transport failure and starts the
 // reconnection loop.
 func (s *Source) drop(l *link, err error) {
+	if l.key != "" {
+		s.dropKeyed(l)
+		return
+	}
 	s.mu.Lock()
 	if s.conn != l {
 		s.mu.Unlock()
@@ -574,7 +621,11 @@ func (e *RPCError) Error() string { return e.Message }
 // how lists, resources, prompts and completions are relayed. An error the
 // upstream answered with is a *RPCError inside the tool error.
 func (s *Source) Request(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	l, err := s.client()
+	ctx, err := s.withHeaders(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.linkFor(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -634,10 +685,15 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	if names := s.listed.Load(); names != nil && !(*names)[call.Tool.Name] {
 		return nil, tool.Errorf(tool.CodeNotFound, "mcp server %s lists no tool %s", s.opts.Name, call.Tool.Name)
 	}
-	l, err := s.client()
+	ctx, err := s.withHeaders(ctx, call.Ask)
 	if err != nil {
 		return nil, err
 	}
+	l, err := s.linkFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer l.owners.enter(&call)()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	args := call.Input
@@ -700,6 +756,7 @@ func (s *Source) Close() error {
 	l := s.conn
 	s.conn = nil
 	s.mu.Unlock()
+	s.closeKeyed()
 	if l != nil {
 		return l.c.Close()
 	}
