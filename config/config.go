@@ -40,6 +40,7 @@ type Config struct {
 	Trust               Trust                     `toml:"trust"`
 	Store               Store                     `toml:"store"`
 	Console             Console                   `toml:"console"`
+	Discovery           Discovery                 `toml:"discovery"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
 	SkillDirs []string `toml:"-"`
@@ -442,6 +443,7 @@ func tomlType(goType string) string {
 }
 
 func (c *Config) applyDefaults() {
+	c.Discovery.applyDefaults()
 	if c.Server.Listen == "" {
 		c.Server.Listen = DefaultListen
 	}

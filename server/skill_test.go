@@ -444,12 +444,7 @@ func TestUseSkillAudit(t *testing.T) {
 
 	// The failed run's record comes once capgate sees the call abandoned.
 	var runs []string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		runs = skillRuns(t, s)
-		if len(runs) >= 4 || time.Now().After(deadline) {
-			break
-		}
-	}
+	testkit.Poll(10*time.Second, func() bool { runs = skillRuns(t, s); return len(runs) >= 4 })
 	want := []string{
 		"alice|skill:echoer|echoer|allow|||iterations=2 tool_calls=1 outcome=done",
 		"alice|skill:looper|looper|allow|||iterations=2 tool_calls=1 outcome=partial",

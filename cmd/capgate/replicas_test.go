@@ -306,20 +306,20 @@ func (lb *balancer) status() (map[string]string, error) {
 // waitStatus waits (10 s at most) until the servers are in want.
 func (lb *balancer) waitStatus(t *testing.T, want map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	var got map[string]string
 	var err error
-	for time.Now().Before(deadline) {
-		if got, err = lb.status(); err == nil {
-			match := true
-			for k, v := range want {
-				match = match && got[k] == v
-			}
-			if match {
-				return
+	if testkit.Poll(10*time.Second, func() bool {
+		if got, err = lb.status(); err != nil {
+			return false
+		}
+		for k, v := range want {
+			if got[k] != v {
+				return false
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	}) {
+		return
 	}
 	t.Fatalf("haproxy servers %v (%v), want %v", got, err, want)
 }

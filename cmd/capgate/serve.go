@@ -67,17 +67,21 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			logger := slog.New(handler)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// An HTTP serve holds its data dir (pid file, socket) alone. A
+			// --stdio serve, one per client, shares it and takes no lock.
+			if !stdio {
+				release, err := holdDataDir(cfg.Server)
+				if err != nil {
+					return &exitError{code: exitDenied, err: fmt.Errorf("%s: %w", cfg.Path, err)}
+				}
+				defer release()
+			}
 			srv, err := app.Open(ctx, cfg, app.Options{Logger: logger, SkillsDirs: skillsDirs})
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
 			defer srv.Close()
 			flagDirs := skillsDirs[len(cfg.SkillDirs):]
-			removePid, err := writePid(cfg.Server.DataDir)
-			if err != nil {
-				return &exitError{code: exitDenied, err: fmt.Errorf("%s: %w", cfg.Path, err)}
-			}
-			defer removePid()
 			reloads(ctx, logger, srv, configPath, flagDirs, cfg.Server.WatchConfig)
 			if stdio {
 				tok := os.Getenv("CAPGATE_TOKEN")
