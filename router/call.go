@@ -286,6 +286,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
+	if !c.Anonymous {
+		call.Sub = c.Sub
+	}
 	if req.Scope != nil {
 		call.Secrets = req.Scope.Secrets
 	}

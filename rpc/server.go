@@ -47,6 +47,7 @@ type rpcData struct {
 	Gate         string    `json:"gate,omitempty"`
 	Required     string    `json:"required,omitempty"`
 	Hint         string    `json:"hint,omitempty"`
+	AuthURL      string    `json:"auth_url,omitempty"` // capability_auth_required: where to sign in
 	InvocationID string    `json:"invocation_id,omitempty"`
 }
 
@@ -199,7 +200,7 @@ func rpcErrData(err error) *rpcData {
 	}
 	var te *tool.Error
 	if errors.As(err, &te) {
-		d.Gate, d.Required, d.Hint = te.Gate, te.Required, te.Hint
+		d.Gate, d.Required, d.Hint, d.AuthURL = te.Gate, te.Required, te.Hint, te.AuthURL
 	}
 	return d
 }
