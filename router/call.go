@@ -49,6 +49,9 @@ type Request struct {
 	// RequestID names the call in the audit log; empty, the router makes a
 	// new invocation id, which is the usual case.
 	RequestID string
+	// ClientInvocationID is the caller's own id for the call (AgentOS's
+	// invocation_id): recorded beside RequestID, never in its place.
+	ClientInvocationID string
 }
 
 // Invocation is what happened in one call, for its result: the id its
@@ -110,7 +113,8 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
-	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID}
+	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
+		ClientInvocationID: req.ClientInvocationID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -118,6 +122,9 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	// audit log could not record does not run, nor even pass the gates.
 	tk, err := r.admit()
 	defer tk.Done()
+	if err == nil {
+		r.startRecord(&tk, ev)
+	}
 	var res *tool.Result
 	if err == nil {
 		res, err = r.recoverCall(ctx, c, &req, &ev, &tk, &inv)
