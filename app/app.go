@@ -117,7 +117,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		return nil, err
 	}
 	ao := auditOptions(cfg, opts.Logger)
-	ao.Replica = a.ReplicaID // every record says which replica wrote it
+	ao.Replica = a.ReplicaID           // every record says which replica wrote it
 	ao.HeadKey = audit.HeadKey(secret) // nil without HS256: a key of this process's own would not outlive it
 	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err
@@ -128,7 +128,8 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	}
 	if cfg.Server.MetricsListen != "" {
 		// The registry of now: a reload swaps it (server.Swap).
-		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() }})
+		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() },
+			Sessions: func() int { return a.Server.MCP.Sessions() }})
 	}
 	if a.Tracer, err = telemetry.NewTracer(ctx, opts.LookupEnv, capgate.Version); err != nil {
 		return nil, err
@@ -144,6 +145,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
 		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce,
 		Metrics: a.Metrics, Tracer: a.Tracer, MetricsListen: cfg.Server.MetricsListen, Discovery: DiscoveryOf(cfg.Discovery),
+		Sessions: server.SessionLimits{Idle: cfg.Server.SessionIdleTimeout.Std(), Max: cfg.Server.MaxSessions},
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
 	if err := a.Server.LoadSkills(skills.Options{Installed: opts.SkillsDirs, Workspace: cfg.Dir}, SkillSettings(cfg.Skills)); err != nil {
