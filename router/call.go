@@ -48,6 +48,9 @@ type Request struct {
 	// RequestID names the call in the audit log; empty, the router makes a
 	// new invocation id, which is the usual case.
 	RequestID string
+	// ClientInvocationID is the caller's own id for the call (AgentOS's
+	// invocation_id): recorded beside RequestID, never in its place.
+	ClientInvocationID string
 }
 
 // Invocation is what happened in one call, for its result: the id its
@@ -109,7 +112,8 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
-	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID}
+	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
+		ClientInvocationID: req.ClientInvocationID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -117,6 +121,9 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	// audit log could not record does not run, nor even pass the gates.
 	tk, err := r.admit()
 	defer tk.Done()
+	if err == nil {
+		r.startRecord(&tk, ev)
+	}
 	var res *tool.Result
 	if err == nil {
 		res, err = r.recoverCall(ctx, c, &req, &ev, &tk, &inv)
@@ -285,6 +292,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
+	if !c.Anonymous {
+		call.Sub = c.Sub
+	}
 	if req.Scope != nil {
 		call.Secrets = req.Scope.Secrets
 	}
