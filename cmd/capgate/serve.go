@@ -106,7 +106,8 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				}
 				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
 				if srv.HS256 {
-					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you\n", selfCommand(), configPath)
+					// A token to paste into a client's config: one that lasts a working day.
+					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you --ttl 12h\n", selfCommand(), configPath)
 				} else {
 					fmt.Fprintf(out, "  a dev token     none: HS256 is off (auth.jwks_file); present a token your issuer signs\n")
 				}
