@@ -125,7 +125,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		return nil, err
 	}
 	ao := auditOptions(cfg, opts.Logger)
-	ao.Replica = a.ReplicaID // every record says which replica wrote it
+	ao.Replica = a.ReplicaID           // every record says which replica wrote it
 	ao.HeadKey = audit.HeadKey(secret) // nil without HS256: a key of this process's own would not outlive it
 	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err

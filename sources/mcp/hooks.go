@@ -66,7 +66,9 @@ func (s *Source) unauthorized(ctx context.Context, again bool) (context.Context,
 		}
 		return ctx, true, err
 	}
-	return context.WithValue(ctx, headersKey{}, h), true, nil
+	// Over what the request had (Mcp-Method, Mcp-Name): only the
+	// credential changes.
+	return withMoreHeaders(ctx, h), true, nil
 }
 
 // maxKeyedSessions bounds the keyed upstream sessions one source keeps;
