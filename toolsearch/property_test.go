@@ -24,7 +24,7 @@ type corpusSource struct {
 	tools []*tool.Descriptor
 }
 
-func (s *corpusSource) ID() string     { return s.id }
+func (s *corpusSource) ID() string      { return s.id }
 func (s *corpusSource) Kind() tool.Kind { return tool.KindMCP }
 func (s *corpusSource) List(context.Context) ([]*tool.Descriptor, error) {
 	out := make([]*tool.Descriptor, len(s.tools))
