@@ -39,6 +39,8 @@ type Config struct {
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
 	Store               Store                     `toml:"store"`
+	Console             Console                   `toml:"console"`
+	Idempotency         Idempotency               `toml:"idempotency"`
 	Discovery           Discovery                 `toml:"discovery"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
@@ -132,6 +134,12 @@ type Policy struct {
 	RequireLock bool               `toml:"require_lock"`
 	Subjects    map[string]Subject `toml:"subjects"`
 	RateLimit   RateLimit          `toml:"rate_limit"`
+	// ApprovalWait holds a call that needs an operator's approval for up
+	// to this long, sending its client progress notifications ("waiting
+	// for approval apr_…"), and goes on when approved or fails when denied
+	// or timed out. 0 (the default): the call fails at once with
+	// approval_required, and the caller repeats it once approved.
+	ApprovalWait Duration `toml:"approval_wait"`
 }
 
 // RateLimit is a token bucket per caller and tool; zero per_minute is off.
@@ -145,11 +153,55 @@ type Subject struct {
 	Acknowledge []string `toml:"acknowledge"`
 }
 
+// Console is the operator console, in a browser: the approvals queue, the
+// audit, the catalog, accounts and live state. It is off unless Listen is
+// set, and is served on a listener of its own with the same Host check as
+// the main one.
+type Console struct {
+	// Listen is where the console is served, for example "127.0.0.1:8788".
+	Listen string `toml:"listen"`
+	// URL is where operators' browsers reach the console (sign-in links,
+	// the OpenID redirect <url>/oidc/callback); default http://<listen>.
+	// An https URL marks its cookies Secure.
+	URL string `toml:"url"`
+	// Approvers may approve and deny calls and revoke accounts; Viewers
+	// read everything but the inputs of tools marked sensitive. Each is a
+	// subject, or "claim=value" matched against the OpenID provider's ID
+	// token (a list claim matches when it holds the value). Everyone else
+	// is refused.
+	Approvers []string `toml:"approvers"`
+	Viewers   []string `toml:"viewers"`
+	// ClientID is the console's client at the [auth.oidc] provider, for
+	// sign-in with it (authorization code with PKCE); without it, only
+	// `capgate console login` links sign in.
+	ClientID string `toml:"client_id"`
+	// ClientSecretEnv names the environment variable holding the client's
+	// secret, if the provider gave it one.
+	ClientSecretEnv string `toml:"client_secret_env"`
+}
+
 // Store is where shared state lives. Without a URL it is SQLite under
 // server.data_dir; with one, PostgreSQL that replicas share (the vault key
 // then comes only from CAPGATE_STORE_KEY).
 type Store struct {
 	URL string `toml:"url"` // postgres://user:pass@host/db; ${ENV} expands
+}
+
+// Idempotency is how a call with an idempotency key runs once, across
+// replicas too (docs/replicas.md).
+type Idempotency struct {
+	// Lease: a key's claim holds this long unless the replica running its
+	// call renews it, every third of it; a claim not renewed for this long
+	// belongs to a replica that died.
+	Lease Duration `toml:"lease"` // default 6s
+	// Wait: how long a retry waits for the call in progress under its key
+	// before answering rate_limited with retry_after_seconds.
+	Wait Duration `toml:"wait"` // default 5s
+	// Repeatable are tool-id patterns (fnmatch, as grants) of tools safe to
+	// run twice with the same input: a retry of a key whose first call's
+	// replica died runs them again. Any other tool's retry is told that
+	// the first call's outcome is unknown.
+	Repeatable []string `toml:"repeatable"`
 }
 
 type Audit struct {
@@ -305,6 +357,8 @@ const (
 	DefaultListen          = "127.0.0.1:8787"
 	DefaultDataDir         = "~/.local/share/capgate"
 	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultIdemLease       = 6 * time.Second
+	DefaultIdemWait        = 5 * time.Second
 	DefaultMaxRequestBytes = 8 << 20
 	DefaultSecretEnv       = "CAPGATE_TOKEN_SECRET"
 	DefaultAudience        = "capgate"
@@ -445,6 +499,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Server.MaxRequestBytes == 0 {
 		c.Server.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.Idempotency.Lease == 0 {
+		c.Idempotency.Lease = Duration(DefaultIdemLease)
+	}
+	if c.Idempotency.Wait == 0 {
+		c.Idempotency.Wait = Duration(DefaultIdemWait)
 	}
 	if c.Auth.SecretEnv == "" {
 		c.Auth.SecretEnv = DefaultSecretEnv
