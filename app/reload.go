@@ -63,6 +63,7 @@ func (a *App) newRouter(cfg *config.Config, reg *registry.Registry, table *risk.
 		Registry: reg, Verifier: a.verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: a.master, Logger: a.logger,
 		RateBuckets: buckets, Metrics: a.Metrics, Tracer: a.Tracer,
+		ApprovalWait:     cfg.Policy.ApprovalWait.Std(),
 		IdempotencyLease: cfg.Idempotency.Lease.Std(), IdempotencyWait: cfg.Idempotency.Wait.Std(),
 		Repeatable: cfg.Idempotency.Repeatable,
 	})
@@ -174,7 +175,10 @@ var restartOnly = []struct {
 	{"server.replica_id", func(c *config.Config) any { return &c.Server.ReplicaID }},
 	{"server.advertise_url", func(c *config.Config) any { return &c.Server.AdvertiseURL }},
 	{"server.metrics_listen", func(c *config.Config) any { return &c.Server.MetricsListen }},
+	{"server.session_idle_timeout", func(c *config.Config) any { return &c.Server.SessionIdleTimeout }},
+	{"server.max_sessions", func(c *config.Config) any { return &c.Server.MaxSessions }},
 	{"store", func(c *config.Config) any { return &c.Store }},
+	{"console", func(c *config.Config) any { return &c.Console }},
 	{"audit", func(c *config.Config) any { return &c.Audit }},
 	{"auth.secret_env", func(c *config.Config) any { return &c.Auth.SecretEnv }},
 	{"auth.audience", func(c *config.Config) any { return &c.Auth.Audience }},

@@ -93,6 +93,12 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				}
 				return nil
 			}
+			consoleAddr := ""
+			if srv.Console != nil {
+				if consoleAddr, err = srv.ServeConsole(ctx); err != nil {
+					return &exitError{code: exitDenied, err: err}
+				}
+			}
 			err = srv.Serve(ctx, func(addr, socket string) {
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", version(), len(srv.Server.Registry().Snapshot().Tools), cfg.Path)
@@ -103,6 +109,9 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				}
 				if m := srv.MetricsAddr(); m != "" {
 					fmt.Fprintf(out, "  metrics         http://%s/metrics\n", m)
+				}
+				if consoleAddr != "" {
+					fmt.Fprintf(out, "  console         http://%s/ (sign in: %s console login --config %s)\n", consoleAddr, selfCommand(), configPath)
 				}
 				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
 				if srv.HS256 {
