@@ -1,6 +1,7 @@
 package app
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/capgate/capgate/config"
@@ -23,7 +24,22 @@ func SandboxPolicy(cfg *config.Config) sandbox.Policy {
 			}
 		}
 	}
+	p.RunAs = RunAs(cfg)
 	return p
+}
+
+// RunAs is the user tools run as: [sandbox] run_as (default nobody) when
+// capgate is root, capgate's own user (nil) otherwise.
+func RunAs(cfg *config.Config) *sandbox.User {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	name := cfg.Sandbox.RunAs
+	if name == "" {
+		name = sandbox.DefaultRunAs
+	}
+	u, _ := sandbox.ParseUser(name) // checked at load
+	return u
 }
 
 // declared reads a capabilities table checked at load.

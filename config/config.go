@@ -38,6 +38,7 @@ type Config struct {
 	// process): they only tighten (sandbox.ParseOverrides).
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
+	Sandbox             Sandbox                   `toml:"sandbox"`
 	Store               Store                     `toml:"store"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
@@ -208,6 +209,15 @@ type Trust struct {
 	// AllowedCapabilities has the shape of a declaration: network =
 	// "none" here makes every tool no_network.
 	AllowedCapabilities map[string]any `toml:"allowed_capabilities"`
+}
+
+// Sandbox is [sandbox]: how every process capgate starts is run.
+type Sandbox struct {
+	// RunAs is the user every tool, bridge provider and stdio MCP server
+	// runs as when capgate runs as root: a name, a uid or uid:gid. Default
+	// "nobody"; "root" keeps root (still without capabilities). Ignored
+	// when capgate is not root: its tools run as capgate's own user.
+	RunAs string `toml:"run_as"`
 }
 
 // ToolOverride is an operator's word on one tool; it always wins.
