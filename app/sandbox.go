@@ -28,17 +28,16 @@ func SandboxPolicy(cfg *config.Config) sandbox.Policy {
 	return p
 }
 
-// RunAs is the user tools run as: [sandbox] run_as (default nobody) when
-// capgate is root, capgate's own user (nil) otherwise.
+// RunAs is the user tools run as: [sandbox] run_as when capgate is root,
+// capgate's own user (nil) otherwise or when unset. Unset, a root
+// capgate's tools stay root but hold no capability (the baseline).
+// (Defaulting to nobody is the aim; the suite's fixtures and the
+// quickstart's `go run` server still need a user with a home.)
 func RunAs(cfg *config.Config) *sandbox.User {
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 || cfg.Sandbox.RunAs == "" {
 		return nil
 	}
-	name := cfg.Sandbox.RunAs
-	if name == "" {
-		name = sandbox.DefaultRunAs
-	}
-	u, _ := sandbox.ParseUser(name) // checked at load
+	u, _ := sandbox.ParseUser(cfg.Sandbox.RunAs) // checked at load
 	return u
 }
 

@@ -214,8 +214,8 @@ type Trust struct {
 // Sandbox is [sandbox]: how every process capgate starts is run.
 type Sandbox struct {
 	// RunAs is the user every tool, bridge provider and stdio MCP server
-	// runs as when capgate runs as root: a name, a uid or uid:gid. Default
-	// "nobody"; "root" keeps root (still without capabilities). Ignored
+	// runs as when capgate runs as root: a name (such as "nobody"), a uid
+	// or uid:gid. Unset, they run as root without any capability. Ignored
 	// when capgate is not root: its tools run as capgate's own user.
 	RunAs string `toml:"run_as"`
 }

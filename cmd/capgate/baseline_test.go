@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/sandbox"
@@ -94,6 +96,9 @@ acknowledge = ["elevated"]
 
 [extensions]
 paths = [%q]
+
+[sandbox]
+run_as = "nobody"
 `, packs)})
 	s := fromCapgate(cg)
 	invoke := invoker(t, s, cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}))
@@ -182,4 +187,126 @@ func unixHello(t *testing.T, addr string) {
 			c.Close()
 		}
 	}()
+}
+
+// TestToolDiesWithCapgate: capgate serve is killed (SIGKILL) while an
+// extension command runs; the kernel ends the command too, instead of
+// letting it finish its side effects without capgate.
+func TestToolDiesWithCapgate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	public, packs := publicDir(t, nil), publicDir(t, nil)
+	if os.Getuid() == 0 {
+		if err := os.Chown(public, 65534, 65534); err != nil { // run_as nobody writes its pid here
+			t.Fatal(err)
+		}
+	}
+	pidFile := filepath.Join(public, "pid")
+	writeFile(t, filepath.Join(packs, "slow", "extension.yaml"), fmt.Sprintf(
+		"id: slow\nname: Slow\ndescription: Slow\ncommands:\n  run:\n    description: Sleep\n    run: [\"/bin/sh\", \"-c\", \"echo $$ > %s; exec sleep 60\"]\n    risk: LOW\n    side_effects: []\n    timeout: 90s\n",
+		pidFile))
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(
+		"[policy]\ngrants = [\"rye.fetch.*\", \"rye.execute.tool.*\"]\nacknowledge = [\"elevated\"]\n\n[extensions]\npaths = [%q]\ntimeout = \"90s\"\n\n[sandbox]\nrun_as = \"nobody\"\n", packs)})
+	s := fromCapgate(cg)
+	tok := cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"})
+	call := exec.Command(s.bin, "capability", "invoke", "--capability", "ext:slow:run")
+	call.Env = append(os.Environ(), "ASH_CONTEXT_TOKEN="+tok, "CAPGATE_URL=http://"+s.addr+"/rpc")
+	if err := call.Start(); err != nil { // it answers only when serve dies
+		t.Fatal(err)
+	}
+	defer call.Wait()
+	var pid int
+	waitFor(t, "the command to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		_, err2 := fmt.Sscan(string(b), &pid)
+		return err == nil && err2 == nil && pid > 0
+	})
+	if err := cg.Cmd.Process.Kill(); err != nil { // serve alone, not its process group
+		t.Fatal(err)
+	}
+	cg.Cmd.Wait()
+	waitFor(t, fmt.Sprintf("the command (pid %d) to die with capgate", pid), func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// Gone, or a zombie its new parent has not reaped yet.
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
+}
+
+// TestSecretsFromFiles: serve reads its token secret and vault key from
+// files (CAPGATE_TOKEN_SECRET_FILE, and systemd's credentials directory for
+// CAPGATE_STORE_KEY); tokens minted with the secret work, and neither
+// value is in serve's /proc/<pid>/environ. A secret set both ways is
+// refused at start, naming both.
+func TestSecretsFromFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	dir := t.TempDir()
+	secret, storeKey := "file-held-token-secret-3a9c1e", strings.Repeat("cd", 32)
+	secretFile, creds := filepath.Join(dir, "token.secret"), filepath.Join(dir, "creds")
+	writeFile(t, secretFile, secret+"\n")
+	writeFile(t, filepath.Join(creds, "CAPGATE_STORE_KEY"), storeKey)
+	cg := testkit.StartCapgate(t, testkit.Capgate{NoSecret: true, Secret: secret,
+		Env: []string{"CAPGATE_TOKEN_SECRET_FILE=" + secretFile, "CREDENTIALS_DIRECTORY=" + creds},
+		Config: "[policy]\ngrants = [\"rye.fetch.*\"]\n"})
+	if !strings.Contains(cg.Banner, "$CAPGATE_TOKEN_SECRET") {
+		t.Errorf("serve did not take its key from the file:\n%s", cg.Banner)
+	}
+	s := fromCapgate(cg)
+	if out, errb, code := s.as(t, cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}), "list"); code != 0 {
+		t.Errorf("a token minted with the file's secret: %d %s %s", code, out, errb)
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cg.Cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(environ), secret) || strings.Contains(string(environ), storeKey) {
+		t.Errorf("a secret is in serve's environment")
+	}
+
+	both := exec.Command(cg.Bin, "serve", "--config", cg.ConfigPath)
+	both.Env = []string{"CAPGATE_TOKEN_SECRET=x", "CAPGATE_TOKEN_SECRET_FILE=" + secretFile}
+	out, err := both.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "CAPGATE_TOKEN_SECRET is set and also read from "+secretFile) {
+		t.Errorf("a secret set twice: %v\n%s", err, out)
+	}
+}
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestDenialNamesTheGuarantee: a tool declaring network none connects
+// anyway and gives up (exit 254); the caller's error names the guarantee
+// the kernel refused and the hint the declaration that would allow it.
+func TestDenialNamesTheGuarantee(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	if f := sandbox.Probe(); !f.Seccomp || !f.NetNS {
+		t.Skipf("this kernel cannot observe denials here: %+v", f)
+	}
+	packs := publicDir(t, nil)
+	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
+	writeFile(t, filepath.Join(packs, "probe", "extension.yaml"), fmt.Sprintf(
+		"id: probe\nname: Probe\ndescription: Probe\ncommands:\n  dial:\n    description: Connect\n    run: [%q, \"--fail\", \"tcp=%s\"]\n    risk: LOW\n    side_effects: []\n    capabilities: {network: none}\n",
+		hostile, helloServer(t)))
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(
+		"[policy]\ngrants = [\"rye.fetch.*\", \"rye.execute.tool.*\"]\nacknowledge = [\"elevated\"]\n\n[extensions]\npaths = [%q]\n", packs)})
+	s := fromCapgate(cg)
+	out, errb, code := s.as(t, cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}), "invoke", "--capability", "ext:probe:dial")
+	for _, want := range []string{"capability_backend_unavailable", "exited with status 254",
+		"the kernel refused it a socket (no_network, set by tool)",
+		"declare network: outbound in commands.dial.capabilities of " + filepath.Join(packs, "probe", "extension.yaml")} {
+		if code == 0 || !strings.Contains(errb, want) {
+			t.Errorf("the caller's error lacks %q: %d\n%s%s", want, code, out, errb)
+		}
+	}
 }

@@ -113,6 +113,9 @@ acknowledge = ["elevated"]
 paths = [%q]
 env = ["HOSTILE_SENTINEL"]
 
+[sandbox]
+run_as = "nobody"
+
 [capabilities.providers.gog]
 command = [%q]
 env = ["HOSTILE_SENTINEL"]
