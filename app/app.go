@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"time"
@@ -16,6 +17,7 @@ import (
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/console"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/server"
@@ -23,6 +25,7 @@ import (
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/token"
+	"github.com/capgate/capgate/upstreamauth"
 )
 
 // Options are the seams of Open.
@@ -46,7 +49,13 @@ type App struct {
 	// Tracer exports spans when the OTEL_* environment asks. nil: off.
 	Metrics *telemetry.Metrics
 	Tracer  *telemetry.Tracer
+	// Broker holds each user's credentials for the [mcp.servers] with
+	// auth; nil when none has.
+	Broker *upstreamauth.Broker
 	*server.Server
+	// Console is the operator console ([console] listen), nil when off;
+	// ServeConsole serves it.
+	Console *console.Console
 	// SecretSource says where the token keys came from, for the start banner.
 	SecretSource string
 	// HS256 says whether HS256 tokens are accepted (see config.Auth.HS256).
@@ -116,8 +125,12 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if a.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{LookupEnv: opts.LookupEnv, URL: cfg.Store.URL}); err != nil {
 		return nil, err
 	}
+	if a.Broker, err = Broker(cfg, a.Store, opts.Logger, opts.LookupEnv); err != nil {
+		return nil, err
+	}
 	ao := auditOptions(cfg, opts.Logger)
-	ao.Replica = a.ReplicaID // every record says which replica wrote it
+	ao.Replica = a.ReplicaID           // every record says which replica wrote it
+	ao.HeadKey = audit.HeadKey(secret) // nil without HS256: a key of this process's own would not outlive it
 	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err
 	}
@@ -127,7 +140,8 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	}
 	if cfg.Server.MetricsListen != "" {
 		// The registry of now: a reload swaps it (server.Swap).
-		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() }})
+		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() },
+			Sessions: func() int { return a.Server.MCP.Sessions() }})
 	}
 	if a.Tracer, err = telemetry.NewTracer(ctx, opts.LookupEnv, capgate.Version); err != nil {
 		return nil, err
@@ -142,9 +156,14 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	a.Server = server.New(server.Options{Router: a.Router, Registry: a.Registry, Logger: opts.Logger,
 		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
 		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce,
-		Metrics: a.Metrics, Tracer: a.Tracer, MetricsListen: cfg.Server.MetricsListen,
+		Metrics: a.Metrics, Tracer: a.Tracer, MetricsListen: cfg.Server.MetricsListen, Discovery: DiscoveryOf(cfg.Discovery),
+		Sessions: server.SessionLimits{Idle: cfg.Server.SessionIdleTimeout.Std(), Max: cfg.Server.MaxSessions},
+		Browser:  a.browser(),
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
+	if a.Console, err = a.newConsole(cfg, table); err != nil {
+		return nil, err
+	}
 	if err := a.Server.LoadSkills(skills.Options{Installed: opts.SkillsDirs, Workspace: cfg.Dir}, SkillSettings(cfg.Skills)); err != nil {
 		return nil, err
 	}
@@ -156,6 +175,15 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	}()
 	a.stopRun = run(a.Registry)
 	return a, nil
+}
+
+// browser is what users' browsers open under /oauth/: the broker's links
+// and callback, when there is a broker.
+func (a *App) browser() http.Handler {
+	if a.Broker == nil {
+		return nil
+	}
+	return a.Broker.Handler()
 }
 
 // replicaID is the configured replica id, or <hostname>-<pid>: unique

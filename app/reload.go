@@ -42,6 +42,12 @@ func (a *App) registryOptions(cfg *config.Config) registry.BuildOptions {
 	master := a.master
 	bo.BridgeKey = func(ns string) ([]byte, error) { return token.BridgeKey(master, ns) }
 	bo.Logger, bo.LookupEnv = a.logger, a.lookupEnv
+	WithAuth(&bo, a.Broker, func() *registry.Registry {
+		if a.Server != nil {
+			return a.Server.Registry()
+		}
+		return a.Registry
+	})
 	return bo
 }
 
@@ -57,6 +63,9 @@ func (a *App) newRouter(cfg *config.Config, reg *registry.Registry, table *risk.
 		Registry: reg, Verifier: a.verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: a.master, Logger: a.logger,
 		RateBuckets: buckets, Metrics: a.Metrics, Tracer: a.Tracer,
+		ApprovalWait:     cfg.Policy.ApprovalWait.Std(),
+		IdempotencyLease: cfg.Idempotency.Lease.Std(), IdempotencyWait: cfg.Idempotency.Wait.Std(),
+		Repeatable: cfg.Idempotency.Repeatable,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
@@ -80,8 +89,8 @@ func run(reg *registry.Registry) (stop func()) {
 // cfg and swaps them in at the front door's one swap point (server.Swap).
 // Sessions stay; calls already running finish on the registry they began
 // on, whose sources close once those calls are done. What cannot change
-// while serving (listen address, socket, data dir, audit log, token keys)
-// keeps its running value and is returned as needing a restart. On error
+// while serving (restartOnly: listeners, data dir, audit log, token keys,
+// anonymous access) keeps its running value and is returned as needing a restart. On error
 // nothing changed: the running config keeps serving.
 //
 // skillsDirs are the installed skill directories, as for Open.
@@ -91,6 +100,8 @@ func (a *App) Reload(ctx context.Context, cfg *config.Config, skillsDirs []strin
 	if a.stopRun == nil {
 		return nil, errors.New("capgate is closed")
 	}
+	needsRestart = NeedsRestart(a.Config, cfg)
+	cfg = keepRunning(a.Config, cfg)
 	table, err := RiskTable(cfg.Policy.RiskFile)
 	if err != nil {
 		return nil, err
@@ -113,11 +124,12 @@ func (a *App) Reload(ctx context.Context, cfg *config.Config, skillsDirs []strin
 	}
 	_, oldReg := a.Server.Swap(rt, reg)
 	a.Server.SetSkills(set, SkillSettings(cfg.Skills))
+	a.Server.MCP.SetDiscovery(DiscoveryOf(cfg.Discovery))
 	a.stopRun()
 	a.stopRun = run(reg)
 	a.Router, a.Registry = rt, reg
 	a.retireLater(oldReg)
-	return NeedsRestart(a.Config, cfg), nil
+	return needsRestart, nil
 }
 
 // retireLater closes reg once its running calls are done (or drainFor
@@ -146,37 +158,55 @@ func (a *App) retireAll() {
 	a.retiring.Wait()
 }
 
-// NeedsRestart names the keys whose change between running and next only
-// a restart applies: the listeners, the data dir (the store), the audit
-// log and the token keys.
+// restartOnly is every key only a restart applies, each with where it
+// lives in a Config: the listeners, the data dir (the store, and the paths
+// the sandbox keeps tools from), the audit log, and who may call at all
+// (token keys, anonymous access). A reload keeps their running values.
+var restartOnly = []struct {
+	key   string
+	field func(*config.Config) any // a pointer to the field
+}{
+	{"server.listen", func(c *config.Config) any { return &c.Server.Listen }},
+	{"server.data_dir", func(c *config.Config) any { return &c.Server.DataDir }},
+	{"server.socket", func(c *config.Config) any { return &c.Server.Socket }},
+	{"server.header_timeout", func(c *config.Config) any { return &c.Server.HeaderTimeout }},
+	{"server.max_request_bytes", func(c *config.Config) any { return &c.Server.MaxRequestBytes }},
+	{"server.drain_delay", func(c *config.Config) any { return &c.Server.DrainDelay }},
+	{"server.replica_id", func(c *config.Config) any { return &c.Server.ReplicaID }},
+	{"server.advertise_url", func(c *config.Config) any { return &c.Server.AdvertiseURL }},
+	{"server.metrics_listen", func(c *config.Config) any { return &c.Server.MetricsListen }},
+	{"server.session_idle_timeout", func(c *config.Config) any { return &c.Server.SessionIdleTimeout }},
+	{"server.max_sessions", func(c *config.Config) any { return &c.Server.MaxSessions }},
+	{"store", func(c *config.Config) any { return &c.Store }},
+	{"console", func(c *config.Config) any { return &c.Console }},
+	{"audit", func(c *config.Config) any { return &c.Audit }},
+	{"auth.secret_env", func(c *config.Config) any { return &c.Auth.SecretEnv }},
+	{"auth.audience", func(c *config.Config) any { return &c.Auth.Audience }},
+	{"auth.jwks_file", func(c *config.Config) any { return &c.Auth.JWKSFile }},
+	{"auth.jwks_url", func(c *config.Config) any { return &c.Auth.JWKSURL }},
+	{"auth.oidc", func(c *config.Config) any { return &c.Auth.OIDC }},
+	{"auth.allow_hs256", func(c *config.Config) any { return &c.Auth.AllowHS256 }},
+	{"auth.anonymous", func(c *config.Config) any { return &c.Auth.Anonymous }},
+}
+
+// NeedsRestart names the restartOnly keys whose value differs between
+// running and next.
 func NeedsRestart(running, next *config.Config) []string {
-	r, n := running.Server, next.Server
 	var out []string
-	for _, k := range []struct {
-		key  string
-		a, b any
-	}{
-		{"server.listen", r.Listen, n.Listen},
-		{"server.data_dir", r.DataDir, n.DataDir},
-		{"server.socket", r.Socket, n.Socket},
-		{"server.header_timeout", r.HeaderTimeout, n.HeaderTimeout},
-		{"server.max_request_bytes", r.MaxRequestBytes, n.MaxRequestBytes},
-		{"server.drain_delay", r.DrainDelay, n.DrainDelay},
-		{"server.replica_id", r.ReplicaID, n.ReplicaID},
-		{"server.advertise_url", r.AdvertiseURL, n.AdvertiseURL},
-		{"server.metrics_listen", r.MetricsListen, n.MetricsListen},
-		{"store", running.Store, next.Store},
-		{"audit", running.Audit, next.Audit},
-		{"auth.secret_env", running.Auth.SecretEnv, next.Auth.SecretEnv},
-		{"auth.audience", running.Auth.Audience, next.Auth.Audience},
-		{"auth.jwks_file", running.Auth.JWKSFile, next.Auth.JWKSFile},
-		{"auth.jwks_url", running.Auth.JWKSURL, next.Auth.JWKSURL},
-		{"auth.oidc", running.Auth.OIDC, next.Auth.OIDC},
-		{"auth.allow_hs256", running.Auth.AllowHS256, next.Auth.AllowHS256},
-	} {
-		if !reflect.DeepEqual(k.a, k.b) {
+	for _, k := range restartOnly {
+		if !reflect.DeepEqual(k.field(running), k.field(next)) {
 			out = append(out, k.key)
 		}
 	}
 	return out
+}
+
+// keepRunning is next with every restartOnly key set to its running
+// value: what a reload may apply.
+func keepRunning(running, next *config.Config) *config.Config {
+	c := *next
+	for _, k := range restartOnly {
+		reflect.ValueOf(k.field(&c)).Elem().Set(reflect.ValueOf(k.field(running)).Elem())
+	}
+	return &c
 }

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
 )
 
 // TestAdmitDiskFull fills the disk under a real Log on a tmpfs and keeps
@@ -67,20 +69,17 @@ func TestAdmitDiskFull(t *testing.T) {
 		running[i].Done()
 	}
 	want := 1 + 2*admitted + queued
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var lines int
+	if !testkit.Poll(5*time.Second, func() bool {
 		l.Flush()
 		rep, err := VerifyFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Lines == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with the disk full: %d lines, want %d (%d calls admitted)", rep.Lines, want, admitted)
-		}
-		time.Sleep(10 * time.Millisecond)
+		lines = rep.Lines
+		return lines == want
+	}) {
+		t.Fatalf("with the disk full: %d lines, want %d (%d calls admitted)", lines, want, admitted)
 	}
 	t.Logf("%d calls admitted with the disk full, %d more events queued", admitted, queued)
 }

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
 )
 
 // traceKeys are the trace's capability_check keys, in its order.
@@ -594,13 +596,7 @@ func TestBackgroundCommit(t *testing.T) {
 	l := openT(t, path, Options{FlushInterval: 5 * time.Millisecond})
 	defer l.Close()
 	l.Log(fullEvent(TypeAuthComplete, 1))
-	deadline := time.Now().Add(10 * time.Second)
-	for len(readLinesMaybe(t, path)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the event was not written within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, "the event to be written", func() bool { return len(readLinesMaybe(t, path)) > 0 })
 }
 
 func TestGroupCommit(t *testing.T) {

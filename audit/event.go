@@ -100,6 +100,12 @@ const (
 	TypeApproval     = "approval"
 	// TypePlan is a planning call's decision: the gates ran, nothing did.
 	TypePlan = "plan"
+	// TypeOperator is an operator's action in the console (sign-in,
+	// approve, deny, revoke): Sub is the operator.
+	TypeOperator = "operator_action"
+	// TypeInvocationStart is a call admitted, before any gate: its
+	// invocation's first record (AgentOS), the tool_call its last.
+	TypeInvocationStart = "invocation_start"
 )
 
 // Event is one audit record. Its fields are written in the order declared,
@@ -122,6 +128,7 @@ type Event struct {
 	Sub, ChatID, ChatType, Tool string
 	Kind                        string // the tool's source kind
 	Protocol                    string // the caller's: "mcp/2025-11-25", "capability-rpc"
+	Via                         string // how the call was named: "call_tool" (tool search), or empty for directly
 	// A grant_check's capability string, deciding layer and why.
 	Required, Layer, Explanation string
 	CapabilityID                 string // an auth flow's capability: gog.email
@@ -130,6 +137,9 @@ type Event struct {
 	Duration                     time.Duration
 	// InputSHA256 is HashInput of the call's input.
 	InputSHA256, RequestID, ApprovalID, FlowID, AccountRef string
+	// ClientInvocationID is the caller's own id for the call (AgentOS's
+	// invocation_id), kept beside capgate's RequestID.
+	ClientInvocationID string
 	// Guarantees is the tool's effective guarantees, a JSON object
 	// (tool.Guarantees marshalled), written as is.
 	Guarantees string
@@ -196,6 +206,7 @@ func appendTail(b []byte, e *Event) []byte {
 	b = appendField(b, `,"tool":`, e.Tool)
 	b = appendField(b, `,"kind":`, e.Kind)
 	b = appendField(b, `,"protocol":`, e.Protocol)
+	b = appendField(b, `,"via":`, e.Via)
 	b = appendField(b, `,"required":`, e.Required)
 	b = appendField(b, `,"layer":`, e.Layer)
 	b = appendField(b, `,"explanation":`, e.Explanation)
@@ -209,6 +220,7 @@ func appendTail(b []byte, e *Event) []byte {
 	}
 	b = appendField(b, `,"input_sha256":`, e.InputSHA256)
 	b = appendField(b, `,"request_id":`, e.RequestID)
+	b = appendField(b, `,"client_invocation_id":`, e.ClientInvocationID)
 	b = appendField(b, `,"approval_id":`, e.ApprovalID)
 	b = appendField(b, `,"flow_id":`, e.FlowID)
 	b = appendField(b, `,"account_ref":`, e.AccountRef)

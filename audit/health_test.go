@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
 )
 
 // tmpfs mounts a tmpfs of size bytes for the test, or skips the test when
@@ -83,14 +85,16 @@ func TestDiskFull(t *testing.T) {
 	if rep, err := VerifyFile(path); err != nil || rep.Lines != logged {
 		t.Errorf("with the disk full: %+v %v, want %d lines", rep, err, logged)
 	}
-	time.Sleep(50 * time.Millisecond) // the writer retries meanwhile
+	// The writer retries meanwhile: each failed round stores its error anew.
+	failed := l.sick.Load()
+	testkit.WaitFor(t, 5*time.Second, "the writer to retry on the full disk", func() bool {
+		p := l.sick.Load()
+		return p != nil && p != failed
+	})
 	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Healthy() != nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Poll(5*time.Second, func() bool { return l.Healthy() == nil })
 	if err := l.Healthy(); err != nil {
 		t.Fatalf("space came back, still unhealthy: %v", err)
 	}

@@ -40,9 +40,15 @@ type Config struct {
 	Trust               Trust                     `toml:"trust"`
 	Sandbox             Sandbox                   `toml:"sandbox"`
 	Store               Store                     `toml:"store"`
+	Console             Console                   `toml:"console"`
+	Idempotency         Idempotency               `toml:"idempotency"`
+	Discovery           Discovery                 `toml:"discovery"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
 	SkillDirs []string `toml:"-"`
+	// Notes say what loading decided that the file does not spell out
+	// (Ash's default wiring of a bundled skill); config check prints them.
+	Notes []string `toml:"-"`
 }
 
 type Server struct {
@@ -61,6 +67,14 @@ type Server struct {
 	// capgate still serves, so that a balancer stops sending it calls
 	// before it closes its listeners. Default 0: stop at once.
 	DrainDelay Duration `toml:"drain_delay"`
+	// SessionIdleTimeout: an MCP session (protocol 2025-11-25) that sent
+	// nothing for this long is forgotten, its state freed; a client that
+	// comes back with its id gets a fresh session. Default 30m.
+	SessionIdleTimeout Duration `toml:"session_idle_timeout"`
+	// MaxSessions caps the MCP sessions held at once: past it, opening one
+	// forgets the session idle longest. Default 4096 (each holds about
+	// 10 KiB: server.BenchmarkSessionMemory).
+	MaxSessions int `toml:"max_sessions"`
 	// ReplicaID names this replica in its audit records and in the
 	// request states of the calls it holds. Default: <hostname>-<pid>.
 	ReplicaID string `toml:"replica_id"`
@@ -77,6 +91,11 @@ type Server struct {
 	// WatchConfig reloads the config when it, its risk file or
 	// capgate.lock changes, as SIGHUP does.
 	WatchConfig bool `toml:"watch_config"`
+	// PublicURL is where users' browsers reach capgate (https in
+	// production): the sign-in links of [mcp.servers] with auth = "oauth"
+	// or "user-token" are under it, and the OAuth redirect URI is
+	// <public_url>/oauth/callback.
+	PublicURL string `toml:"public_url"`
 }
 
 type Auth struct {
@@ -124,6 +143,12 @@ type Policy struct {
 	RequireLock bool               `toml:"require_lock"`
 	Subjects    map[string]Subject `toml:"subjects"`
 	RateLimit   RateLimit          `toml:"rate_limit"`
+	// ApprovalWait holds a call that needs an operator's approval for up
+	// to this long, sending its client progress notifications ("waiting
+	// for approval apr_…"), and goes on when approved or fails when denied
+	// or timed out. 0 (the default): the call fails at once with
+	// approval_required, and the caller repeats it once approved.
+	ApprovalWait Duration `toml:"approval_wait"`
 }
 
 // RateLimit is a token bucket per caller and tool; zero per_minute is off.
@@ -137,11 +162,55 @@ type Subject struct {
 	Acknowledge []string `toml:"acknowledge"`
 }
 
+// Console is the operator console, in a browser: the approvals queue, the
+// audit, the catalog, accounts and live state. It is off unless Listen is
+// set, and is served on a listener of its own with the same Host check as
+// the main one.
+type Console struct {
+	// Listen is where the console is served, for example "127.0.0.1:8788".
+	Listen string `toml:"listen"`
+	// URL is where operators' browsers reach the console (sign-in links,
+	// the OpenID redirect <url>/oidc/callback); default http://<listen>.
+	// An https URL marks its cookies Secure.
+	URL string `toml:"url"`
+	// Approvers may approve and deny calls and revoke accounts; Viewers
+	// read everything but the inputs of tools marked sensitive. Each is a
+	// subject, or "claim=value" matched against the OpenID provider's ID
+	// token (a list claim matches when it holds the value). Everyone else
+	// is refused.
+	Approvers []string `toml:"approvers"`
+	Viewers   []string `toml:"viewers"`
+	// ClientID is the console's client at the [auth.oidc] provider, for
+	// sign-in with it (authorization code with PKCE); without it, only
+	// `capgate console login` links sign in.
+	ClientID string `toml:"client_id"`
+	// ClientSecretEnv names the environment variable holding the client's
+	// secret, if the provider gave it one.
+	ClientSecretEnv string `toml:"client_secret_env"`
+}
+
 // Store is where shared state lives. Without a URL it is SQLite under
 // server.data_dir; with one, PostgreSQL that replicas share (the vault key
 // then comes only from CAPGATE_STORE_KEY).
 type Store struct {
 	URL string `toml:"url"` // postgres://user:pass@host/db; ${ENV} expands
+}
+
+// Idempotency is how a call with an idempotency key runs once, across
+// replicas too (docs/replicas.md).
+type Idempotency struct {
+	// Lease: a key's claim holds this long unless the replica running its
+	// call renews it, every third of it; a claim not renewed for this long
+	// belongs to a replica that died.
+	Lease Duration `toml:"lease"` // default 6s
+	// Wait: how long a retry waits for the call in progress under its key
+	// before answering rate_limited with retry_after_seconds.
+	Wait Duration `toml:"wait"` // default 5s
+	// Repeatable are tool-id patterns (fnmatch, as grants) of tools safe to
+	// run twice with the same input: a retry of a key whose first call's
+	// replica died runs them again. Any other tool's retry is told that
+	// the first call's outcome is unknown.
+	Repeatable []string `toml:"repeatable"`
 }
 
 type Audit struct {
@@ -183,6 +252,25 @@ type MCPServer struct {
 	URL       string            `toml:"url"`
 	Transport string            `toml:"transport"` // streamable-http (default) or sse
 	Headers   map[string]string `toml:"headers"`
+
+	// Auth is how each caller's requests are authorized upstream: "none"
+	// (the default: Headers only, the same for everyone), "oauth" (each
+	// user signs in to the server's authorization server; needs
+	// server.public_url), "token-exchange" (the caller's [auth.oidc] token
+	// is exchanged at its issuer, RFC 8693) or "user-token" (each user
+	// enters their own token on a form under server.public_url).
+	Auth string `toml:"auth"`
+	// ClientID is a client pre-registered at the authorization server;
+	// without it capgate uses a Client ID Metadata Document, else dynamic
+	// registration.
+	ClientID string `toml:"client_id"`
+	// ClientSecretEnv names the variable holding ClientID's secret.
+	ClientSecretEnv string `toml:"client_secret_env"`
+	// Scopes to ask for; default what the server's metadata says.
+	Scopes []string `toml:"scopes"`
+	// TokenHeader is the header a user token is sent in (auth =
+	// "user-token"); default Authorization, as "Bearer <token>".
+	TokenHeader string `toml:"token_header"`
 
 	// Prefix of exposed names; nil means the server's name, "" none.
 	Prefix  *string  `toml:"prefix"`
@@ -287,6 +375,10 @@ const (
 	DefaultListen          = "127.0.0.1:8787"
 	DefaultDataDir         = "~/.local/share/capgate"
 	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultSessionIdle     = 30 * time.Minute
+	DefaultMaxSessions     = 4096
+	DefaultIdemLease       = 6 * time.Second
+	DefaultIdemWait        = 5 * time.Second
 	DefaultMaxRequestBytes = 8 << 20
 	DefaultSecretEnv       = "CAPGATE_TOKEN_SECRET"
 	DefaultAudience        = "capgate"
@@ -348,6 +440,7 @@ func Parse(name string, data []byte, dir string, opts Options) (*Config, error) 
 			return nil, err
 		}
 	}
+	c.applyAshProviders()
 	c.mergeSkillProviders()
 	var errs []error
 	fail := func(key, format string, args ...any) {
@@ -414,6 +507,7 @@ func tomlType(goType string) string {
 }
 
 func (c *Config) applyDefaults() {
+	c.Discovery.applyDefaults()
 	if c.Server.Listen == "" {
 		c.Server.Listen = DefaultListen
 	}
@@ -423,8 +517,20 @@ func (c *Config) applyDefaults() {
 	if c.Server.HeaderTimeout == 0 {
 		c.Server.HeaderTimeout = Duration(DefaultHeaderTimeout)
 	}
+	if c.Server.SessionIdleTimeout == 0 {
+		c.Server.SessionIdleTimeout = Duration(DefaultSessionIdle)
+	}
+	if c.Server.MaxSessions == 0 {
+		c.Server.MaxSessions = DefaultMaxSessions
+	}
 	if c.Server.MaxRequestBytes == 0 {
 		c.Server.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.Idempotency.Lease == 0 {
+		c.Idempotency.Lease = Duration(DefaultIdemLease)
+	}
+	if c.Idempotency.Wait == 0 {
+		c.Idempotency.Wait = Duration(DefaultIdemWait)
 	}
 	if c.Auth.SecretEnv == "" {
 		c.Auth.SecretEnv = DefaultSecretEnv

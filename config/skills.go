@@ -103,6 +103,50 @@ func tomlKind(v any) string {
 	return "date or time"
 }
 
+// ashProviders are the provider wirings Ash applies when a bundled skill
+// is enabled with no command of its own: [skills.gog] enabled = true runs
+// `gogcli bridge` under the namespace gog.
+var ashProviders = map[string]Provider{
+	"gog": {Namespace: "gog", Command: []string{"gogcli", "bridge"}},
+}
+
+// applyAshProviders gives an enabled bundled skill Ash's default provider
+// wiring: what its capability_provider table leaves out comes from the
+// default, and [capabilities.providers.NAME] still overrides it (see
+// mergeSkillProviders). Each default applied is a note for config check.
+func (c *Config) applyAshProviders() {
+	for _, name := range slices.Sorted(maps.Keys(ashProviders)) {
+		s, ok := c.Skills[name]
+		if !ok || s.Enabled == nil || !*s.Enabled {
+			continue // Ash wires a bundled skill only when it is enabled
+		}
+		def := ashProviders[name]
+		p := s.CapabilityProvider
+		if p == nil {
+			p = &Provider{}
+		}
+		var applied []string
+		if len(p.Command) == 0 {
+			if over := c.Capabilities.Providers[name]; over == nil || len(over.Command) == 0 {
+				p.Command = slices.Clone(def.Command)
+				applied = append(applied, fmt.Sprintf("command = [%q, %q]", def.Command[0], def.Command[1]))
+			}
+		}
+		if p.Namespace == "" {
+			if over := c.Capabilities.Providers[name]; over == nil || over.Namespace == "" {
+				p.Namespace = def.Namespace
+				applied = append(applied, fmt.Sprintf("namespace = %q", def.Namespace))
+			}
+		}
+		s.CapabilityProvider = p
+		c.Skills[name] = s
+		if len(applied) > 0 {
+			c.Notes = append(c.Notes, fmt.Sprintf("skills.%s: enabled = true applies Ash's default provider wiring: %s",
+				name, strings.Join(applied, ", ")))
+		}
+	}
+}
+
 // mergeSkillProviders applies Ash's rules for [skills.X.capability_provider]:
 // an explicit [capabilities.providers.X] overrides it field by field (the
 // operator's word wins; what it leaves out, command above all, comes from

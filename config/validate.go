@@ -52,6 +52,7 @@ func sortProviders(p []NamedProvider) {
 }
 
 func (c *Config) validate(fail func(key, format string, args ...any)) {
+	c.Discovery.validate(fail)
 	if u := c.Store.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		// Not quoted: it may hold a password.
 		fail("store.url", "want a postgres:// or postgresql:// URL")
@@ -63,6 +64,11 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		// Replicas talk on the operator's network: http is allowed there.
 		if u, err := url.Parse(raw); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 			fail("server.advertise_url", "%q is not an absolute http or https URL", raw)
+		}
+	}
+	if raw := c.Server.PublicURL; raw != "" {
+		if u, err := url.Parse(raw); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.RawQuery != "" || u.Fragment != "" {
+			fail("server.public_url", "%q is not an absolute http or https URL without query", raw)
 		}
 	}
 	if !upperEnv.MatchString(c.Auth.SecretEnv) {
@@ -165,8 +171,42 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 			fail("server.metrics_listen", "%q is not host:port, for example \"127.0.0.1:9464\"", m)
 		}
 	}
+	if l := c.Console.Listen; l != "" {
+		if _, _, err := net.SplitHostPort(l); err != nil {
+			fail("console.listen", "%q is not host:port, for example \"127.0.0.1:8788\"", l)
+		}
+		if len(c.Console.Approvers)+len(c.Console.Viewers) == 0 {
+			fail("console.approvers", "the console is on but nobody may use it: name subjects in approvers or viewers")
+		}
+		if c.Console.ClientID != "" && c.Auth.OIDC == nil {
+			fail("console.client_id", "OpenID sign-in needs [auth.oidc] issuer")
+		}
+		if u := c.Console.URL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			fail("console.url", "%q is not an http(s) URL", u)
+		}
+	}
+	if w := c.Policy.ApprovalWait.Std(); w < 0 || w > time.Hour {
+		fail("policy.approval_wait", "must be between 0s and 1h, for example \"2m\"")
+	}
+	if l := c.Idempotency.Lease.Std(); l < 300*time.Millisecond || l > 5*time.Minute {
+		fail("idempotency.lease", "must be between 300ms and 5m, for example \"6s\"")
+	}
+	if w := c.Idempotency.Wait.Std(); w < 0 || w > time.Minute {
+		fail("idempotency.wait", "must be between 0s and 1m, for example \"5s\"")
+	}
+	for i, p := range c.Idempotency.Repeatable {
+		if strings.TrimSpace(p) == "" {
+			fail("idempotency.repeatable["+itoa(i)+"]", "empty pattern: give a tool id or a pattern of them, for example \"mcp:files:put_*\"")
+		}
+	}
 	if c.Server.HeaderTimeout < 0 {
 		fail("server.header_timeout", "must be positive, for example \"10s\"")
+	}
+	if c.Server.SessionIdleTimeout < 0 {
+		fail("server.session_idle_timeout", "must be positive, for example \"30m\"")
+	}
+	if c.Server.MaxSessions < 0 {
+		fail("server.max_sessions", "must be positive, for example 10000")
 	}
 	size("extensions.max_output_bytes", c.Extensions.MaxOutputBytes)
 	size("capabilities.max_output_bytes", c.Capabilities.MaxOutputBytes)
@@ -240,6 +280,7 @@ func (c *Config) validateServer(key, name string, s *MCPServer, fail func(key, f
 			fail(key, "args, env and cwd go with command, not url")
 		}
 	}
+	c.validateServerAuth(key, s, fail)
 	if s.MaxResultBytes != c.MCP.MaxResultBytes && (s.MaxResultBytes < 1<<10 || s.MaxResultBytes > 1<<30) {
 		fail(key+".max_result_bytes", "%d bytes is out of range: give between 1KiB and 1GiB, for example \"8MiB\"", int64(s.MaxResultBytes))
 	}
@@ -254,6 +295,45 @@ func (c *Config) validateServer(key, name string, s *MCPServer, fail func(key, f
 		if o.Name != "" && !tool.ValidExposedName(o.Name) {
 			fail(tk+".name", "%q must match ^[a-zA-Z0-9_-]{1,64}$", o.Name)
 		}
+	}
+}
+
+// validateServerAuth checks a server's auth keys (issue 27).
+func (c *Config) validateServerAuth(key string, s *MCPServer, fail func(key, format string, args ...any)) {
+	switch s.Auth {
+	case "", "none":
+		if s.ClientID != "" || s.ClientSecretEnv != "" || len(s.Scopes) > 0 || s.TokenHeader != "" {
+			fail(key+".auth", "client_id, client_secret_env, scopes and token_header go with auth = \"oauth\", \"token-exchange\" or \"user-token\"")
+		}
+		return
+	case "oauth", "user-token":
+		if c.Server.PublicURL == "" {
+			fail(key+".auth", "auth = %q needs server.public_url: where users' browsers reach capgate to sign in", s.Auth)
+		}
+	case "token-exchange":
+		if c.Auth.OIDC == nil {
+			fail(key+".auth", "auth = \"token-exchange\" needs [auth.oidc]: the issuer whose tokens are exchanged")
+		}
+	default:
+		fail(key+".auth", "%q: valid values are none, oauth, token-exchange and user-token", s.Auth)
+		return
+	}
+	if s.URL == "" || s.Transport == "sse" {
+		fail(key+".auth", "auth = %q needs a streamable-http url: each caller's requests carry their own credential", s.Auth)
+	}
+	for h := range s.Headers {
+		if strings.EqualFold(h, "Authorization") {
+			fail(key+".headers", "an Authorization header and auth = %q are both set: one credential for everyone or each user's own, not both", s.Auth)
+		}
+	}
+	if s.ClientSecretEnv != "" && !upperEnv.MatchString(s.ClientSecretEnv) {
+		fail(key+".client_secret_env", "%q is not an environment variable name", s.ClientSecretEnv)
+	}
+	if s.ClientSecretEnv != "" && s.ClientID == "" {
+		fail(key+".client_secret_env", "a client secret goes with client_id")
+	}
+	if s.TokenHeader != "" && s.Auth != "user-token" {
+		fail(key+".token_header", "goes with auth = \"user-token\"")
 	}
 }
 

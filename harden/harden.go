@@ -98,8 +98,11 @@ func walk(v any, depth int, bare bool) (string, bool) {
 	}
 	switch v := v.(type) {
 	case map[string]any:
+		if k, x, ok := namedValue(v); ok && CredentialKey(k) && carries(k, x) {
+			return keyFinding(k), true
+		}
 		for k, x := range v {
-			if CredentialKey(k) && carries(x) {
+			if CredentialKey(k) && carries(k, x) {
 				return keyFinding(k), true
 			}
 			if f, ok := walk(x, depth+1, bare); ok {
@@ -137,7 +140,50 @@ func text(s string, depth int, bare bool) (string, bool) {
 	if k, ok := textKey(s, bare); ok {
 		return keyFinding(k), true
 	}
+	// A token percent-encoded (in a URL, say: eyJ...%2EeyJ...%2E...) is
+	// the token all the same: look again at the decoded text, up to a
+	// few layers of encoding.
+	for range 3 {
+		d := percentDecode(s)
+		if d == s {
+			break
+		}
+		if f, ok := tokenFormat(d); ok {
+			return f + ", percent-encoded", true
+		}
+		s = d
+	}
 	return "", false
+}
+
+// percentDecode decodes every valid %XX in s and leaves the rest as it
+// is, so that one bad escape cannot hide the others.
+func percentDecode(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 func keyFinding(k string) string {
@@ -147,11 +193,36 @@ func keyFinding(k string) string {
 	return fmt.Sprintf("a credential-like key (%s)", k)
 }
 
-// carries: only a boolean surely holds no secret ("hasPassword": true);
-// anything else under a credential key is withheld, null and "" included.
-func carries(v any) bool {
-	_, isBool := v.(bool)
-	return !isBool
+// carries: only a boolean surely holds no secret ("hasPassword": true),
+// and a number none under a weak key ("token": 3); anything else under a
+// credential key is withheld, null and "" included.
+func carries(k string, v any) bool {
+	switch v.(type) {
+	case bool:
+		return false
+	case float64:
+		return !weakKey(k)
+	}
+	return true
+}
+
+// namedValue reads an object that names its value, as environment
+// variables and tags are given ({"name": "DB_PASSWORD", "value": ...},
+// {"Key": ..., "Value": ...}): the name is then the value's key.
+func namedValue(m map[string]any) (key string, value any, ok bool) {
+	if len(m) < 2 {
+		return "", nil, false
+	}
+	var named, valued bool
+	for k, x := range m {
+		switch {
+		case strings.EqualFold(k, "name") || strings.EqualFold(k, "key"):
+			key, named = x.(string)
+		case strings.EqualFold(k, "value"):
+			value, valued = x, true
+		}
+	}
+	return key, value, named && valued
 }
 
 // textKey finds key:value or key=value in prose with a credential-like key
@@ -191,8 +262,10 @@ func keyWordByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
+// keyByte: the bytes of a key in prose, letters outside ASCII (their
+// UTF-8 bytes) included, so that a confusable key is read whole.
 func keyByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.'
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.' || c >= 0x80
 }
 
 func valueAfter(s string) bool {
@@ -210,37 +283,46 @@ func valueAfter(s string) bool {
 }
 
 // suspect is a sound, cheap prefilter: every credential key and token
-// format contains one of these case-folded substrings (or a \u escape
-// that could spell one), so a document without any is clean unparsed.
+// format contains one of these case-folded words (a key's with any
+// separators between its letters, "pass_word"), a byte outside ASCII (a
+// key may be spelled with confusable letters), a percent escape (a token
+// may be encoded), or a \u escape that could spell one, so a document
+// without any is clean unparsed.
 func suspect[T string | []byte](b T) bool {
 	for i := 0; i < len(b); i++ {
 		c := b[i]
+		if c >= 0x80 {
+			return true
+		}
 		if c == '\\' {
 			if i+1 < len(b) && b[i+1] == 'u' {
 				return true
 			}
 			continue
 		}
+		if c == '%' && i+2 < len(b) && isHex(b[i+1]) && isHex(b[i+2]) {
+			return true
+		}
 		rest := b[i:]
 		switch c | 0x20 {
 		case 't':
-			if hasFold(rest, "token") {
+			if hasFoldSep(rest, "token") {
 				return true
 			}
 		case 's':
-			if hasFold(rest, "secret") || hasFold(rest, "sk_live_") {
+			if hasFoldSep(rest, "secret") || hasFold(rest, "sk_live_") || hasFold(rest, "sk_test_") {
 				return true
 			}
 		case 'c':
-			if hasFold(rest, "cookie") {
+			if hasFoldSep(rest, "cookie") || hasFoldSep(rest, "credential") {
 				return true
 			}
 		case 'a':
-			if hasFold(rest, "authoriz") || hasFold(rest, "akia") || hasFold(rest, "asia") || hasFold(rest, "aiza") {
+			if hasFoldSep(rest, "authoriz") || hasFold(rest, "akia") || hasFold(rest, "asia") || hasFold(rest, "aiza") {
 				return true
 			}
 		case 'p':
-			if hasFold(rest, "passw") || hasFold(rest, "passphrase") {
+			if hasFoldSep(rest, "passw") || hasFoldSep(rest, "passphrase") {
 				return true
 			}
 		case 'k':
@@ -248,11 +330,11 @@ func suspect[T string | []byte](b T) bool {
 				return true
 			}
 		case 'b':
-			if hasFold(rest, "bearer") {
+			if hasFoldSep(rest, "bearer") {
 				return true
 			}
 		case 'j':
-			if hasFold(rest, "jwt") {
+			if hasFoldSep(rest, "jwt") {
 				return true
 			}
 		case 'g':
@@ -260,7 +342,11 @@ func suspect[T string | []byte](b T) bool {
 				return true
 			}
 		case 'x':
-			if hasFold(rest, "xox") {
+			if hasFold(rest, "xox") || hasFold(rest, "xapp-") {
+				return true
+			}
+		case 'y':
+			if hasFold(rest, "ya29.") {
 				return true
 			}
 		case 'e':
@@ -268,7 +354,7 @@ func suspect[T string | []byte](b T) bool {
 				return true
 			}
 		case 'r':
-			if hasFold(rest, "rk_live_") {
+			if hasFold(rest, "rk_live_") || hasFold(rest, "rk_test_") {
 				return true
 			}
 		}
@@ -277,7 +363,8 @@ func suspect[T string | []byte](b T) bool {
 }
 
 // keyQualified: "key" preceded, across any separators, by a word
-// that makes it a credential (api key, private key, access key).
+// that makes it a credential (api key, private key, access key, secret
+// key: the last caught by "secret" already).
 func keyQualified[T string | []byte](before T) bool {
 	for n := len(before); n > 0 && !keyWordByte(before[n-1]); n-- {
 		before = before[:n-1]
@@ -304,6 +391,31 @@ func hasFold[T string | []byte](b T, lit string) bool {
 		if c != lit[i] {
 			return false
 		}
+	}
+	return true
+}
+
+// hasFoldSep is hasFold with any run of key separators (_ - . space)
+// allowed between lit's letters, as NormalizeKey drops them.
+func hasFoldSep[T string | []byte](b T, lit string) bool {
+	j := 0
+	for i := 0; i < len(lit); i++ {
+		if i > 0 {
+			for j < len(b) && (b[j] == '_' || b[j] == '-' || b[j] == '.' || b[j] == ' ') {
+				j++
+			}
+		}
+		if j >= len(b) {
+			return false
+		}
+		c := b[j]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lit[i] {
+			return false
+		}
+		j++
 	}
 	return true
 }

@@ -3,8 +3,6 @@ package registry
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,40 +122,15 @@ func TestUpstreamKilledAndRestarted(t *testing.T) {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 15*time.Second, what, ok)
 }
 
-// everything installs @modelcontextprotocol/server-everything from npm
-// once per machine and returns its binary.
+// everything installs @modelcontextprotocol/server-everything, pinned by
+// testdata/everything/package-lock.json, once per machine and returns its
+// binary. The tool count below is that version's.
 func everything(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("npm"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("npm not found, and CI must run the server-everything test")
-		}
-		t.Skip("npm not found: the server-everything test needs it")
-	}
-	dir := filepath.Join(os.TempDir(), "capgate-server-everything")
-	bin := filepath.Join(dir, "node_modules", ".bin", "mcp-server-everything")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "@modelcontextprotocol/server-everything")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("npm install: %v\n%s", err, out)
-		}
-		t.Skipf("npm could not install server-everything (no registry?): %v", err)
-	}
-	return bin
+	return filepath.Join(testkit.NPMCI(t, filepath.Join("testdata", "everything")), "node_modules", ".bin", "mcp-server-everything")
 }
 
 func TestServerEverything(t *testing.T) {

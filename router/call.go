@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,9 +43,15 @@ type Request struct {
 	Log      func(params json.RawMessage)
 	Ask      func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 	Protocol string // for the audit: "mcp/2025-11-25", "rpc", ...
+	// Via is how the caller named the tool, for the audit: "call_tool"
+	// when tool search's call_tool ran it, empty when called directly.
+	Via string
 	// RequestID names the call in the audit log; empty, the router makes a
 	// new invocation id, which is the usual case.
 	RequestID string
+	// ClientInvocationID is the caller's own id for the call (AgentOS's
+	// invocation_id): recorded beside RequestID, never in its place.
+	ClientInvocationID string
 }
 
 // Invocation is what happened in one call, for its result: the id its
@@ -106,7 +113,8 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
-	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, RequestID: req.RequestID}
+	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
+		ClientInvocationID: req.ClientInvocationID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -114,6 +122,9 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	// audit log could not record does not run, nor even pass the gates.
 	tk, err := r.admit()
 	defer tk.Done()
+	if err == nil {
+		r.startRecord(&tk, ev)
+	}
 	var res *tool.Result
 	if err == nil {
 		res, err = r.recoverCall(ctx, c, &req, &ev, &tk, &inv)
@@ -242,7 +253,10 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	}()
 	// (g) idempotency: claim the key, or replay its result.
 	var claim string
-	if req.IdempotencyKey != "" && mutating(d) {
+	var stopLease func()
+	// A key is honoured for every tool: capgate cannot know that a tool it
+	// does not count as mutating changes nothing.
+	if req.IdempotencyKey != "" {
 		var replay *tool.Result
 		sp := r.opts.Tracer.Gate(ctx, GateIdempotency)
 		claim, replay, err = r.claimKey(ctx, c, d, req.IdempotencyKey, inputHash)
@@ -255,9 +269,12 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 			ev.Detail = "idempotent replay"
 			return replay, nil
 		}
-		// Until the call has a result to keep, the claim is released on
-		// every way out, a panic included, so a retry can run.
+		// The claim's lease is renewed while the call runs. Until the call
+		// has a result to keep, the claim is released on every way out, a
+		// panic included, so a retry can run.
+		stopLease = r.holdLease(c.Sub, d.ID, req.IdempotencyKey, claim)
 		defer func() {
+			stopLease()
 			if claim != "" {
 				if err := r.opts.State.ReleaseIdempotency(context.WithoutCancel(ctx), c.Sub, d.ID, req.IdempotencyKey, claim); err != nil {
 					r.opts.Logger.Warn("idempotency claim not released; it expires", "tool", d.ID, "err", err)
@@ -268,7 +285,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	// (h) the approval, used now and only now.
 	if needApproval {
 		sp := r.opts.Tracer.Gate(ctx, GateApproval)
-		approval, err := r.useApproval(ctx, c, d, input, inputHash)
+		approval, err := r.useApproval(ctx, c, d, input, inputHash, req.Progress)
 		sp.End(errorType(err))
 		if err != nil {
 			return nil, err
@@ -282,6 +299,9 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
+	if !c.Anonymous {
+		call.Sub = c.Sub
+	}
 	if req.Scope != nil {
 		call.Secrets = req.Scope.Secrets
 	}
@@ -331,14 +351,16 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 		return nil, err
 	}
 	if claim != "" {
+		stopLease()
 		b, err := json.Marshal(res)
 		if err == nil {
 			err = r.opts.State.CompleteIdempotency(context.WithoutCancel(ctx), c.Sub, d.ID, req.IdempotencyKey, claim, b, r.opts.IdempotencyTTL)
 		}
 		if err != nil {
-			// The claim stays until it expires: releasing it would let a
-			// retry run the call a second time.
-			r.opts.Logger.Error("idempotency result not stored; the key stays claimed until the claim expires", "tool", d.ID, "err", err)
+			// The claim stays, no longer renewed: releasing it would let a
+			// retry run the call a second time. Retries are told that its
+			// outcome is unknown.
+			r.opts.Logger.Error("idempotency result not stored; retries with the key are told its outcome is unknown", "tool", d.ID, "err", err)
 		}
 		claim = ""
 	}
@@ -441,16 +463,15 @@ const (
 
 // claimKey claims the idempotency key for this call (a claim id), or
 // returns the result of the call that made it. While that call runs, it
-// waits for its result, bounded by the call timeout and ctx; then it
-// refuses with rate_limited, for the retry that will find the result.
+// waits for its result, at most IdempotencyWait; then it refuses with
+// rate_limited and a RetryAfter. A claim whose replica died while its
+// call ran is refused as of unknown outcome, unless the tool is
+// repeatable: then this call takes the claim over and runs.
 func (r *Router) claimKey(ctx context.Context, c *Caller, d *tool.Descriptor, key, inputHash string) (string, *tool.Result, error) {
-	// A claim outlives the longest call by a margin; a process that dies
-	// holding one blocks the key no longer.
-	claimTTL := r.opts.CallTimeout + time.Minute
-	var deadline time.Time
+	deadline := time.Now().Add(r.opts.IdempotencyWait)
 	wait := idemPollMin
 	for {
-		claim, rec, err := r.opts.State.ClaimIdempotency(ctx, c.Sub, d.ID, key, inputHash, claimTTL)
+		claim, rec, err := r.opts.State.ClaimIdempotency(ctx, c.Sub, d.ID, key, inputHash, r.opts.IdempotencyLease, r.opts.IdempotencyTTL)
 		switch {
 		case err != nil:
 			// Fail closed: without the claim the call could run twice.
@@ -467,22 +488,27 @@ func (r *Router) claimKey(ctx context.Context, c *Caller, d *tool.Descriptor, ke
 				return "", nil, fmt.Errorf("reading the idempotency record of %s: %w", d.ID, err)
 			}
 			return "", res, nil
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(r.opts.CallTimeout)
+		case rec.Dead && !r.repeatable(d):
+			return "", nil, outcomeUnknown(key, d, rec)
+		case rec.Dead:
+			claim, err := r.opts.State.RetakeIdempotency(ctx, c.Sub, d.ID, key, inputHash, r.opts.IdempotencyLease)
+			if err != nil {
+				return "", nil, storeUnavailable(err, GateIdempotency, "the idempotency record")
+			}
+			if claim != "" {
+				r.opts.Logger.Info("idempotency key retaken: its first call's replica died, and the tool is repeatable", "tool", d.ID)
+				return claim, nil, nil
+			}
+			continue // another retry took it first, or its holder came back: look again
 		}
 		if time.Now().Add(wait).After(deadline) {
-			return "", nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateIdempotency,
-				Message: "a call with idempotency key " + quoteKey(key) + " is still in progress",
-				Hint:    "retry later with the same key and input: you get that call's result"}
+			return "", nil, r.inProgress(key, nil)
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return "", nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateIdempotency, Err: ctx.Err(),
-				Message: "gave up waiting for the call in progress with idempotency key " + quoteKey(key),
-				Hint:    "retry later with the same key and input: you get that call's result"}
+			return "", nil, r.inProgress(key, ctx.Err())
 		case <-t.C:
 		}
 		wait = min(2*wait, idemPollMax)
@@ -495,11 +521,6 @@ func quoteKey(k string) string {
 		k = k[:64] + "…"
 	}
 	return fmt.Sprintf("%q", k)
-}
-
-// mutating reports tools whose repeated call would change something.
-func mutating(d *tool.Descriptor) bool {
-	return d.Mutating || slices.ContainsFunc(d.Risk.Effects, risk.SideEffect.Writes)
 }
 
 // resolve finds a tool by id or exposed name (byID: by id only). A tool
@@ -601,7 +622,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 	required := r.toolCaps.get(d.ID).execute
 	allowed, refused, reason := c.grants.Explain(required)
 	check := audit.Event{Type: audit.TypeGrantCheck, ToolName: d.ExposedName, Required: required, Explanation: reason,
-		Protocol: req.Protocol, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
+		Protocol: req.Protocol, Via: req.Via, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
 		Gate: GateCapability, RequestID: req.RequestID}
 	resolved(&check, d)
 	if allowed {
@@ -671,6 +692,11 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 		if !request {
 			return false, approvalPlanned(d, tier)
 		}
+		if r.opts.ApprovalWait > 0 {
+			// Held: the approval gate, after every other gate, asks for
+			// the approval and waits for the decision.
+			return true, nil
+		}
 		return false, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
 	return false, &tool.Error{Code: tool.CodeAccessDenied, Gate: GateAcknowledge,
@@ -680,15 +706,81 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 // useApproval uses the call's approval: one statement marks it used, so
 // of two calls on one approval only one gets it; the other is told to get
 // a new one.
-func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) (*store.Approval, error) {
+func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string,
+	progress func(p, total float64, msg string)) (*store.Approval, error) {
 	a, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
 	if errors.Is(err, store.ErrNotFound) {
+		if r.opts.ApprovalWait > 0 {
+			return r.awaitApproval(ctx, c, d, input, inputHash, progress)
+		}
 		return nil, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
 	if err != nil {
 		return nil, storeUnavailable(err, GateApproval, "the approval")
 	}
 	return a, nil
+}
+
+// awaitApproval holds the call until an operator decides ([policy]
+// approval_wait): it requests the approval, tells the caller it waits
+// (progress), and uses the approval once approved. A denial fails the call
+// with approval_denied; so does the wait running out, with
+// approval_required, and the caller may repeat the call later.
+func (r *Router) awaitApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string,
+	progress func(p, total float64, msg string)) (*store.Approval, error) {
+	tier, err := r.opts.Risk.ToolTier(d.Risk.Level)
+	if err != nil {
+		return nil, err
+	}
+	a, err := r.opts.State.RequestApproval(ctx, c.Sub, d.ID, inputHash, input, r.opts.ApprovalTTL)
+	if err != nil {
+		return nil, storeUnavailable(err, GateApproval, "the approval")
+	}
+	start := r.opts.Now()
+	wait := min(r.opts.ApprovalWait, a.ExpiresAt.Sub(start))
+	tick := time.NewTicker(r.opts.ApprovalPoll)
+	defer tick.Stop()
+	said := time.Time{}
+	for {
+		switch {
+		case a.Denied():
+			return nil, approvalDenied(d, tier, a)
+		case a.Approved():
+			used, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
+			if err == nil {
+				return used, nil
+			}
+			if !errors.Is(err, store.ErrNotFound) {
+				return nil, storeUnavailable(err, GateApproval, "the approval")
+			}
+			// Another call with the same input took it: ask anew.
+			return nil, r.approvalRequired(ctx, c, d, input, inputHash)
+		}
+		now := r.opts.Now()
+		waited := now.Sub(start)
+		if waited >= wait {
+			return nil, &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
+				Message: fmt.Sprintf("%s is risk %s, tier %s: waited %s for an operator to approve this call (approval %s); still pending",
+					d.ID, d.Risk.Level, tier.Name, waited.Round(time.Second), a.ID),
+				Hint: fmt.Sprintf("an operator approves %s in the console or with `capgate approve %s`; then repeat the same call", a.ID, a.ID)}
+		}
+		if progress != nil && now.Sub(said) >= 5*time.Second {
+			progress(waited.Seconds(), wait.Seconds(), "waiting for approval "+a.ID)
+			said = now
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name, Err: ctx.Err(),
+				Message: fmt.Sprintf("the call ended while waiting for approval %s", a.ID)}
+		case <-tick.C:
+		}
+		if a, err = r.opts.State.Approval(ctx, a.ID); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, r.approvalRequired(ctx, c, d, input, inputHash)
+			}
+			return nil, storeUnavailable(err, GateApproval, "the approval")
+		}
+	}
 }
 
 // approvalRequired requests an operator's approval of the call (or finds
@@ -702,10 +794,25 @@ func (r *Router) approvalRequired(ctx context.Context, c *Caller, d *tool.Descri
 	if err != nil {
 		return storeUnavailable(err, GateApproval, "the approval")
 	}
+	if a.Denied() {
+		return approvalDenied(d, tier, a)
+	}
 	return &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
 		Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (approval %s, valid until %s)",
 			d.ID, d.Risk.Level, tier.Name, a.ID, a.ExpiresAt.UTC().Format(time.RFC3339)),
 		Hint: fmt.Sprintf("an operator runs `capgate approve %s` on the host; then retry the same call with the same input", a.ID)}
+}
+
+// approvalDenied is the refusal of a call an operator denied: it stands
+// for the same call until the denial expires, so that a caller retrying
+// is told the decision rather than queued again.
+func approvalDenied(d *tool.Descriptor, tier risk.Tier, a *store.Approval) error {
+	msg := fmt.Sprintf("%s is risk %s, tier %s: an operator denied this call (approval %s)", d.ID, d.Risk.Level, tier.Name, a.ID)
+	if a.Note != "" {
+		msg += ": " + strconv.Quote(a.Note)
+	}
+	return &tool.Error{Code: tool.CodeApprovalDenied, Gate: GateApproval, Required: tier.Name, Message: msg,
+		Hint: fmt.Sprintf("the same call stays denied until %s; ask the operator, or change the call", a.ExpiresAt.UTC().Format(time.RFC3339))}
 }
 
 // chatGate keeps sensitive tools to their chat types (private by default).

@@ -14,6 +14,7 @@ import (
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
+	"github.com/capgate/capgate/toolsearch"
 )
 
 // The caller's identity is the context_token in params
@@ -46,14 +47,20 @@ type rpcData struct {
 	Gate         string    `json:"gate,omitempty"`
 	Required     string    `json:"required,omitempty"`
 	Hint         string    `json:"hint,omitempty"`
+	AuthURL      string    `json:"auth_url,omitempty"` // capability_auth_required: where to sign in
 	InvocationID string    `json:"invocation_id,omitempty"`
+	// ClientInvocationID echoes the caller's invocation_id.
+	ClientInvocationID string `json:"client_invocation_id,omitempty"`
+	// Reason and RetryAfterSeconds: see tool.Error.
+	Reason            string `json:"reason,omitempty"`
+	RetryAfterSeconds int    `json:"retry_after_seconds,omitempty"`
 }
 
 // invokeError is a refused or failed call, with the id of its audit
-// records.
+// records and the caller's own id for it.
 type invokeError struct {
 	error
-	id string
+	id, client string
 }
 
 func (e invokeError) Unwrap() error { return e.error }
@@ -72,6 +79,9 @@ type Handler struct {
 	// travels in the body (Ash's context_token), so the body is read,
 	// within this bound, before the caller is known.
 	MaxBody int64
+	// Search answers capability.search: the tools c could call that best
+	// match the query. nil: the method is refused.
+	Search func(c *router.Caller, in toolsearch.SearchInput) ([]toolsearch.Hit, error)
 }
 
 type rpcMethod func(h *Handler, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
@@ -79,6 +89,7 @@ type rpcMethod func(h *Handler, r *http.Request, c *router.Caller, params json.R
 var rpcMethods = map[string]rpcMethod{
 	"capability.list":          (*Handler).list,
 	"capability.invoke":        (*Handler).invoke,
+	"capability.search":        (*Handler).search,
 	"capability.auth.begin":    (*Handler).authBegin,
 	"capability.auth.complete": (*Handler).authComplete,
 }
@@ -190,11 +201,12 @@ func rpcErrData(err error) *rpcData {
 	d := &rpcData{Code: tool.ErrorCode(err)}
 	var ie invokeError
 	if errors.As(err, &ie) {
-		d.InvocationID = ie.id
+		d.InvocationID, d.ClientInvocationID = ie.id, ie.client
 	}
 	var te *tool.Error
 	if errors.As(err, &te) {
-		d.Gate, d.Required, d.Hint = te.Gate, te.Required, te.Hint
+		d.Gate, d.Required, d.Hint, d.AuthURL = te.Gate, te.Required, te.Hint, te.AuthURL
+		d.Reason, d.RetryAfterSeconds = te.Reason, te.RetryAfterSeconds()
 	}
 	return d
 }
@@ -202,12 +214,15 @@ func rpcErrData(err error) *rpcData {
 // Capability is one entry of capability.list: a bridge capability with its
 // operations, or any other tool as a capability of its own.
 type Capability struct {
-	ID           string      `json:"id"`
-	Description  string      `json:"description"`
-	Available    bool        `json:"available"`
-	RequiresAuth bool        `json:"requires_auth"`
-	Sensitive    bool        `json:"sensitive,omitempty"`
-	Operations   []Operation `json:"operations"`
+	ID          string `json:"id"`
+	Description string `json:"description"`
+	Available   bool   `json:"available"`
+	// UnavailableReason says why a capability listed with
+	// include_unavailable cannot be called now.
+	UnavailableReason string      `json:"unavailable_reason,omitempty"`
+	RequiresAuth      bool        `json:"requires_auth"`
+	Sensitive         bool        `json:"sensitive,omitempty"`
+	Operations        []Operation `json:"operations"`
 }
 
 type Operation struct {
@@ -239,6 +254,12 @@ func (h *Handler) list(_ *http.Request, c *router.Caller, params json.RawMessage
 			_, op, _ = strings.Cut(d.Name, ".")
 			desc = d.Title
 		}
+		// A tool this chat may not call is listed only on request, as
+		// unavailable with the chat gate's reason (Ash).
+		why, chat := unavailable(c, d)
+		if chat && !p.IncludeUnavailable {
+			continue
+		}
 		i, ok := index[id]
 		if !ok {
 			i = len(caps)
@@ -246,12 +267,47 @@ func (h *Handler) list(_ *http.Request, c *router.Caller, params json.RawMessage
 			caps = append(caps, Capability{ID: id, Description: desc, Available: true, Sensitive: d.Sensitive})
 		}
 		cp := &caps[i]
-		cp.Available = cp.Available && d.Available && d.Quarantined == ""
+		cp.Available = cp.Available && why == ""
+		if cp.UnavailableReason == "" {
+			cp.UnavailableReason = why
+		}
 		cp.RequiresAuth = cp.RequiresAuth || d.RequiresAuth
 		cp.Operations = append(cp.Operations, Operation{Name: op, Tool: d.ID, Description: d.Description,
 			RequiresAuth: d.RequiresAuth, Mutating: d.Mutating, InputSchema: d.InputSchema})
 	}
 	return map[string]any{"capabilities": caps}, nil
+}
+
+// search is capability.search: params query and limit (1..20, default
+// 5), as MCP's search_tools takes them; the answer names each tool by id.
+func (h *Handler) search(_ *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+	if h.Search == nil {
+		return nil, tool.Errorf(tool.CodeNotFound, "capability.search is not served here")
+	}
+	in, err := toolsearch.ParseSearch(params)
+	if err != nil {
+		return nil, paramsError{"invalid params: " + tool.ErrorMessage(err)}
+	}
+	hits, err := h.Search(c, in)
+	if err != nil {
+		return nil, tool.Wrap(err, tool.CodeInternal, "tool search failed")
+	}
+	return map[string]any{"tools": hits}, nil
+}
+
+// unavailable says why c cannot call d now, or "" when it can; chat
+// reports that the chat gate is why.
+func unavailable(c *router.Caller, d *tool.Descriptor) (why string, chat bool) {
+	switch {
+	case d.Quarantined != "":
+		return "quarantined: " + d.Quarantined, false
+	case !d.Available:
+		return "its source is not answering", false
+	}
+	if err := router.ChatRefusal(c, d); err != nil {
+		return string(tool.ErrorCode(err)) + ": " + tool.ErrorMessage(err), true
+	}
+	return "", false
 }
 
 func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
@@ -261,7 +317,10 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 		Input          json.RawMessage `json:"input"`
 		Account        string          `json:"account"`
 		IdempotencyKey string          `json:"idempotency_key"`
-		Mode           *string         `json:"mode"` // "planning", or absent to run
+		Mode           *string         `json:"mode"` // "planning"; "execution" or absent to run
+		// InvocationID is the caller's own id (AgentOS): capgate keeps its
+		// own and records and echoes this one as client_invocation_id.
+		InvocationID string `json:"invocation_id"`
 	}
 	if err := decodeParams(params, &p); err != nil {
 		return nil, err
@@ -269,8 +328,15 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 	if strings.TrimSpace(p.Capability) == "" {
 		return nil, paramsError{"invalid params: capability is required"}
 	}
+	if p.Mode != nil && *p.Mode == router.ModeExecution {
+		p.Mode = nil // AgentOS's explicit form of no mode
+	}
 	if p.Mode != nil && *p.Mode != router.ModePlanning {
-		return nil, paramsError{`invalid params: mode must be "` + router.ModePlanning + `" or absent, not ` + shortJSON(*p.Mode)}
+		return nil, paramsError{`invalid params: mode must be "` + router.ModePlanning + `", "` + router.ModeExecution +
+			`" or absent, not ` + shortJSON(*p.Mode)}
+	}
+	if err := router.CheckClientInvocationID(p.InvocationID); err != nil {
+		return nil, paramsError{"invalid params: invocation_id " + err.Error()}
 	}
 	name := p.Capability
 	if p.Operation != "" && p.Operation != defaultOperation {
@@ -288,21 +354,29 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 		// id only: an MCP exposed name is not an id.
 		requestID := router.NewInvocationID()
 		plan, err := h.Router.Plan(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
-			IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
+			IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID, ClientInvocationID: p.InvocationID})
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"ok": plan.Allowed, "mode": router.ModePlanning, "plan": plan, "request_id": requestID}, nil
+		out := map[string]any{"ok": plan.Allowed, "mode": router.ModePlanning, "plan": plan, "request_id": requestID}
+		if p.InvocationID != "" {
+			out["client_invocation_id"] = p.InvocationID
+		}
+		return out, nil
 	}
 	// The RPC names tools by id only: an MCP exposed name is not an id.
 	res, inv, err := h.Router.Invoke(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
-		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc"})
+		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", ClientInvocationID: p.InvocationID})
 	if err != nil {
-		return nil, invokeError{err, inv.ID}
+		return nil, invokeError{err, inv.ID, p.InvocationID}
 	}
 	// request_id is the invocation id, under the name Ash's spec gives it.
-	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
-		"invocation_id": inv.ID, "duration_ms": inv.DurationMS(), "side_effects": inv.SideEffectNames()}, nil
+	out := map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
+		"invocation_id": inv.ID, "duration_ms": inv.DurationMS(), "side_effects": inv.SideEffectNames()}
+	if p.InvocationID != "" {
+		out["client_invocation_id"] = p.InvocationID
+	}
+	return out, nil
 }
 
 // output is the structured result when there is one, else the content.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/httpadmit"
+	"github.com/capgate/capgate/internal/pidlock"
 	"github.com/capgate/capgate/rpc"
 )
 
@@ -75,9 +76,12 @@ func (s *Server) handler(fast bool) http.Handler {
 	mux.Handle(metadataPath, metadataHandler(s.issuer))
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(s.issuer))
 	mux.HandleFunc("/rpc", func(w http.ResponseWriter, r *http.Request) {
-		(&rpc.Handler{Router: s.Router(), MaxBody: max}).ServeHTTP(w, r) // the router of now (Swap)
+		(&rpc.Handler{Router: s.Router(), MaxBody: max, Search: s.MCP.rpcSearch}).ServeHTTP(w, r) // the router of now (Swap)
 	})
 	mux.HandleFunc(internalPath, func(w http.ResponseWriter, r *http.Request) { s.MCP.serveInternal(w, r, max) })
+	if s.browser != nil {
+		mux.Handle("/oauth/", s.browser)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	return recoverPanics(s.logger, rejectRebinding(mux))
@@ -107,6 +111,14 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 	socket := ""
 	if s.socket != "-" {
 		socket = s.socket
+		// The socket is this serve's alone (a lock beside it): another
+		// serve's live socket is never removed or taken over.
+		held, err := pidlock.Acquire(socket + ".lock")
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("rpc socket: %w", err)
+		}
+		defer held.Release()
 		_ = os.Remove(socket) // a stale socket from a previous run
 		uln, err := net.Listen("unix", socket)
 		if err != nil {

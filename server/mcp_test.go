@@ -242,16 +242,7 @@ func TestMCPFrontDoor(t *testing.T) {
 			if err != nil || resultText(res) != "done" {
 				t.Fatalf("slow: %v %+v", err, res)
 			}
-			deadline := time.Now().Add(2 * time.Second)
-			for {
-				mu.Lock()
-				n := len(progress)
-				mu.Unlock()
-				if n >= 3 || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testkit.Poll(2*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(progress) >= 3 })
 			mu.Lock()
 			// mcp-go v1.2.1 may drop a notification sent just before the
 			// result; the ones that arrive must be in order.

@@ -96,7 +96,9 @@ func outcome(isError bool, err error) string {
 func (s *Server) serveMetrics(ctx context.Context, ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.metrics.Handler())
-	srv := s.newHTTPServer(mux)
+	// The same DNS-rebinding check as the front door: the metrics name
+	// every exposed tool, so a page rebound to 127.0.0.1 must not read them.
+	srv := s.newHTTPServer(rejectRebinding(mux))
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync/atomic"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/skills"
 	"github.com/capgate/capgate/telemetry"
+	"github.com/capgate/capgate/toolsearch"
 )
 
 // Options are the parts a Server fronts, built by the wiring (package app).
@@ -50,6 +52,16 @@ type Options struct {
 	Metrics       *telemetry.Metrics
 	Tracer        *telemetry.Tracer
 	MetricsListen string
+	// Browser serves what users' browsers open under /oauth/ (the sign-in
+	// links and callback of upstream accounts, package upstreamauth),
+	// without a capgate token; nil: nothing there.
+	Browser http.Handler
+	// Discovery is how callers find tools ([discovery]); the zero value
+	// lists every tool.
+	Discovery toolsearch.Discovery
+	// Sessions bound the MCP sessions held ([server]
+	// session_idle_timeout, max_sessions); zero values take the defaults.
+	Sessions SessionLimits
 }
 
 // Server is capgate's front door over a router and its registry.
@@ -65,6 +77,7 @@ type Server struct {
 	metrics        *telemetry.Metrics
 	metricsListen  string
 	metricsAddr    string // bound by Serve
+	browser        http.Handler
 }
 
 // New makes the front door over opts' router and registry.
@@ -73,7 +86,8 @@ func New(opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
-		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready, metrics: opts.Metrics, metricsListen: opts.MetricsListen}
+		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready, metrics: opts.Metrics, metricsListen: opts.MetricsListen,
+		browser: opts.Browser}
 	secret := opts.Secret
 	if secret == nil {
 		secret = randomSecret()
@@ -81,6 +95,8 @@ func New(opts Options) *Server {
 	s.MCP = NewMCP(opts.Router, opts.Registry, secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
+	s.MCP.SetDiscovery(opts.Discovery)
+	s.MCP.live.limit(opts.Sessions, s.MCP.forget)
 	return s
 }
 

@@ -292,8 +292,8 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 	}
 	chat := c.ChatType()
 	allowed := s.ChatTypes
-	if s.Sensitive {
-		allowed = []string{"private"} // sensitive skills are private-only
+	if s.Sensitive && len(allowed) == 0 {
+		allowed = []string{"private"} // sensitive without access.chat_types: private only (Ash)
 	}
 	if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(a string) bool { return chat != "" && strings.EqualFold(a, chat) }) {
 		in := "a chat of unknown type"
@@ -328,6 +328,13 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 			gs = append(gs, permissions.Required(permissions.Execute, permissions.Tool, d.ID))
 		}
 	}
+	if len(gs) == 0 && len(s.AllowedTools) == 0 {
+		// A skill that declares no tools, capabilities or permissions
+		// inherits the caller's (Ash: all of the caller's tools; Rye:
+		// the caller's capabilities). The scope still intersects, so it
+		// never widens, and tiers still need the skill's acknowledge.
+		gs = []string{"*"}
+	}
 	grants, err := permissions.NewSet(gs...)
 	if err != nil {
 		return nil, nil, tool.Errorf(tool.CodeBackendUnavailable, "skill %s: its grants: %v", name, err)
@@ -336,11 +343,12 @@ func (m *MCP) skillAccess(c *router.Caller, name string) (*skills.Skill, *router
 }
 
 // skillTools are the tools offered to the skill's model: its allowed
-// tools that the caller, narrowed to the skill, may see.
+// tools that the caller, narrowed to the skill, may see; with no
+// allowed_tools, every tool the narrowed caller may see.
 func (m *MCP) skillTools(c *router.Caller, s *skills.Skill, scope *router.Scope) []mcp.Tool {
 	var out []mcp.Tool
 	for _, d := range m.rt().List(c, scope, registry.Filter{}) {
-		if slices.Contains(s.AllowedTools, d.ExposedName) || slices.Contains(s.AllowedTools, d.ID) {
+		if len(s.AllowedTools) == 0 || slices.Contains(s.AllowedTools, d.ExposedName) || slices.Contains(s.AllowedTools, d.ID) {
 			out = append(out, mcpTool(d))
 		}
 	}

@@ -68,13 +68,15 @@ func skillServer(t *testing.T) (*testServer, string) {
 	write("secret", "---\ndescription: Private only\nsensitive: true\n---\nDo private things.\n")
 	write("needs-key", "---\ndescription: Needs an API key\nenv: [API_KEY]\n---\nUse the key.\n")
 	write("mailer", "---\ndescription: Reads mail\ncapabilities: [gog.email]\n---\nRead the mail.\n")
+	write("team", "---\ndescription: Team things\nsensitive: true\naccess: {chat_types: [group]}\n---\nDo team things.\n")
+	write("helper", "---\ndescription: Declares no tools\n---\nHelp with whatever tools the caller has.\n")
 	fx := fixtureServer(t)
 	fx.Tools = map[string]registry.Override{"echo": {Level: risk.Low}, "t_00": {Level: risk.Low}}
 	return serveSetup(t, setup{
 		registry: registry.BuildOptions{MCP: []registry.MCPServer{fx}},
 		grants: []string{"rye.execute.tool.mcp.fx.*", "rye.execute.directive.echoer", "rye.execute.directive.looper",
 			"rye.execute.directive.secret", "rye.execute.directive.needs-key", "rye.execute.directive.mailer",
-			"rye.execute.tool.bridge.gog.email.*"},
+			"rye.execute.tool.bridge.gog.email.*", "rye.execute.directive.team", "rye.execute.directive.helper"},
 		workspace: dir,
 	})
 }
@@ -354,6 +356,61 @@ func TestUseSkillCapabilities(t *testing.T) {
 	}
 }
 
+// TestUseSkillAshAccess runs two Ash skills through real MCP sessions: a
+// sensitive skill whose access.chat_types names group runs in a group chat
+// and not in a private one (sensitive means private only when
+// access.chat_types is unset), and a skill that declares no allowed_tools
+// inherits the caller's tools, never more than the caller's own.
+func TestUseSkillAshAccess(t *testing.T) {
+	_, url := skillServer(t)
+	m := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{answer("ok")}}
+	group := connect(t, url, mint(t, token.Claims{Sub: "carol", ChatType: "group"}), "", client.WithSamplingHandler(m))
+	if res := useSkill(t, group, map[string]any{"skill": "team", "message": "x"}); res.IsError {
+		t.Errorf("sensitive skill with chat_types [group] in a group chat = %q", resultText(res))
+	}
+	private := connect(t, url, mint(t, token.Claims{Sub: "carol", ChatType: "private"}), "", client.WithSamplingHandler(m))
+	if res := useSkill(t, private, map[string]any{"skill": "team", "message": "x"}); !strings.Contains(resultText(res), "capability_access_denied") ||
+		!strings.Contains(resultText(res), "only allowed in group chats") {
+		t.Errorf("sensitive skill with chat_types [group] in a private chat = %q", resultText(res))
+	}
+
+	offered := func(req mcp.CreateMessageRequest) []string {
+		var names []string
+		for _, tl := range req.CreateMessageParams.Tools {
+			names = append(names, tl.Name)
+		}
+		return names
+	}
+	// The full caller: helper's model is offered the caller's tools, and
+	// its call of one runs.
+	full := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{toolUse("fx__t_00", `{}`), answer("did: ")}}
+	c := connect(t, url, mint(t, token.Claims{Sub: "alice", ChatType: "private"}), "", client.WithSamplingHandler(full))
+	res := useSkill(t, c, map[string]any{"skill": "helper", "message": "help"})
+	if res.IsError || len(full.seen) != 2 {
+		t.Fatalf("helper for the full caller = %v %q, model asked %d times", res.IsError, resultText(res), len(full.seen))
+	}
+	if names := offered(full.seen[0]); !slices.Contains(names, "fx__echo") || !slices.Contains(names, "fx__t_00") {
+		t.Errorf("helper offered the full caller %v, want its tools fx__echo and fx__t_00", names)
+	}
+	if last, _ := json.Marshal(full.seen[1].CreateMessageParams.Messages); strings.Contains(string(last), `"isError":true`) {
+		t.Errorf("helper's call of fx__t_00 was refused: %s", last)
+	}
+	// A narrow caller: only its own tool, and the other is refused.
+	narrow := &model{replies: []func(mcp.CreateMessageRequest) *mcp.CreateMessageResult{toolUse("fx__t_00", `{}`), answer("did: ")}}
+	nc := connect(t, url, mint(t, token.Claims{Sub: "bob", ChatType: "private",
+		Caps: []string{"rye.execute.directive.helper", "rye.execute.tool.mcp.fx.echo"}}), "", client.WithSamplingHandler(narrow))
+	useSkill(t, nc, map[string]any{"skill": "helper", "message": "help"})
+	if len(narrow.seen) != 2 {
+		t.Fatalf("helper for the narrow caller: model asked %d times", len(narrow.seen))
+	}
+	if names := offered(narrow.seen[0]); !slices.Equal(names, []string{"fx__echo"}) {
+		t.Errorf("helper offered the narrow caller %v, want only fx__echo", names)
+	}
+	if last, _ := json.Marshal(narrow.seen[1].CreateMessageParams.Messages); !strings.Contains(string(last), `"isError":true`) {
+		t.Errorf("helper widened the narrow caller: its call of fx__t_00 ran: %s", last)
+	}
+}
+
 // TestUseSkillAudit: each run is one skill_run record in the audit file
 // with its skill, iterations, tool calls and outcome, refusals included.
 func TestUseSkillAudit(t *testing.T) {
@@ -387,12 +444,7 @@ func TestUseSkillAudit(t *testing.T) {
 
 	// The failed run's record comes once capgate sees the call abandoned.
 	var runs []string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		runs = skillRuns(t, s)
-		if len(runs) >= 4 || time.Now().After(deadline) {
-			break
-		}
-	}
+	testkit.Poll(10*time.Second, func() bool { runs = skillRuns(t, s); return len(runs) >= 4 })
 	want := []string{
 		"alice|skill:echoer|echoer|allow|||iterations=2 tool_calls=1 outcome=done",
 		"alice|skill:looper|looper|allow|||iterations=2 tool_calls=1 outcome=partial",

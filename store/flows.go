@@ -65,3 +65,44 @@ func (s *Store) TakeFlow(ctx context.Context, id, sub string) (*Flow, error) {
 	f.CreatedAt, f.ExpiresAt = fromMS(created), fromMS(expires)
 	return f, nil
 }
+
+// FlowByID returns the live flow id, whoever began it, without taking it:
+// for a link a browser opens, which carries no capgate token. The flow id
+// (128 random bits) is the browser's only credential. ErrFlowInvalid when
+// it is unknown or expired.
+func (s *Store) FlowByID(ctx context.Context, id string) (*Flow, error) {
+	f := &Flow{ID: id}
+	var created, expires sql.NullInt64
+	err := s.ops.QueryRowContext(ctx, `SELECT sub, capability_id, account_hint, state, created_at, expires_at
+		FROM auth_flows WHERE id = ? AND expires_at > ?`, id, s.nowMS()).
+		Scan(&f.Sub, &f.CapabilityID, &f.AccountHint, &f.State, &created, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrFlowInvalid
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: flow: %w", err)
+	}
+	f.CreatedAt, f.ExpiresAt = fromMS(created), fromMS(expires)
+	return f, nil
+}
+
+// TakeFlowByID consumes the live flow id, whoever began it, and returns
+// it with its Sub: an OAuth callback, whose state is the flow id and whose
+// browser carries no capgate token. Like TakeFlow, of concurrent takers
+// exactly one wins, and an unknown, expired or used flow is ErrFlowInvalid.
+func (s *Store) TakeFlowByID(ctx context.Context, id string) (*Flow, error) {
+	f := &Flow{ID: id}
+	var created, expires sql.NullInt64
+	err := s.ops.QueryRowContext(ctx, `DELETE FROM auth_flows
+		WHERE id = ? AND expires_at > ?
+		RETURNING sub, capability_id, account_hint, state, created_at, expires_at`,
+		id, s.nowMS()).Scan(&f.Sub, &f.CapabilityID, &f.AccountHint, &f.State, &created, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrFlowInvalid
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: take flow: %w", err)
+	}
+	f.CreatedAt, f.ExpiresAt = fromMS(created), fromMS(expires)
+	return f, nil
+}

@@ -152,3 +152,41 @@ func TestFlowConcurrentTakers(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowByID: a browser's link reads and its callback takes a flow by
+// id alone, getting the subject that began it; taken once, within
+// FlowTTL.
+func TestFlowByID(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	s := mustOpen(t, t.TempDir(), c)
+	f, err := s.BeginFlow(ctx, "alice", "mcp:tracker", "", []byte("st"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peek, err := s.FlowByID(ctx, f.ID)
+	if err != nil || peek.Sub != "alice" || peek.CapabilityID != "mcp:tracker" || string(peek.State) != "st" {
+		t.Fatalf("FlowByID = %+v, %v", peek, err)
+	}
+	got, err := s.TakeFlowByID(ctx, f.ID)
+	if err != nil || got.Sub != "alice" || string(got.State) != "st" {
+		t.Fatalf("TakeFlowByID = %+v, %v", got, err)
+	}
+	if _, err := s.TakeFlowByID(ctx, f.ID); !errors.Is(err, ErrFlowInvalid) {
+		t.Errorf("second take: %v, want ErrFlowInvalid", err)
+	}
+	if _, err := s.FlowByID(ctx, f.ID); !errors.Is(err, ErrFlowInvalid) {
+		t.Errorf("read after take: %v, want ErrFlowInvalid", err)
+	}
+	late, err := s.BeginFlow(ctx, "bob", "mcp:tracker", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(FlowTTL + time.Second)
+	if _, err := s.FlowByID(ctx, late.ID); !errors.Is(err, ErrFlowInvalid) {
+		t.Errorf("read after expiry: %v", err)
+	}
+	if _, err := s.TakeFlowByID(ctx, late.ID); !errors.Is(err, ErrFlowInvalid) {
+		t.Errorf("take after expiry: %v", err)
+	}
+}

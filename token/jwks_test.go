@@ -106,6 +106,18 @@ func signJWT(t *testing.T, m jwt.SigningMethod, key any, kid string, claims jwt.
 	return s
 }
 
+// signTyp signs claims like signJWT, under header typ.
+func signTyp(t *testing.T, m jwt.SigningMethod, key any, kid, typ string, claims jwt.MapClaims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(m, claims)
+	tok.Header["kid"], tok.Header["typ"] = kid, typ
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func stdClaims(extra map[string]any) jwt.MapClaims {
 	c := jwt.MapClaims{"sub": testSub, "iat": testNow.Unix(), "exp": testNow.Add(time.Minute).Unix(), "iss": "idp", "caps": []string{"rye.fetch.*"}}
 	for k, v := range extra {
@@ -145,6 +157,8 @@ func TestAsymmetric(t *testing.T) {
 		{"ES256 without kid", signJWT(t, jwt.SigningMethodES256, k.ec256, "", stdClaims(nil))},
 		{"RS256 without kid, second RSA key", signJWT(t, jwt.SigningMethodRS256, k.rsa2, "", stdClaims(nil))},
 		{"EdDSA without kid", signJWT(t, jwt.SigningMethodEdDSA, k.ed, "", stdClaims(nil))},
+		{"RS256 at+jwt (RFC 9068)", signTyp(t, jwt.SigningMethodRS256, k.rsa1, "rsa-1", "at+jwt", stdClaims(nil))},
+		{"ES256 application/at+jwt", signTyp(t, jwt.SigningMethodES256, k.ec256, "ec-256", "application/at+jwt", stdClaims(nil))},
 	}
 	for _, tc := range accepted {
 		t.Run(tc.name, func(t *testing.T) {

@@ -309,12 +309,15 @@ func parseHeader(s string) (header, *Error) {
 		case !ok:
 			return h, fail(ReasonAlgorithm, "header typ is not a string")
 		case strings.EqualFold(typ, "JWT"):
+		// RFC 9068 access tokens (a certified OpenID provider's default,
+		// the MCP SDKs' OAuth clients): the same checks follow.
+		case strings.EqualFold(typ, "at+jwt"), strings.EqualFold(typ, "application/at+jwt"):
 		case strings.EqualFold(typ, "ASH_CONTEXT"):
 			if verVal != "" && verVal != "1" {
 				return h, fail(ReasonAlgorithm, "an ASH_CONTEXT header's ver must be 1")
 			}
 		default:
-			return h, fail(ReasonAlgorithm, "header typ must be JWT or ASH_CONTEXT")
+			return h, fail(ReasonAlgorithm, "header typ must be JWT, at+jwt or ASH_CONTEXT")
 		}
 	}
 	return h, nil

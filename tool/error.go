@@ -6,6 +6,7 @@ package tool
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a stable error code: the same in MCP results, RPC errors, the CLI
@@ -23,6 +24,7 @@ const (
 	CodePermissionDenied   Code = "permission_denied"
 	CodeAcknowledgeNeeded  Code = "acknowledge_required"
 	CodeApprovalRequired   Code = "approval_required"
+	CodeApprovalDenied     Code = "approval_denied"
 	CodeTokenInvalid       Code = "token_invalid"
 	CodeRateLimited        Code = "rate_limited"
 	// CodeInternal is what any error that is not an *Error reads as: a bug
@@ -39,7 +41,15 @@ type Error struct {
 	Gate     string // the router gate that decided, for denials
 	Required string // the capability string that was needed
 	Hint     string // what would allow it
-	Err      error  // the underlying cause; never shown to the caller
+	// AuthURL, with CodeAuthRequired, is the link where the caller signs in
+	// to the account the call needs (an upstream's OAuth sign-in).
+	AuthURL string
+	// Reason tells refusals of one code apart, for programs (for example
+	// "idempotency_in_progress"); RetryAfter, when set, is when a retry
+	// may succeed. Both are shown to the caller.
+	Reason     string
+	RetryAfter time.Duration
+	Err        error // the underlying cause; never shown to the caller
 }
 
 func (e *Error) Error() string {
@@ -50,6 +60,14 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up; 0 when unset.
+func (e *Error) RetryAfterSeconds() int {
+	if e.RetryAfter <= 0 {
+		return 0
+	}
+	return int((e.RetryAfter + time.Second - 1) / time.Second)
+}
 
 // Errorf returns an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {

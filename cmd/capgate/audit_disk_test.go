@@ -121,19 +121,11 @@ risk = "LOW"
 	}
 	// The calls that ran have their records on disk, with the disk still
 	// full: in the space reserved ahead of the log.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, missing := records(t, auditPath, ran)
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			ls, _ := exec.Command("ls", "-la", disk).CombinedOutput()
-			df, _ := exec.Command("df", disk).CombinedOutput()
-			t.Errorf("with the disk full, %d of the %d calls that ran have no record on disk\n%s\n%s%s", missing, len(ran), stderr(), ls, df)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	var missing int
+	if !testkit.Poll(5*time.Second, func() bool { _, missing = records(t, auditPath, ran); return missing == 0 }) {
+		ls, _ := exec.Command("ls", "-la", disk).CombinedOutput()
+		df, _ := exec.Command("df", disk).CombinedOutput()
+		t.Errorf("with the disk full, %d of the %d calls that ran have no record on disk\n%s\n%s%s", missing, len(ran), stderr(), ls, df)
 	}
 	if got := strings.Count(stderr(), "audit log cannot record calls"); got != 1 || !strings.Contains(stderr(), "level=ERROR msg=\"audit log cannot record calls") {
 		t.Errorf("%d ERROR lines for the full disk, want 1:\n%s", got, stderr())
@@ -143,10 +135,7 @@ risk = "LOW"
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for !strings.Contains(stderr(), "audit log recovered") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Poll(10*time.Second, func() bool { return strings.Contains(stderr(), "audit log recovered") })
 	id, code, _ := call(http.DefaultClient)
 	if id == "" {
 		t.Fatalf("after recovery: %s\n%s", code, stderr())

@@ -248,7 +248,7 @@ func TestSecretsFromFiles(t *testing.T) {
 	writeFile(t, secretFile, secret+"\n")
 	writeFile(t, filepath.Join(creds, "CAPGATE_STORE_KEY"), storeKey)
 	cg := testkit.StartCapgate(t, testkit.Capgate{NoSecret: true, Secret: secret,
-		Env: []string{"CAPGATE_TOKEN_SECRET_FILE=" + secretFile, "CREDENTIALS_DIRECTORY=" + creds},
+		Env:    []string{"CAPGATE_TOKEN_SECRET_FILE=" + secretFile, "CREDENTIALS_DIRECTORY=" + creds},
 		Config: "[policy]\ngrants = [\"rye.fetch.*\"]\n"})
 	if !strings.Contains(cg.Banner, "$CAPGATE_TOKEN_SECRET") {
 		t.Errorf("serve did not take its key from the file:\n%s", cg.Banner)

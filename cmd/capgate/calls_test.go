@@ -344,17 +344,13 @@ func TestApprovalSurvivesRefusals(t *testing.T) {
 	}
 	// Once the bucket refills (12 a minute: one every 5s), it runs on the
 	// same approval.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.WaitFor(t, 20*time.Second, "the bucket to refill", func() bool {
 		a := s.invokeRaw(t, alice, "ext:calls:danger", `{"cmd":"c"}`, "")
-		if a.Code == "" {
-			break
-		}
-		if a.Code != "rate_limited" || time.Now().After(deadline) {
+		if a.Code != "" && a.Code != "rate_limited" {
 			t.Fatalf("the retry after the refill: %+v", a)
 		}
-		time.Sleep(time.Second)
-	}
+		return a.Code == ""
+	})
 	if _, live := s.liveApprovals(t)[id]; live {
 		t.Errorf("approval %s is still live after the call it served", id)
 	}

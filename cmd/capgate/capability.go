@@ -74,7 +74,7 @@ CAPGATE_URL, else ` + DefaultRPCURL + `. An endpoint may be unix:///path/rpc.soc
 			return call(cmd, "capability.list", map[string]any{"include_unavailable": includeUnavailable})
 		},
 	}
-	list.Flags().BoolVar(&includeUnavailable, "include-unavailable", false, "also list capabilities whose source is down")
+	list.Flags().BoolVar(&includeUnavailable, "include-unavailable", false, "also list capabilities this caller cannot call now (source down, quarantined, or not in this chat), with the reason")
 
 	var capID, op, inputJSON, idemKey, account string
 	invoke := &cobra.Command{

@@ -49,8 +49,13 @@ func runConfigCheck(out, errOut io.Writer, path string) error {
 	if path == "" {
 		return usageError("--config is required")
 	}
-	problems := configProblems(path)
+	cfg, src, problems := checkConfig(path)
 	if len(problems) == 0 {
+		// What loading decided that the file does not say, such as Ash's
+		// default wiring of an enabled bundled skill.
+		for _, n := range withLines(src, prefixed(cfg.Path, cfg.Notes)) {
+			fmt.Fprintln(out, n)
+		}
 		_, err := fmt.Fprintf(out, "%s: OK\n", path)
 		return err
 	}
@@ -58,6 +63,15 @@ func runConfigCheck(out, errOut io.Writer, path string) error {
 		fmt.Fprintln(errOut, p)
 	}
 	return &exitError{code: exitUsage}
+}
+
+// prefixed puts "file: " before each line.
+func prefixed(file string, ls []string) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = file + ": " + l
+	}
+	return out
 }
 
 // configProblems is every problem with the config at path that serve

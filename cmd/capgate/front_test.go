@@ -155,11 +155,7 @@ func TestFrontSurvivesDescriptorExhaustion(t *testing.T) {
 		conns = append(conns, c)
 	}
 	// While exhausted, accept fails; serve must not exit.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs(), "too many open files") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !strings.Contains(logs(), "too many open files") {
+	if !testkit.Poll(10*time.Second, func() bool { return strings.Contains(logs(), "too many open files") }) {
 		t.Fatalf("%d connections did not exhaust serve's descriptors; its log:\n%s", len(conns), logs())
 	}
 	for _, c := range conns {
@@ -167,15 +163,18 @@ func TestFrontSurvivesDescriptorExhaustion(t *testing.T) {
 	}
 	conns = nil
 	var last error
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	if testkit.Poll(15*time.Second, func() bool {
 		resp, err := http.Get("http://" + addr + "/.well-known/oauth-protected-resource/mcp")
 		if last = err; err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return true
 			}
 			last = fmt.Errorf("status %d", resp.StatusCode)
 		}
+		return false
+	}) {
+		return
 	}
 	t.Fatalf("serve did not serve again after its descriptors were freed: %v\n%s", last, logs())
 }
@@ -202,16 +201,13 @@ func TestFrontHealthAndDrain(t *testing.T) {
 	exited := make(chan error, 1)
 	s.Cmd.Process.Signal(syscall.SIGTERM)
 	go func() { exited <- s.Cmd.Wait() }()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		st, b := get("/readyz")
-		if st == http.StatusServiceUnavailable && strings.Contains(b, "draining") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz after SIGTERM: %d %q", st, b)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var st int
+	var b string
+	if !testkit.Poll(2*time.Second, func() bool {
+		st, b = get("/readyz")
+		return st == http.StatusServiceUnavailable && strings.Contains(b, "draining")
+	}) {
+		t.Fatalf("/readyz after SIGTERM: %d %q", st, b)
 	}
 	// Still serving while the balancer notices.
 	tok := s.Token(t, token.Claims{Sub: "alice"})

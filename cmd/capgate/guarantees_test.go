@@ -161,7 +161,7 @@ func TestGuaranteesAreVisible(t *testing.T) {
 func auditRecords(t *testing.T, s *served, keep func(map[string]any) bool) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	if testkit.Poll(10*time.Second, func() bool {
 		b, err := os.ReadFile(filepath.Join(s.dir, "data", "audit.jsonl"))
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
@@ -173,9 +173,9 @@ func auditRecords(t *testing.T, s *served, keep func(map[string]any) bool) []map
 				out = append(out, m)
 			}
 		}
-		if len(out) > 0 {
-			return out
-		}
+		return len(out) > 0
+	}) {
+		return out
 	}
 	return nil
 }

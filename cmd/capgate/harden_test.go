@@ -325,7 +325,18 @@ risk = "LOW"
 	if !isErr && strings.Contains(text, "answered accept") {
 		t.Errorf("ask: the elicitation reached the client: %s", text)
 	}
-	time.Sleep(200 * time.Millisecond) // notifications still on their way
+	// The notifications may still be on their way: wait for both steps.
+	testkit.Poll(10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, m := range seen {
+			if strings.HasPrefix(m, "notifications/progress") {
+				n++
+			}
+		}
+		return n >= 2
+	})
 
 	mu.Lock()
 	defer mu.Unlock()

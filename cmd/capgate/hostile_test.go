@@ -223,7 +223,7 @@ func observedDenials(t *testing.T, s *served) {
 	for _, id := range []string{"ext:probe:sealed", "bridge:gog:calendar.list_events"} {
 		// The log commits in groups: wait for the last calls' records.
 		got := map[string]bool{}
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !(got["network"] && got["subprocess"]); time.Sleep(50 * time.Millisecond) {
+		testkit.Poll(10*time.Second, func() bool {
 			for _, c := range auditRecords(t, s, record("capability_check", id)) {
 				if c["reason"] == "guarantee_blocked" && c["allowed"] == false && c["protocol_version"] == 1.0 &&
 					c["guarantee_source"] == "tool" && c["runner"] == "local" && c["tool_name"] != nil && c["resolved_source"] != nil {
@@ -232,7 +232,8 @@ func observedDenials(t *testing.T, s *served) {
 					t.Fatalf("%s: capability_check record off the trace's schema: %v", id, c)
 				}
 			}
-		}
+			return got["network"] && got["subprocess"]
+		})
 		if !got["network"] || !got["subprocess"] {
 			t.Errorf("%s: capability_check records for %v, want network and subprocess", id, got)
 		}

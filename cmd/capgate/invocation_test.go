@@ -43,8 +43,9 @@ type rpcErrorBody struct {
 	Code    int
 	Message string
 	Data    struct {
-		Code, Hint   string
-		InvocationID string `json:"invocation_id"`
+		Code, Hint         string
+		InvocationID       string `json:"invocation_id"`
+		ClientInvocationID string `json:"client_invocation_id"`
 	}
 }
 
@@ -52,23 +53,25 @@ type rpcErrorBody struct {
 // with request_id id, and returns that record's tool.
 func (s *served) auditToolCall(t *testing.T, id string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(filepath.Join(s.dir, "data", "audit.jsonl"))
+	var tool string
+	var b []byte
+	if !testkit.Poll(10*time.Second, func() bool {
+		b, _ = os.ReadFile(filepath.Join(s.dir, "data", "audit.jsonl"))
 		for _, line := range strings.Split(string(b), "\n") {
 			var e struct {
 				Type, Tool string
 				RequestID  string `json:"request_id"`
 			}
 			if json.Unmarshal([]byte(line), &e) == nil && e.Type == "tool_call" && e.RequestID == id {
-				return e.Tool
+				tool = e.Tool
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no tool_call record with request_id %s in the audit file:\n%s", id, b)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no tool_call record with request_id %s in the audit file:\n%s", id, b)
 	}
+	return tool
 }
 
 var invocationID = regexp.MustCompile(`^cap_[0-9a-f]{24}$`)

@@ -164,16 +164,13 @@ func TestPlanningRunsNothing(t *testing.T) {
 	// The audit log: one plan record per planning call, none a tool_call.
 	// Records are group-committed: wait a little for the last ones.
 	var got string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	if !testkit.Poll(5*time.Second, func() bool {
 		planned, allowed, approval, toolCalls := auditCounts(t, filepath.Join(s.dir, "data", "audit.jsonl"))
-		if planned == plans && allowed == 6 && approval == 3 && toolCalls == 3 {
-			break
-		}
 		got = fmt.Sprintf("%d plan records (want %d), %d allowed for record (want 6), %d approval_required (want 3), %d tool_call (want 3)",
 			planned, plans, allowed, approval, toolCalls)
-		if time.Now().After(deadline) {
-			t.Fatalf("audit: %s", got)
-		}
+		return planned == plans && allowed == 6 && approval == 3 && toolCalls == 3
+	}) {
+		t.Fatalf("audit: %s", got)
 	}
 }
 

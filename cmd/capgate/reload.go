@@ -20,6 +20,7 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/internal/pidlock"
 )
 
 // A running serve reloads its config on SIGHUP, on `capgate reload`
@@ -53,7 +54,7 @@ Exit status: 0 sent, 1 no running serve, 2 the config is not usable.`,
 				}
 				return &exitError{code: exitUsage, err: fmt.Errorf("%s is not usable; serve keeps its running config", configPath)}
 			}
-			pid, err := servePid(cfg.Server.DataDir)
+			pid, err := servePid(cfg.Server)
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
@@ -69,11 +70,21 @@ Exit status: 0 sent, 1 no running serve, 2 the config is not usable.`,
 	return cmd
 }
 
-// servePid is the pid of the capgate serve running on dataDir. A pid
-// file a crashed serve left behind is refused, not signalled: its pid may
-// be another process's by now.
-func servePid(dataDir string) (int, error) {
-	path := filepath.Join(dataDir, pidFile)
+// pidPath is where the serve of server writes its pid, in its data dir:
+// capgate.pid, or capgate-<replica_id>.pid for a named replica, so that
+// replicas may share one data dir (and its SQLite store) on one machine.
+func pidPath(server config.Server) string {
+	if server.ReplicaID != "" {
+		return filepath.Join(server.DataDir, "capgate-"+server.ReplicaID+".pid")
+	}
+	return filepath.Join(server.DataDir, pidFile)
+}
+
+// servePid is the pid of the capgate serve running on server's data dir.
+// A pid file a crashed serve left behind is refused, not signalled: its
+// pid may be another process's by now.
+func servePid(server config.Server) (int, error) {
+	dataDir, path := server.DataDir, pidPath(server)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, fmt.Errorf("no capgate serve is running on %s (no %s)", dataDir, path)
@@ -94,19 +105,23 @@ func servePid(dataDir string) (int, error) {
 	return pid, nil
 }
 
-// writePid records this serve's pid in dataDir; the returned func removes
-// the file, if it is still this process's.
-func writePid(dataDir string) (remove func(), err error) {
-	path := filepath.Join(dataDir, pidFile)
-	mine := strconv.Itoa(os.Getpid()) + "\n"
-	if err := os.WriteFile(path, []byte(mine), 0o600); err != nil {
+// holdDataDir locks server's data dir for this serve (pidlock on its pid
+// file, which then names this process) before anything in it is opened: a
+// second serve on the same data dir is refused with the holder's pid and
+// touches none of the first one's files. The returned func removes the pid
+// file and drops the lock.
+func holdDataDir(server config.Server) (release func(), err error) {
+	if err := os.MkdirAll(server.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("server.data_dir: %w", err)
 	}
-	return func() {
-		if b, err := os.ReadFile(path); err == nil && string(b) == mine {
-			os.Remove(path)
-		}
-	}, nil
+	l, err := pidlock.Acquire(pidPath(server))
+	if errors.Is(err, pidlock.ErrHeld) {
+		return nil, fmt.Errorf("server.data_dir %s is in use by another capgate serve: %w; stop it, or give this one another data_dir (or replica_id)", server.DataDir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("server.data_dir: %w", err)
+	}
+	return l.Release, nil
 }
 
 // reloads reloads srv's config on SIGHUP and, when watch, whenever the

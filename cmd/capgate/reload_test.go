@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -74,12 +77,8 @@ func (s *reloadServe) write(t *testing.T, body string) {
 // waitLog waits until serve's log holds want n times.
 func (s *reloadServe) waitLog(t *testing.T, want string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for strings.Count(s.Logs(), want) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("serve never logged %q %d times; its log:\n%s", want, n, s.Logs())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testkit.Poll(60*time.Second, func() bool { return strings.Count(s.Logs(), want) >= n }) {
+		t.Fatalf("serve never logged %q %d times; its log:\n%s", want, n, s.Logs())
 	}
 }
 
@@ -161,13 +160,37 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 // upstream's tools are gone after.
 func TestServeReloadKeepsCallsInFlight(t *testing.T) {
 	s := startReload(t, "")
+	// The call streams its progress: the first step says it is running
+	// upstream (it takes 3 s).
+	req, err := http.NewRequest("POST", s.URL+"/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fx__slow","arguments":{"delay_ms":1000},`+
+			`"_meta":{"progressToken":"p1","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"Authorization": "Bearer " + s.tok, "Content-Type": "application/json",
+		"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "fx__slow"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body := bufio.NewReader(resp.Body)
+	var head strings.Builder
+	for !strings.Contains(head.String(), "notifications/progress") {
+		line, err := body.ReadString('\n')
+		head.WriteString(line)
+		if err != nil {
+			t.Fatalf("the slow call's stream ended before its first progress: %v\n%s", err, head.String())
+		}
+	}
 	done := make(chan string, 1)
 	go func() {
-		_, _, b := testkit.PostMCP(t, s.URL, s.tok, "fx__slow",
-			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fx__slow","arguments":{"delay_ms":1000},`+modernMeta+`}}`)
-		done <- string(b)
+		rest, _ := io.ReadAll(body)
+		done <- head.String() + string(rest)
 	}()
-	time.Sleep(500 * time.Millisecond) // the call is running upstream (it takes 3 s)
 	s.write(t, `
 [policy]
 grants = ["rye.fetch.*"]

@@ -229,9 +229,10 @@ type balancer struct {
 }
 
 // startHAProxy runs haproxy in front of the two replicas, checking
-// /readyz every 100 ms; two failures mark a replica down. No retries: the
-// health check alone must keep calls off a dead replica.
-func startHAProxy(t *testing.T, bin, r1, r2 string) *balancer {
+// /readyz every 100 ms; two failures mark a replica down. No retries
+// unless backend (lines added to the backend section) says so: the health
+// check alone must keep calls off a dead replica.
+func startHAProxy(t *testing.T, bin, r1, r2 string, backend ...string) *balancer {
 	t.Helper()
 	dir := t.TempDir()
 	lb := &balancer{addr: testkit.FreeAddr(t), sock: filepath.Join(dir, "haproxy.sock")}
@@ -255,6 +256,9 @@ backend replicas
     server r1 %s check
     server r2 %s check
 `, lb.sock, lb.addr, r1, r2)
+	for _, l := range backend {
+		cfg += "    " + l + "\n"
+	}
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -308,20 +312,20 @@ func (lb *balancer) status() (map[string]string, error) {
 // waitStatus waits (10 s at most) until the servers are in want.
 func (lb *balancer) waitStatus(t *testing.T, want map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	var got map[string]string
 	var err error
-	for time.Now().Before(deadline) {
-		if got, err = lb.status(); err == nil {
-			match := true
-			for k, v := range want {
-				match = match && got[k] == v
-			}
-			if match {
-				return
+	if testkit.Poll(10*time.Second, func() bool {
+		if got, err = lb.status(); err != nil {
+			return false
+		}
+		for k, v := range want {
+			if got[k] != v {
+				return false
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	}) {
+		return
 	}
 	t.Fatalf("haproxy servers %v (%v), want %v", got, err, want)
 }

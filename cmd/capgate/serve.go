@@ -71,17 +71,21 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// An HTTP serve holds its data dir (pid file, socket) alone. A
+			// --stdio serve, one per client, shares it and takes no lock.
+			if !stdio {
+				release, err := holdDataDir(cfg.Server)
+				if err != nil {
+					return &exitError{code: exitDenied, err: fmt.Errorf("%s: %w", cfg.Path, err)}
+				}
+				defer release()
+			}
 			srv, err := app.Open(ctx, cfg, app.Options{Logger: logger, SkillsDirs: skillsDirs})
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
 			defer srv.Close()
 			flagDirs := skillsDirs[len(cfg.SkillDirs):]
-			removePid, err := writePid(cfg.Server.DataDir)
-			if err != nil {
-				return &exitError{code: exitDenied, err: fmt.Errorf("%s: %w", cfg.Path, err)}
-			}
-			defer removePid()
 			reloads(ctx, logger, srv, configPath, flagDirs, cfg.Server.WatchConfig)
 			if stdio {
 				tok := os.Getenv("CAPGATE_TOKEN")
@@ -92,6 +96,12 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 					return &exitError{code: exitDenied, err: err}
 				}
 				return nil
+			}
+			consoleAddr := ""
+			if srv.Console != nil {
+				if consoleAddr, err = srv.ServeConsole(ctx); err != nil {
+					return &exitError{code: exitDenied, err: err}
+				}
 			}
 			err = srv.Serve(ctx, func(addr, socket string) {
 				out := cmd.OutOrStdout()
@@ -104,9 +114,13 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				if m := srv.MetricsAddr(); m != "" {
 					fmt.Fprintf(out, "  metrics         http://%s/metrics\n", m)
 				}
+				if consoleAddr != "" {
+					fmt.Fprintf(out, "  console         http://%s/ (sign in: %s console login --config %s)\n", consoleAddr, selfCommand(), configPath)
+				}
 				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
 				if srv.HS256 {
-					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you\n", selfCommand(), configPath)
+					// A token to paste into a client's config: one that lasts a working day.
+					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you --ttl 12h\n", selfCommand(), configPath)
 				} else {
 					fmt.Fprintf(out, "  a dev token     none: HS256 is off (auth.jwks_file); present a token your issuer signs\n")
 				}

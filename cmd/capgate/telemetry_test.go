@@ -119,10 +119,11 @@ func startReceiver(t *testing.T) *receiver {
 // waitFor returns the spans of trace traceID once one is named name.
 func (rc *receiver) waitFor(t *testing.T, traceID, name string) []*tracepb.Span {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var out []*tracepb.Span
+	if !testkit.Poll(15*time.Second, func() bool {
 		rc.mu.Lock()
-		var out []*tracepb.Span
+		defer rc.mu.Unlock()
+		out = out[:0]
 		found := false
 		for _, s := range rc.spans {
 			if hex.EncodeToString(s.TraceId) == traceID {
@@ -130,15 +131,11 @@ func (rc *receiver) waitFor(t *testing.T, traceID, name string) []*tracepb.Span 
 				found = found || s.Name == name
 			}
 		}
-		rc.mu.Unlock()
-		if found {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no span %q in trace %s; got %d spans in it", name, traceID, len(out))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return found
+	}) {
+		t.Fatalf("no span %q in trace %s; got %d spans in it", name, traceID, len(out))
 	}
+	return out
 }
 
 func spanAttr(s *tracepb.Span, key string) string {
@@ -380,15 +377,12 @@ url = %q
 		t.Errorf("calls in flight: %v", m)
 	}
 	// The lost upstream fails its next listing: no source is available.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		m := series(scrape(t, "http://"+metricsAddr+"/metrics"), "capgate_sources_available", map[string]string{})
-		if m.GetGauge().GetValue() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("sources available after the upstream is gone: %v", m)
-			break
-		}
+	var avail *dto.Metric
+	if !testkit.Poll(10*time.Second, func() bool {
+		avail = series(scrape(t, "http://"+metricsAddr+"/metrics"), "capgate_sources_available", map[string]string{})
+		return avail.GetGauge().GetValue() == 0
+	}) {
+		t.Errorf("sources available after the upstream is gone: %v", avail)
 	}
 
 	// The log: one JSON line per call, none with the argument or the

@@ -148,10 +148,7 @@ func TestConformanceFixtureModern(t *testing.T) {
 
 	call("test_tool_with_progress", nil, &mcp.Meta{ProgressToken: "p-1"})
 	call("test_tool_with_logging", nil, nil)
-	deadline := time.Now().Add(2 * time.Second)
-	for (count("notifications/progress") < 3 || count("notifications/message") < 3) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Poll(2*time.Second, func() bool { return count("notifications/progress") >= 3 && count("notifications/message") >= 3 })
 	if n := count("notifications/progress"); n != 3 {
 		t.Errorf("got %d progress notifications, want 3", n)
 	}

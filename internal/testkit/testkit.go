@@ -109,18 +109,17 @@ func ServeMCPFixture(tb testing.TB, flag, addr string, more ...string) (kill fun
 	var once sync.Once
 	kill = func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
 	tb.Cleanup(kill)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	if !Poll(10*time.Second, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			return kill
 		}
-		if time.Now().After(deadline) {
-			kill()
-			tb.Fatalf("the MCP fixture did not listen on %s", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		kill()
+		tb.Fatalf("the MCP fixture did not listen on %s", addr)
 	}
+	return kill
 }
 
 // Serve starts `bin serve --config config` with env added to the test's

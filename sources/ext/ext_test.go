@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
 )
@@ -171,19 +172,16 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	// The child was killed with its group; it may linger briefly as a zombie
 	// of init, so look at its state rather than only at existence.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil || strings.Contains(string(stat), ") Z ") {
-			break
+	var stat []byte
+	if !testkit.Poll(5*time.Second, func() bool {
+		var err error
+		stat, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err != nil || strings.Contains(string(stat), ") Z ")
+	}) {
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Kill()
 		}
-		if time.Now().After(deadline) {
-			if p, err := os.FindProcess(pid); err == nil {
-				_ = p.Kill()
-			}
-			t.Fatalf("child %d outlived the call: %s", pid, stat)
-		}
-		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("child %d outlived the call: %s", pid, stat)
 	}
 }
 

@@ -62,11 +62,20 @@ type Options struct {
 
 	URL       string
 	Transport string // "streamable-http" (default for URL) or "sse"
-	Headers   map[string]string
+	// Protocol pins the revision spoken to a streamable-HTTP upstream:
+	// "" tries Modern (2026-07-28) and falls back to the handshake of
+	// Protocol (2025-11-25); Protocol never tries Modern. stdio and SSE
+	// upstreams speak Protocol.
+	Protocol string
+	Headers  map[string]string
 
 	// TrustAnnotations: the operator vouches for the server's tool
 	// annotations, so they may lower the inferred risk (risk.Hints).
 	TrustAnnotations bool
+
+	// Hooks vary requests by caller: headers per request, a session per
+	// caller (see hooks.go).
+	Hooks Hooks
 
 	Timeout time.Duration // per request; default 60s
 	// MaxMessage bounds one message from the upstream (a result above all);
@@ -90,6 +99,7 @@ type Source struct {
 	retrying bool
 	closed   bool
 	stop     chan struct{}
+	wake     chan struct{}   // Retry: try to reconnect now
 	life     context.Context // ends at Close
 	end      context.CancelFunc
 
@@ -99,6 +109,8 @@ type Source struct {
 	// of any other is capability_not_found, not an upstream failure; nil
 	// until a list succeeds, when calls go to the upstream unchecked.
 	listed atomic.Pointer[map[string]bool]
+
+	keyed keyed // the sessions of Hooks.SessionKey
 
 	changeMu sync.Mutex
 	onChange []func()
@@ -120,6 +132,14 @@ type link struct {
 	// guard is the limit on a stdio upstream's messages: over it, the
 	// connection is replaced (see restart).
 	guard *guard
+	// key is the Hooks.SessionKey this link serves; "" for the shared one.
+	key string
+	// base are the hook's headers at dial, for what mcp-go sends without
+	// a request's context (the standalone stream).
+	base http.Header
+	// owners are the calls in flight here, for what the upstream sends
+	// outside their streams on a keyed link.
+	owners owners
 }
 
 var (
@@ -158,7 +178,7 @@ func New(opts Options) (*Source, error) {
 		opts.Transport = "streamable-http"
 	}
 	life, end := context.WithCancel(context.Background())
-	return &Source{opts: opts, stop: make(chan struct{}), life: life, end: end}, nil
+	return &Source{opts: opts, stop: make(chan struct{}), wake: make(chan struct{}, 1), life: life, end: end}, nil
 }
 
 func (s *Source) ID() string      { return s.opts.Name }
@@ -211,12 +231,65 @@ func (s *Source) Connect(ctx context.Context) error {
 }
 
 func (s *Source) dial(ctx context.Context) error {
-	g := newGuard()
-	c, err := s.newClient(g)
+	l, err := s.open(ctx, "", false)
 	if err != nil {
 		return err
 	}
-	c.OnNotification(s.notification)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.c.Close()
+		return errors.New("source closed")
+	}
+	s.conn, s.lastErr = l, nil
+	s.mu.Unlock()
+	s.closeKeyed()
+	l.guard.whenTripped(func() { go s.restart(l) })
+	return nil
+}
+
+// open connects and initializes one link: the shared one (key "") or the
+// session of a SessionKey; legacy, at Protocol whatever the upstream
+// speaks. ctx carries the caller the link is for, whose
+// hook headers it keeps for its standalone stream.
+func (s *Source) open(ctx context.Context, key string, legacy bool) (*link, error) {
+	l := &link{key: key, guard: newGuard()}
+	if s.opts.Hooks.Headers != nil && s.opts.Transport != "sse" && s.opts.Command == "" {
+		var err error
+		if ctx, err = s.withHeaders(ctx, nil); err != nil {
+			return nil, err
+		}
+		l.base, _ = ctx.Value(headersKey{}).(http.Header)
+	}
+	g := l.guard
+	// Over streamable HTTP, the stateless protocol first; an upstream that
+	// does not speak it gets a new connection for the handshake, with the
+	// standalone stream the stateless protocol has no use for.
+	modern := s.opts.Command == "" && s.opts.Transport != "sse" && s.opts.Protocol != Protocol && !legacy
+	c, err := s.newClient(g, &l.base, modern)
+	if err != nil {
+		return nil, err
+	}
+	if modern {
+		err := s.handshake(ctx, l, c, Modern)
+		if err != nil || l.modern() {
+			return l, err
+		}
+		// The upstream took the handshake: keep none of this connection.
+		c.Close()
+		if c, err = s.newClient(g, &l.base, false); err != nil {
+			return nil, err
+		}
+	}
+	return l, s.handshake(ctx, l, c, Protocol)
+}
+
+// handshake starts c and opens the connection at version (Modern tries
+// server/discover and falls back to initialize; Protocol initializes),
+// filling in l from the upstream's answer.
+func (s *Source) handshake(ctx context.Context, l *link, c *client.Client, version string) error {
+	l.c = c
+	c.OnNotification(func(n mcpgo.JSONRPCNotification) { s.notification(l, n) })
 	// A stdio upstream's process lives as long as the context Start gets,
 	// so that is the source's life, not this dial's deadline.
 	if err := c.Start(s.life); err != nil {
@@ -226,19 +299,34 @@ func (s *Source) dial(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	init := mcpgo.InitializeRequest{}
-	init.Params.ProtocolVersion = Protocol
-	init.Params.ClientInfo = mcpgo.Implementation{Name: "capgate", Version: "1"}
+	init.Params.ProtocolVersion = version
+	init.Params.ClientInfo = clientInfo
 	// capgate relays these requests to the client whose call caused them.
 	init.Params.Capabilities = mcpgo.ClientCapabilities{
 		Sampling:    &mcpgo.SamplingCapability{},
 		Elicitation: &mcpgo.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}},
+	}
+	if version == Modern {
+		init.Params.Capabilities = clientCaps
 	}
 	res, err := c.Initialize(ctx, init)
 	if err != nil {
 		c.Close()
 		return fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
 	}
-	l := &link{c: c, version: res.ProtocolVersion, caps: res.Capabilities, guard: g}
+	l.version, l.caps = res.ProtocolVersion, res.Capabilities
+	if l.modern() {
+		l.http = true
+		if l.post, err = s.newRequest(context.Background(), l, nil, ""); err != nil {
+			c.Close()
+			return fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
+		}
+		c.OnConnectionLost(func(err error) { s.drop(l, err) })
+		return nil
+	}
+	if version == Modern {
+		return nil // the caller starts over at Protocol
+	}
 	if t, ok := c.GetTransport().(*transport.StreamableHTTP); ok {
 		l.http, l.session = true, t.GetSessionId()
 		if l.post, err = s.newRequest(context.Background(), l, nil, ""); err != nil {
@@ -247,9 +335,11 @@ func (s *Source) dial(ctx context.Context) error {
 		}
 	}
 	// Requests the upstream makes outside capgate's own streams (stdio,
-	// SSE) are matched to a call here.
+	// SSE, the standalone stream) are matched to a call here.
 	if bt, ok := c.GetTransport().(transport.BidirectionalInterface); ok {
-		bt.SetRequestHandler(s.serverRequest)
+		bt.SetRequestHandler(func(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+			return s.serverRequest(ctx, l, req)
+		})
 	}
 	if res.Capabilities.Logging != nil {
 		// Every level comes up; each client's own level filters it.
@@ -260,15 +350,6 @@ func (s *Source) dial(ctx context.Context) error {
 		}
 	}
 	c.OnConnectionLost(func(err error) { s.drop(l, err) })
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		c.Close()
-		return errors.New("source closed")
-	}
-	s.conn, s.lastErr = l, nil
-	s.mu.Unlock()
-	g.whenTripped(func() { go s.restart(l) })
 	return nil
 }
 
@@ -309,8 +390,11 @@ func (s *Source) overLimit(ctx context.Context, l *link, what string, err error)
 	return s.tooLarge(what, err)
 }
 
-func (s *Source) newClient(g *guard) (*client.Client, error) {
+func (s *Source) newClient(g *guard, base *http.Header, modern bool) (*client.Client, error) {
 	opts := []client.ClientOption{client.WithProtocolVersion(Protocol)}
+	if modern {
+		opts = []client.ClientOption{client.WithProtocolVersion(Modern)}
+	}
 	switch {
 	case s.opts.Command != "":
 		var extra []string
@@ -338,11 +422,14 @@ func (s *Source) newClient(g *guard) (*client.Client, error) {
 		// The standalone GET stream carries what an upstream sends outside
 		// a call's own stream: mcp-go servers send sampling requests there.
 		t, err := transport.NewStreamableHTTP(s.opts.URL, transport.WithHTTPHeaders(s.opts.Headers),
+			transport.WithHTTPHeaderFunc(headerFunc(base)),
 			transport.WithHTTPBasicClient(&http.Client{Transport: &limitedTransport{next: pooledTransport, max: s.opts.MaxMessage}}),
-			transport.WithContinuousListening(),
 			transport.WithHTTPLogger(slog.New(warnOnly{s.opts.Logger.Handler()})))
 		if err != nil {
 			return nil, err
+		}
+		if !modern {
+			transport.WithContinuousListening()(t)
 		}
 		return client.NewClient(t, opts...), nil
 	}
@@ -351,7 +438,7 @@ func (s *Source) newClient(g *guard) (*client.Client, error) {
 // notification routes progress to its call (by its token) and turns
 // list_changed into a catalog refresh; what it cannot relate to a call it
 // does not give to one.
-func (s *Source) notification(n mcpgo.JSONRPCNotification) {
+func (s *Source) notification(l *link, n mcpgo.JSONRPCNotification) {
 	switch n.Method {
 	case "notifications/tools/list_changed":
 		s.changed()
@@ -372,8 +459,13 @@ func (s *Source) notification(n mcpgo.JSONRPCNotification) {
 		return
 	}
 	if n.Method == "notifications/message" {
-		// Outside a call's own stream nothing says which call a log message
-		// is about; given to a guessed one it could reach another subject.
+		// Outside a call's own stream only a caller's own session says
+		// whose a log message is; on the shared one, given to a guessed
+		// call it could reach another subject.
+		if c := l.owners.latest(); c != nil && l.owned() && c.Log != nil {
+			c.Log(params)
+			return
+		}
 		s.opts.Logger.Debug("dropped an upstream log message that belongs to no call", "server", s.opts.Name)
 		return
 	}
@@ -406,6 +498,10 @@ func (s *Source) client() (*link, error) {
 // drop forgets connection c after a transport failure and starts the
 // reconnection loop.
 func (s *Source) drop(l *link, err error) {
+	if l.key != "" {
+		s.dropKeyed(l)
+		return
+	}
 	s.mu.Lock()
 	if s.conn != l {
 		s.mu.Unlock()
@@ -417,6 +513,16 @@ func (s *Source) drop(l *link, err error) {
 	s.opts.Logger.Warn("upstream MCP server lost; reconnecting", "server", s.opts.Name, "err", err)
 	s.lost(err)
 	s.changed()
+}
+
+// Retry has a disconnected source try to connect now rather than at its
+// next backoff: when what it lacked may have arrived (the first user's
+// sign-in to an upstream that lists its tools only to signed-in users).
+func (s *Source) Retry() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // lost records err and runs one reconnection loop at a time.
@@ -444,6 +550,7 @@ func (s *Source) reconnect() {
 		case <-s.stop:
 			return
 		case <-time.After(wait):
+		case <-s.wake:
 		}
 		err := s.dial(context.Background())
 		if err == nil {
@@ -574,17 +681,30 @@ func (e *RPCError) Error() string { return e.Message }
 // how lists, resources, prompts and completions are relayed. An error the
 // upstream answered with is a *RPCError inside the tool error.
 func (s *Source) Request(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	l, err := s.client()
+	ctx, err := s.withHeaders(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.linkFor(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	var header http.Header
+	if l.modern() {
+		p, err := modernParams(params)
+		if err != nil {
+			return nil, tool.Wrap(err, tool.CodeInternal, "mcp server %s: %s: %v", s.opts.Name, method, err)
+		}
+		params, header = p, standardHeaders(method, p)
+	}
 	resp, err := l.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
 		JSONRPC: mcpgo.JSONRPC_VERSION,
 		ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-%d", s.seq.Add(1))),
 		Method:  method,
 		Params:  params,
+		Header:  header,
 	})
 	if err != nil {
 		if e := s.overLimit(ctx, l, method, err); e != nil {
@@ -634,10 +754,18 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	if names := s.listed.Load(); names != nil && !(*names)[call.Tool.Name] {
 		return nil, tool.Errorf(tool.CodeNotFound, "mcp server %s lists no tool %s", s.opts.Name, call.Tool.Name)
 	}
-	l, err := s.client()
+	if s.opts.Hooks.Headers != nil || s.opts.Hooks.SessionKey != nil {
+		ctx = tool.WithSubject(ctx, call.Sub)
+	}
+	ctx, err := s.withHeaders(ctx, call.Ask)
 	if err != nil {
 		return nil, err
 	}
+	l, err := s.linkFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer l.owners.enter(&call)()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	args := call.Input
@@ -700,6 +828,7 @@ func (s *Source) Close() error {
 	l := s.conn
 	s.conn = nil
 	s.mu.Unlock()
+	s.closeKeyed()
 	if l != nil {
 		return l.c.Close()
 	}

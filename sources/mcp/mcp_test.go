@@ -172,16 +172,10 @@ func progressAndCancellation(t *testing.T, s *Source, cancelFile string) {
 	if _, err := s.Call(ctx, tool.Call{Tool: slow, Input: json.RawMessage(`{"delay_ms":5000}`)}); err == nil {
 		t.Fatal("a cancelled call succeeded")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b, err := os.ReadFile(cancelFile); err == nil && string(b) == "cancelled" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the upstream never saw the cancellation")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "the upstream to see the cancellation", func() bool {
+		b, err := os.ReadFile(cancelFile)
+		return err == nil && string(b) == "cancelled"
+	})
 	// The connection survives a cancelled call.
 	callEcho(t, s, find(t, ds, "echo"))
 }

@@ -39,13 +39,23 @@ func answer(ctx context.Context, call tool.Call, method string, params json.RawM
 }
 
 // serverRequest answers a request the upstream sent on mcp-go's transport
-// (stdio, SSE, or the standalone stream of streamable HTTP). Nothing there
-// says which call caused it, and guessing (say, the only call in flight)
-// could hand one subject's sampling or elicitation to another's client:
-// ping is answered, everything else refused.
-func (s *Source) serverRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+// (stdio, SSE, or the standalone stream of streamable HTTP) on link l. On
+// a caller's own session (Hooks.SessionKey) it belongs to that caller's
+// latest call in flight, and is relayed there. Elsewhere nothing says which
+// call caused it, and guessing (say, the only call in flight) could hand
+// one subject's sampling or elicitation to another's client: ping is
+// answered, everything else refused.
+func (s *Source) serverRequest(ctx context.Context, l *link, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	if req.Method == string(mcpgo.MethodPing) {
 		return &transport.JSONRPCResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: req.ID, Result: json.RawMessage("{}")}, nil
+	}
+	if c := l.owners.latest(); c != nil && l.owned() {
+		params, err := json.Marshal(req.Params)
+		if err != nil {
+			params = json.RawMessage("{}")
+		}
+		res, rpcErr := answer(ctx, *c, req.Method, params)
+		return &transport.JSONRPCResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: req.ID, Result: res, Error: rpcErr}, nil
 	}
 	s.opts.Logger.Debug("refused an upstream request that belongs to no call", "server", s.opts.Name, "method", req.Method)
 	return &transport.JSONRPCResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: req.ID, Error: &mcpgo.JSONRPCErrorDetails{

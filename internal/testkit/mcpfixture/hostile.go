@@ -24,6 +24,10 @@ const Secret = "hx-SECRET-4f1c9e27"
 //   - deep: the secret under access_token, nested depth levels down;
 //   - pem and ghp: a private key and a GitHub token in plain text;
 //   - fail: a JSON-RPC error whose message holds the secret;
+//   - shape: the JSON document it is given, as its structured content;
+//   - resources hx://token ({"token": secret}) and hx://usage, prompts
+//     creds ({"credentials": ...}) and usage: the last of each holds
+//     only ordinary words and counts;
 //   - resources hx://config (JSON with apiKey) and hx://key (a PEM key);
 //   - prompts leaky (a message holding a password) and broken (an error
 //     message holding a bearer token);
@@ -71,6 +75,31 @@ func addHostile(s *server.MCPServer) {
 		return nil, errors.New("login to the backend failed: client_secret=" + Secret)
 	})
 
+	s.AddTool(mcp.NewTool("shape", mcp.WithString("json")), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var v any
+		if err := json.Unmarshal([]byte(req.GetString("json", "null")), &v); err != nil {
+			return mcp.NewToolResultError(err.Error()), nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("shaped")}, StructuredContent: v}, nil
+	})
+	for uri, text := range map[string]string{
+		"hx://token": `{"token":"` + Secret + `"}`,
+		"hx://usage": `{"tokens_used":1532,"passage":"The pass word is spoken at the gate."}`,
+	} {
+		s.AddResource(mcp.NewResource(uri, uri[5:], mcp.WithMIMEType("application/json")),
+			func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+				return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: "application/json", Text: text}}, nil
+			})
+	}
+	for name, text := range map[string]string{
+		"creds": `Use {"credentials":{"user":"bot","secret_value":"` + Secret + `"}}`,
+		"usage": `Summarise {"tokens_used":1532,"passage":"The pass word is spoken at the gate."}`,
+	} {
+		s.AddPrompt(mcp.NewPrompt(name), func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []mcp.PromptMessage{mcp.NewPromptMessage(mcp.RoleUser, mcp.NewTextContent(text))}}, nil
+		})
+	}
+
 	s.AddResource(mcp.NewResource("hx://config", "config", mcp.WithMIMEType("application/json")),
 		func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 			return []mcp.ResourceContents{mcp.TextResourceContents{URI: "hx://config", MIMEType: "application/json",
@@ -105,14 +134,19 @@ func addHostile(s *server.MCPServer) {
 		time.Sleep(150 * time.Millisecond)
 		return mcp.NewToolResultText("said it"), nil
 	})
-	s.AddTool(mcp.NewTool("ask"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
-			Message:         "Is this yours? " + bearer,
-			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}},
-		}})
-		if err != nil {
-			return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+	// ask elicits as a multi round-trip result, which mcp-go plays as an
+	// elicitation/create request on 2025-11-25 and as an input round on
+	// 2026-07-28.
+	s.AddTool(mcp.NewTool("ask"), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if res := server.ElicitationResponse(req.Params.InputResponses, "ok"); res != nil {
+			return mcp.NewToolResultText("answered " + string(res.Action)), nil
 		}
-		return mcp.NewToolResultText("answered " + string(res.Action)), nil
+		if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
+			return mcp.NewToolResultError("elicitation failed: no answer"), nil
+		}
+		return server.NewInputRequestBuilder("").Elicit("ok", mcp.ElicitationParams{
+			Mode: mcp.ElicitationModeForm, Message: "Is this yours? " + bearer,
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}},
+		}).ToolResult(), nil
 	})
 }

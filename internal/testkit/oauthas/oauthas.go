@@ -1,0 +1,169 @@
+// Package oauthas runs a real authorization server for tests: panva's
+// certified oidc-provider from the npm registry (node/package.json pins it,
+// node/package-lock.json pins its dependencies), started with the
+// machine's node. See node/server.mjs for what it is configured to do.
+//
+// Without node or npm a test skips, unless CI is set: then it fails, and
+// .ci/run installs both.
+package oauthas
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
+)
+
+// AS is a running authorization server.
+type AS struct {
+	Issuer string
+}
+
+// nodeDir is this package's node/ directory.
+func nodeDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "node")
+}
+
+func missing(tb testing.TB, why string) {
+	tb.Helper()
+	if os.Getenv("CI") != "" {
+		tb.Fatalf("%s, and CI must run the authorization-server tests (.ci/run installs node and npm)", why)
+	}
+	tb.Skip(why)
+}
+
+// Install makes sure oidc-provider is installed (npm ci, once per lock
+// file per machine) and returns the directory to run server.mjs in.
+func Install(tb testing.TB) string {
+	tb.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing(tb, tool+" not found: the authorization server is oidc-provider on node")
+		}
+	}
+	src := nodeDir()
+	lock, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(src, "server.mjs"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sum := sha256.Sum256(append(lock, script...))
+	dir := filepath.Join(os.TempDir(), "capgate-oauthas-"+hex.EncodeToString(sum[:6]))
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "oidc-provider", "package.json")); err == nil {
+		return dir
+	}
+	// Installed beside, then renamed into place: test binaries running at
+	// once never see half an install.
+	tmp, err := os.MkdirTemp(os.TempDir(), "capgate-oauthas-install-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	for _, f := range []string{"package.json", "package-lock.json", "server.mjs"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, f), b, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts")
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		missing(tb, fmt.Sprintf("npm ci of oidc-provider failed (no registry?): %v\n%s", err, out))
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "node_modules")); serr != nil {
+			tb.Fatalf("installing oidc-provider: %v", err)
+		}
+	}
+	return dir
+}
+
+// Start runs the authorization server on a free loopback port until the
+// test ends. env adds to its environment (AS_ACCESS_TTL=seconds sets the
+// access tokens' lifetime).
+func Start(tb testing.TB, env ...string) *AS {
+	tb.Helper()
+	dir := Install(tb)
+	addr := testkit.FreeAddr(tb)
+	_, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command("node", "server.mjs", port)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if issuer, ok := strings.CutPrefix(sc.Text(), "listening "); ok {
+				ready <- issuer
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case issuer, ok := <-ready:
+		if !ok {
+			tb.Fatalf("the authorization server exited: %s", stderr.String())
+		}
+		return &AS{Issuer: issuer}
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("the authorization server did not start: %s", stderr.String())
+	}
+	return nil
+}
+
+// Browser is a user's browser: it signs in to the AS as user (its login
+// page answers for the test_user cookie) and follows every redirect.
+func (a *AS) Browser(tb testing.TB, user string) *http.Client {
+	tb.Helper()
+	jar, _ := cookiejar.New(nil)
+	u, _ := url.Parse(a.Issuer)
+	jar.SetCookies(u, []*http.Cookie{{Name: "test_user", Value: user, Path: "/"}})
+	return &http.Client{Jar: jar, Timeout: 30 * time.Second}
+}
+
+// Visit opens link in user's browser, follows it through the AS's sign-in
+// and consent to wherever it ends (capgate's callback page), and returns
+// that page's status and text.
+func (a *AS) Visit(tb testing.TB, user, link string) (int, string) {
+	tb.Helper()
+	resp, err := a.Browser(tb, user).Get(link)
+	if err != nil {
+		tb.Fatalf("visiting the sign-in link: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
