@@ -111,13 +111,13 @@ type Options struct {
 	Metrics *telemetry.Metrics
 	Tracer  *telemetry.Tracer
 
-	CallTimeout    time.Duration // default 2m
-	ApprovalTTL    time.Duration // default 10m
+	CallTimeout time.Duration // default 2m
+	ApprovalTTL time.Duration // default 10m
 	// ApprovalWait holds a call that needs an operator's approval for up
 	// to this long ([policy] approval_wait), looking every ApprovalPoll
 	// (default 500ms) for the decision; 0 refuses it at once.
-	ApprovalWait time.Duration
-	ApprovalPoll time.Duration
+	ApprovalWait   time.Duration
+	ApprovalPoll   time.Duration
 	IdempotencyTTL time.Duration // default 24h
 	// IdempotencyLease is how long a key's claim holds unless renewed; the
 	// replica running the call renews it every third of that, so a claim
