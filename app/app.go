@@ -17,6 +17,7 @@ import (
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/skills"
@@ -122,7 +123,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		return nil, err
 	}
 	a.reloader = reloader{verifier: verifier, master: master, lookupEnv: opts.LookupEnv}
-	if a.Registry, err = registry.Build(ctx, a.registryOptions(cfg)); err != nil {
+	if a.Registry, err = sources.Build(ctx, a.registryOptions(cfg)); err != nil {
 		return nil, err
 	}
 	if cfg.Server.MetricsListen != "" {

@@ -21,7 +21,7 @@ import (
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
-	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -665,7 +665,7 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 		if err == nil {
 			return true, nil
 		}
-		if !errors.Is(err, store.ErrNotFound) {
+		if !errors.Is(err, state.ErrNotFound) {
 			return false, storeUnavailable(err, GateApproval, "the approval")
 		}
 		if !request {
@@ -680,9 +680,9 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 // useApproval uses the call's approval: one statement marks it used, so
 // of two calls on one approval only one gets it; the other is told to get
 // a new one.
-func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) (*store.Approval, error) {
+func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) (*state.Approval, error) {
 	a, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, state.ErrNotFound) {
 		return nil, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
 	if err != nil {
@@ -744,7 +744,7 @@ func (r *Router) authGate(ctx context.Context, c *Caller, d *tool.Descriptor, ac
 		Hint:    fmt.Sprintf("run capability.auth.begin for %s (capgate capability auth begin --capability %s), then auth complete", capID, capID)}
 	if account != "" {
 		_, err := r.opts.State.Credential(ctx, c.Sub, capID, account)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, state.ErrNotFound) {
 			need.Message = fmt.Sprintf("%s: no linked account %q for %s", d.ID, account, capID)
 			return "", need
 		}

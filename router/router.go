@@ -22,8 +22,7 @@ import (
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
-	"github.com/capgate/capgate/store"
-	"github.com/capgate/capgate/telemetry"
+	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
 )
@@ -44,14 +43,14 @@ type Credentials interface {
 }
 
 type Flows interface {
-	BeginFlow(ctx context.Context, sub, capabilityID, accountHint string, state []byte) (*store.Flow, error)
-	TakeFlow(ctx context.Context, id, sub string) (*store.Flow, error)
+	BeginFlow(ctx context.Context, sub, capabilityID, accountHint string, state []byte) (*state.Flow, error)
+	TakeFlow(ctx context.Context, id, sub string) (*state.Flow, error)
 }
 
 // Idempotency claims a key before the call runs (one row, taken
 // atomically), then completes or releases the claim.
 type Idempotency interface {
-	ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHash string, ttl time.Duration) (claim string, rec *store.IdempotencyRecord, err error)
+	ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHash string, ttl time.Duration) (claim string, rec *state.IdempotencyRecord, err error)
 	CompleteIdempotency(ctx context.Context, sub, toolID, key, claim string, result []byte, ttl time.Duration) error
 	ReleaseIdempotency(ctx context.Context, sub, toolID, key, claim string) error
 }
@@ -59,9 +58,9 @@ type Idempotency interface {
 // Approvals: ApprovalFor looks without using; UseApproval uses one
 // atomically, right before the call runs.
 type Approvals interface {
-	RequestApproval(ctx context.Context, sub, toolID, inputHash string, input []byte, ttl time.Duration) (*store.Approval, error)
-	ApprovalFor(ctx context.Context, sub, toolID, inputHash string) (*store.Approval, error)
-	UseApproval(ctx context.Context, sub, toolID, inputHash string) (*store.Approval, error)
+	RequestApproval(ctx context.Context, sub, toolID, inputHash string, input []byte, ttl time.Duration) (*state.Approval, error)
+	ApprovalFor(ctx context.Context, sub, toolID, inputHash string) (*state.Approval, error)
+	UseApproval(ctx context.Context, sub, toolID, inputHash string) (*state.Approval, error)
 }
 
 // Policy is the operator's word on who may do what.
@@ -103,8 +102,8 @@ type Options struct {
 	Now    func() time.Time
 	// Metrics and Tracer observe every call, whatever its front door;
 	// nil is off.
-	Metrics *telemetry.Metrics
-	Tracer  *telemetry.Tracer
+	Metrics Metrics
+	Tracer  Tracer
 
 	CallTimeout    time.Duration // default 2m
 	ApprovalTTL    time.Duration // default 10m
@@ -219,6 +218,12 @@ func New(opts Options) (*Router, error) {
 	}
 	if opts.Audit == nil {
 		opts.Audit = discard{}
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
+	}
+	if opts.Tracer == nil {
+		opts.Tracer = noTracer{}
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = 2 * time.Minute

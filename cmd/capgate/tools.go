@@ -14,6 +14,7 @@ import (
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
 )
@@ -41,7 +42,7 @@ merged catalog.`,
 		if ignoreLock {
 			bo.LockPath, bo.RequireLock = "", false
 		}
-		r, err := registry.Build(context.Background(), bo)
+		r, err := sources.Build(context.Background(), bo)
 		if err != nil {
 			return nil, nil, usageError("%v", err)
 		}

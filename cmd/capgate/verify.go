@@ -16,7 +16,7 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/sources"
 )
 
 func newVerifyCmd() *cobra.Command {
@@ -134,7 +134,7 @@ func permissionProblems(cfg *config.Config) []string {
 func toolProblems(log io.Writer, cfg *config.Config, allowUnsafe bool) []string {
 	bo := app.RegistryOptions(cfg)
 	bo.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	r, err := registry.Build(context.Background(), bo)
+	r, err := sources.Build(context.Background(), bo)
 	if err != nil {
 		return []string{fmt.Sprintf("%s: the sources: %v", cfg.Path, err)}
 	}
