@@ -120,6 +120,7 @@ type Router struct {
 	base     *grantSet            // policy grants for every caller
 	subjects map[string]*grantSet // base plus the subject's own
 	anon     *grantSet
+	chain    []gate // the gates every call passes, in order (chain.go)
 	schemas  schemaCache
 	limits   limiter
 	caps     capsCache
@@ -234,7 +235,7 @@ func New(opts Options) (*Router, error) {
 	if opts.IdempotencyTTL <= 0 {
 		opts.IdempotencyTTL = 24 * time.Hour
 	}
-	r := &Router{opts: opts, subjects: map[string]*grantSet{}}
+	r := &Router{opts: opts, subjects: map[string]*grantSet{}, chain: newChain()}
 	r.admitter, _ = opts.Audit.(audit.Admitter)
 	r.health, _ = opts.Audit.(audit.Health)
 	r.limits.init(opts.Policy.RateLimit, opts.Now, opts.RateBuckets, opts.Logger)
