@@ -116,6 +116,7 @@ func (a *App) Reload(ctx context.Context, cfg *config.Config, skillsDirs []strin
 	}
 	_, oldReg := a.Server.Swap(rt, reg)
 	a.Server.SetSkills(set, SkillSettings(cfg.Skills))
+	a.Server.MCP.SetDiscovery(DiscoveryOf(cfg.Discovery))
 	a.stopRun()
 	a.stopRun = run(reg)
 	a.Router, a.Registry = rt, reg

@@ -122,6 +122,7 @@ type Event struct {
 	Sub, ChatID, ChatType, Tool string
 	Kind                        string // the tool's source kind
 	Protocol                    string // the caller's: "mcp/2025-11-25", "capability-rpc"
+	Via                         string // how the call was named: "call_tool" (tool search), or empty for directly
 	// A grant_check's capability string, deciding layer and why.
 	Required, Layer, Explanation string
 	CapabilityID                 string // an auth flow's capability: gog.email
@@ -196,6 +197,7 @@ func appendTail(b []byte, e *Event) []byte {
 	b = appendField(b, `,"tool":`, e.Tool)
 	b = appendField(b, `,"kind":`, e.Kind)
 	b = appendField(b, `,"protocol":`, e.Protocol)
+	b = appendField(b, `,"via":`, e.Via)
 	b = appendField(b, `,"required":`, e.Required)
 	b = appendField(b, `,"layer":`, e.Layer)
 	b = appendField(b, `,"explanation":`, e.Explanation)

@@ -39,6 +39,7 @@ type Config struct {
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
 	Store               Store                     `toml:"store"`
+	Discovery           Discovery                 `toml:"discovery"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
 	SkillDirs []string `toml:"-"`
@@ -408,6 +409,7 @@ func tomlType(goType string) string {
 }
 
 func (c *Config) applyDefaults() {
+	c.Discovery.applyDefaults()
 	if c.Server.Listen == "" {
 		c.Server.Listen = DefaultListen
 	}

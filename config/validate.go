@@ -52,6 +52,7 @@ func sortProviders(p []NamedProvider) {
 }
 
 func (c *Config) validate(fail func(key, format string, args ...any)) {
+	c.Discovery.validate(fail)
 	if u := c.Store.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		// Not quoted: it may hold a password.
 		fail("store.url", "want a postgres:// or postgresql:// URL")

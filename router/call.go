@@ -42,6 +42,9 @@ type Request struct {
 	Log      func(params json.RawMessage)
 	Ask      func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 	Protocol string // for the audit: "mcp/2025-11-25", "rpc", ...
+	// Via is how the caller named the tool, for the audit: "call_tool"
+	// when tool search's call_tool ran it, empty when called directly.
+	Via string
 	// RequestID names the call in the audit log; empty, the router makes a
 	// new invocation id, which is the usual case.
 	RequestID string
@@ -111,7 +114,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	st := &callState{c: c, request: req}
 	st.req, st.ev, st.tk = &st.request, &st.event, &st.ticket
 	ev := st.ev
-	*ev = audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, RequestID: req.RequestID}
+	*ev = audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -469,7 +472,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 	required := r.toolCaps.get(d.ID).execute
 	allowed, refused, reason := c.grants.Explain(required)
 	check := audit.Event{Type: audit.TypeGrantCheck, ToolName: d.ExposedName, Required: required, Explanation: reason,
-		Protocol: req.Protocol, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
+		Protocol: req.Protocol, Via: req.Via, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
 		Gate: GateCapability, RequestID: req.RequestID}
 	resolved(&check, d)
 	if allowed {

@@ -65,7 +65,7 @@ type Guarantees struct {
 // cannot admit it, an internal failure). It is audited as a plan record.
 func (r *Router) Plan(ctx context.Context, c *Caller, req Request) (*Plan, error) {
 	start := time.Now()
-	ev := audit.Event{Type: audit.TypePlan, ToolName: req.Tool, Protocol: req.Protocol, RequestID: req.RequestID,
+	ev := audit.Event{Type: audit.TypePlan, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
 		Detail: "planning: nothing ran"}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()

@@ -14,6 +14,7 @@ import (
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
+	"github.com/capgate/capgate/toolsearch"
 )
 
 // The caller's identity is the context_token in params
@@ -72,6 +73,9 @@ type Handler struct {
 	// travels in the body (Ash's context_token), so the body is read,
 	// within this bound, before the caller is known.
 	MaxBody int64
+	// Search answers capability.search: the tools c could call that best
+	// match the query. nil: the method is refused.
+	Search func(c *router.Caller, in toolsearch.SearchInput) ([]toolsearch.Hit, error)
 }
 
 type rpcMethod func(h *Handler, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
@@ -79,6 +83,7 @@ type rpcMethod func(h *Handler, r *http.Request, c *router.Caller, params json.R
 var rpcMethods = map[string]rpcMethod{
 	"capability.list":          (*Handler).list,
 	"capability.invoke":        (*Handler).invoke,
+	"capability.search":        (*Handler).search,
 	"capability.auth.begin":    (*Handler).authBegin,
 	"capability.auth.complete": (*Handler).authComplete,
 }
@@ -264,6 +269,23 @@ func (h *Handler) list(_ *http.Request, c *router.Caller, params json.RawMessage
 			RequiresAuth: d.RequiresAuth, Mutating: d.Mutating, InputSchema: d.InputSchema})
 	}
 	return map[string]any{"capabilities": caps}, nil
+}
+
+// search is capability.search: params query and limit (1..20, default
+// 5), as MCP's search_tools takes them; the answer names each tool by id.
+func (h *Handler) search(_ *http.Request, c *router.Caller, params json.RawMessage) (any, error) {
+	if h.Search == nil {
+		return nil, tool.Errorf(tool.CodeNotFound, "capability.search is not served here")
+	}
+	in, err := toolsearch.ParseSearch(params)
+	if err != nil {
+		return nil, paramsError{"invalid params: " + tool.ErrorMessage(err)}
+	}
+	hits, err := h.Search(c, in)
+	if err != nil {
+		return nil, tool.Wrap(err, tool.CodeInternal, "tool search failed")
+	}
+	return map[string]any{"tools": hits}, nil
 }
 
 // unavailable says why c cannot call d now, or "" when it can; chat

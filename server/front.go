@@ -76,7 +76,7 @@ func (s *Server) handler(fast bool) http.Handler {
 	mux.Handle(metadataPath, metadataHandler(s.issuer))
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(s.issuer))
 	mux.HandleFunc("/rpc", func(w http.ResponseWriter, r *http.Request) {
-		(&rpc.Handler{Router: s.Router(), MaxBody: max}).ServeHTTP(w, r) // the router of now (Swap)
+		(&rpc.Handler{Router: s.Router(), MaxBody: max, Search: s.MCP.rpcSearch}).ServeHTTP(w, r) // the router of now (Swap)
 	})
 	mux.HandleFunc(internalPath, func(w http.ResponseWriter, r *http.Request) { s.MCP.serveInternal(w, r, max) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })

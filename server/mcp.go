@@ -15,6 +15,7 @@ import (
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
+	"github.com/capgate/capgate/toolsearch"
 )
 
 // MCP is the catalog served as one MCP server: every tool of the registry,
@@ -36,6 +37,8 @@ type MCP struct {
 
 	metrics *telemetry.Metrics // nil: off
 	tracer  *telemetry.Tracer  // nil: off
+
+	search search // [discovery]: search_tools and call_tool
 
 	mu     sync.Mutex
 	listed []byte // the registered tool list as JSON, to skip no-op syncs
@@ -88,6 +91,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	// (rejectRebinding): mcp-go need not do it again.
 	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),
 		mcpserver.WithSessionIdManagerResolver(m.sessions), mcpserver.WithDisableLocalhostProtection(true))
+	m.search.indexes = &toolsearch.Indexes{}
 	m.watch(reg)
 	m.startRelay(reg)
 	return m
@@ -113,6 +117,13 @@ func (m *MCP) sync(snap *registry.Snapshot) {
 		tools = append(tools, mcpserver.ServerTool{Tool: t, Handler: m.useSkill})
 		listed = append(listed, t)
 	}
+	if st := m.searchTools(); st != nil {
+		tools = append(tools, st...)
+		for _, t := range st {
+			listed = append(listed, t.Tool)
+		}
+		m.search.indexes.Prepare(snap)
+	}
 	b, _ := json.Marshal(listed)
 	if m.listed != nil && bytes.Equal(b, m.listed) {
 		return
@@ -126,6 +137,9 @@ func (m *MCP) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	c := CallerFrom(ctx)
 	if c == nil {
 		return nil
+	}
+	if out, ok := m.searchFilter(ctx, c, tools); ok {
+		return out
 	}
 	p := m.parts.Load()
 	snap := p.registry.Snapshot()
@@ -181,6 +195,12 @@ func mcpTool(d *tool.Descriptor) mcp.Tool {
 // upstream can ask the client things mid-call. A denial is a tool result
 // with isError, whose text an agent can explain to its user.
 func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return m.callVia(ctx, req, "")
+}
+
+// callVia is call, audited with via: how the caller named the tool
+// ("call_tool" for tool search's, "" for directly).
+func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) (*mcp.CallToolResult, error) {
 	c := CallerFrom(ctx)
 	if c == nil {
 		return mcpconv.Denial(tool.Errorf(tool.CodeTokenInvalid, "no verified caller")), nil
@@ -188,7 +208,7 @@ func (m *MCP) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolR
 	if req.Params.RequestState != "" {
 		return m.resume(ctx, c, req)
 	}
-	r := router.Request{Tool: req.Params.Name, Input: mcpconv.RawArguments(req), Protocol: protocolOf(ctx)}
+	r := router.Request{Tool: req.Params.Name, Input: mcpconv.RawArguments(req), Protocol: protocolOf(ctx), Via: via}
 	if res, ok := m.plan(ctx, c, req, r); ok {
 		return res, nil
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/skills"
 	"github.com/capgate/capgate/telemetry"
+	"github.com/capgate/capgate/toolsearch"
 )
 
 // Options are the parts a Server fronts, built by the wiring (package app).
@@ -50,6 +51,9 @@ type Options struct {
 	Metrics       *telemetry.Metrics
 	Tracer        *telemetry.Tracer
 	MetricsListen string
+	// Discovery is how callers find tools ([discovery]); the zero value
+	// lists every tool.
+	Discovery toolsearch.Discovery
 }
 
 // Server is capgate's front door over a router and its registry.
@@ -81,6 +85,7 @@ func New(opts Options) *Server {
 	s.MCP = NewMCP(opts.Router, opts.Registry, secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
+	s.MCP.SetDiscovery(opts.Discovery)
 	return s
 }
 

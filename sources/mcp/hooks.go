@@ -71,6 +71,22 @@ func (s *Source) withHeaders(ctx context.Context, ask AskFunc) (context.Context,
 	return context.WithValue(ctx, headersKey{}, h), nil
 }
 
+// withMoreHeaders returns ctx with more added to its request headers.
+func withMoreHeaders(ctx context.Context, more http.Header) context.Context {
+	if len(more) == 0 {
+		return ctx
+	}
+	h, _ := ctx.Value(headersKey{}).(http.Header)
+	h = h.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	for k, v := range more {
+		h[k] = v
+	}
+	return context.WithValue(ctx, headersKey{}, h)
+}
+
 // addHeaders sets on h the headers the hook gave for ctx.
 func addHeaders(ctx context.Context, h http.Header) {
 	extra, _ := ctx.Value(headersKey{}).(http.Header)

@@ -64,7 +64,7 @@ func recordingUpstream(t *testing.T) (url string, log func() []seen) {
 func TestHooksHeadersAndSessionPerCaller(t *testing.T) {
 	url, log := recordingUpstream(t)
 	sub := func(ctx context.Context) string { s, _ := ctx.Value(subjectKey{}).(string); return s }
-	s := connect(t, Options{Name: "rec", URL: url, Timeout: 10 * time.Second, Hooks: Hooks{
+	s := connect(t, Options{Name: "rec", URL: url, Protocol: Protocol, Timeout: 10 * time.Second, Hooks: Hooks{
 		Headers: func(ctx context.Context, ask AskFunc) (http.Header, error) {
 			switch who := sub(ctx); who {
 			case "mallory":
@@ -146,7 +146,7 @@ func TestKeyedSessionRelaysStandaloneStream(t *testing.T) {
 	srv := httptest.NewServer(mcpserver.NewStreamableHTTPServer(up))
 	t.Cleanup(srv.Close)
 	sub := func(ctx context.Context) string { s, _ := ctx.Value(subjectKey{}).(string); return s }
-	s := connect(t, Options{Name: "asker", URL: srv.URL + "/mcp", Timeout: 10 * time.Second, Hooks: Hooks{SessionKey: sub}})
+	s := connect(t, Options{Name: "asker", URL: srv.URL + "/mcp", Protocol: Protocol, Timeout: 10 * time.Second, Hooks: Hooks{SessionKey: sub}})
 	ds, err := s.List(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,8 @@ import (
 // messages, sampling and elicitation requests) belongs to that call, so
 // it is relayed to that caller and no other.
 
-// callHTTP posts tools/call on l's session and reads the answer.
+// callHTTP posts tools/call on l's session and reads the answer; on the
+// stateless protocol it answers the upstream's input rounds (modern.go).
 func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args json.RawMessage) (*tool.Result, error) {
 	id := "capgate-" + strconv.FormatInt(s.seq.Add(1), 10)
 	body := make([]byte, 0, 128+len(args))
@@ -39,22 +40,76 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	body = append(body, `,"arguments":`...)
 	body = append(body, args...)
 	tp, ts, traced := telemetry.TraceParent(ctx)
-	if call.Progress != nil || traced {
-		body = append(body, `,"_meta":{`...)
+	modern := l.modern()
+	metaAt := -1
+	if call.Progress != nil || traced || modern {
+		body = append(body, `,"_meta":`...)
+		metaAt = len(body)
+		body = append(body, '{')
+		if modern {
+			body = append(body, modernMeta...)
+		}
 		if call.Progress != nil {
 			// Progress may also come on the standalone stream (mcp-go servers
 			// share one queue between it and the call's), found by token.
 			s.progress.Store(id, call.Progress)
 			defer s.progress.Delete(id)
+			if modern {
+				body = append(body, ',')
+			}
 			body = append(body, `"progressToken":"`...)
 			body = append(body, id...)
 			body = append(body, '"')
 		}
-		body = appendTraceMeta(body, tp, ts, call.Progress != nil)
+		body = appendTraceMeta(body, tp, ts, call.Progress != nil || modern)
 		body = append(body, '}')
 	}
+	var meta []byte
+	if metaAt >= 0 {
+		meta = body[metaAt:]
+	}
 	body = append(body, "}}"...)
+	if modern {
+		ctx = withMoreHeaders(ctx, standardHeaders("tools/call", json.RawMessage(`{"name":`+strconv.Quote(call.Tool.Name)+`}`)))
+	}
 
+	for round := 0; ; round++ {
+		raw, err := s.postCall(ctx, l, id, call, body)
+		if err != nil {
+			return nil, err
+		}
+		if ir, ok := needsInput(raw); ok && modern {
+			if round >= maxInputRounds {
+				return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/call %s asked for input more than %d times", s.opts.Name, call.Tool.Name, maxInputRounds)
+			}
+			answers, err := s.fulfil(ctx, call, ir)
+			if err != nil {
+				return nil, err
+			}
+			if body, err = retryBody(id, call.Tool.Name, args, meta, answers, ir.RequestState); err != nil {
+				return nil, tool.Wrap(err, tool.CodeInternal, "mcp server %s: tools/call %s: %v", s.opts.Name, call.Tool.Name, err)
+			}
+			continue
+		}
+		if out, ok := readResult(raw); ok {
+			return out, nil
+		}
+		out, rpcErr, err := decodeResult(raw)
+		switch {
+		case err != nil:
+			return nil, tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response is not JSON-RPC: %v", s.opts.Name, call.Tool.Name, err)
+		case rpcErr != nil:
+			return nil, s.rpcError("tools/call "+call.Tool.Name, rpcErr.Code, rpcErr.Message, rpcErr.Data)
+		case out == nil:
+			return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response has neither result nor error", s.opts.Name, call.Tool.Name)
+		}
+		return out, nil
+	}
+}
+
+// postCall posts one tools/call body and returns the response to id,
+// having relayed what came before it.
+func (s *Source) postCall(ctx context.Context, l *link, id string, call tool.Call, body []byte) (json.RawMessage, error) {
 	resp, err := s.post(ctx, l, body, "")
 	if err != nil {
 		return nil, s.httpFailed(ctx, l, id, call, err)
@@ -74,19 +129,7 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	if err != nil {
 		return nil, s.httpFailed(ctx, l, id, call, err)
 	}
-	if out, ok := readResult(raw); ok {
-		return out, nil
-	}
-	out, rpcErr, err := decodeResult(raw)
-	switch {
-	case err != nil:
-		return nil, tool.Wrap(err, tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response is not JSON-RPC: %v", s.opts.Name, call.Tool.Name, err)
-	case rpcErr != nil:
-		return nil, s.rpcError("tools/call "+call.Tool.Name, rpcErr.Code, rpcErr.Message, rpcErr.Data)
-	case out == nil:
-		return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/call %s: the response has neither result nor error", s.opts.Name, call.Tool.Name)
-	}
-	return out, nil
+	return raw, nil
 }
 
 // decodeResult reads a tools/call response with encoding/json: the

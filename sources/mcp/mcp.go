@@ -62,6 +62,11 @@ type Options struct {
 
 	URL       string
 	Transport string // "streamable-http" (default for URL) or "sse"
+	// Protocol pins the revision spoken to a streamable-HTTP upstream:
+	// "" tries Modern (2026-07-28) and falls back to the handshake of
+	// Protocol (2025-11-25); Protocol never tries Modern. stdio and SSE
+	// upstreams speak Protocol.
+	Protocol string
 	Headers   map[string]string
 
 	// TrustAnnotations: the operator vouches for the server's tool
@@ -255,39 +260,76 @@ func (s *Source) open(ctx context.Context, key string) (*link, error) {
 		l.base, _ = ctx.Value(headersKey{}).(http.Header)
 	}
 	g := l.guard
-	c, err := s.newClient(g, &l.base)
+	// Over streamable HTTP, the stateless protocol first; an upstream that
+	// does not speak it gets a new connection for the handshake, with the
+	// standalone stream the stateless protocol has no use for.
+	modern := s.opts.Command == "" && s.opts.Transport != "sse" && s.opts.Protocol != Protocol
+	c, err := s.newClient(g, &l.base, modern)
 	if err != nil {
 		return nil, err
 	}
+	if modern {
+		err := s.handshake(ctx, l, c, Modern)
+		if err != nil || l.modern() {
+			return l, err
+		}
+		// The upstream took the handshake: keep none of this connection.
+		c.Close()
+		if c, err = s.newClient(g, &l.base, false); err != nil {
+			return nil, err
+		}
+	}
+	return l, s.handshake(ctx, l, c, Protocol)
+}
+
+// handshake starts c and opens the connection at version (Modern tries
+// server/discover and falls back to initialize; Protocol initializes),
+// filling in l from the upstream's answer.
+func (s *Source) handshake(ctx context.Context, l *link, c *client.Client, version string) error {
 	l.c = c
 	c.OnNotification(func(n mcpgo.JSONRPCNotification) { s.notification(l, n) })
 	// A stdio upstream's process lives as long as the context Start gets,
 	// so that is the source's life, not this dial's deadline.
 	if err := c.Start(s.life); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("mcp server %s: start: %w", s.opts.Name, err)
+		return fmt.Errorf("mcp server %s: start: %w", s.opts.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	init := mcpgo.InitializeRequest{}
-	init.Params.ProtocolVersion = Protocol
-	init.Params.ClientInfo = mcpgo.Implementation{Name: "capgate", Version: "1"}
+	init.Params.ProtocolVersion = version
+	init.Params.ClientInfo = clientInfo
 	// capgate relays these requests to the client whose call caused them.
 	init.Params.Capabilities = mcpgo.ClientCapabilities{
 		Sampling:    &mcpgo.SamplingCapability{},
 		Elicitation: &mcpgo.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}},
 	}
+	if version == Modern {
+		init.Params.Capabilities = clientCaps
+	}
 	res, err := c.Initialize(ctx, init)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
+		return fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
 	}
 	l.version, l.caps = res.ProtocolVersion, res.Capabilities
+	if l.modern() {
+		l.http = true
+		if l.post, err = s.newRequest(context.Background(), l, nil, ""); err != nil {
+			c.Close()
+			return fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
+		}
+		c.OnConnectionLost(func(err error) { s.drop(l, err) })
+		return nil
+	}
+	if version == Modern {
+		return nil // the caller starts over at Protocol
+	}
 	if t, ok := c.GetTransport().(*transport.StreamableHTTP); ok {
 		l.http, l.session = true, t.GetSessionId()
 		if l.post, err = s.newRequest(context.Background(), l, nil, ""); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
+			return fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
 		}
 	}
 	// Requests the upstream makes outside capgate's own streams (stdio,
@@ -306,7 +348,7 @@ func (s *Source) open(ctx context.Context, key string) (*link, error) {
 		}
 	}
 	c.OnConnectionLost(func(err error) { s.drop(l, err) })
-	return l, nil
+	return nil
 }
 
 // restart replaces l, whose stream a message over the limit put out of
@@ -346,8 +388,11 @@ func (s *Source) overLimit(ctx context.Context, l *link, what string, err error)
 	return s.tooLarge(what, err)
 }
 
-func (s *Source) newClient(g *guard, base *http.Header) (*client.Client, error) {
+func (s *Source) newClient(g *guard, base *http.Header, modern bool) (*client.Client, error) {
 	opts := []client.ClientOption{client.WithProtocolVersion(Protocol)}
+	if modern {
+		opts = []client.ClientOption{client.WithProtocolVersion(Modern)}
+	}
 	switch {
 	case s.opts.Command != "":
 		var extra []string
@@ -377,10 +422,12 @@ func (s *Source) newClient(g *guard, base *http.Header) (*client.Client, error) 
 		t, err := transport.NewStreamableHTTP(s.opts.URL, transport.WithHTTPHeaders(s.opts.Headers),
 			transport.WithHTTPHeaderFunc(headerFunc(base)),
 			transport.WithHTTPBasicClient(&http.Client{Transport: &limitedTransport{next: pooledTransport, max: s.opts.MaxMessage}}),
-			transport.WithContinuousListening(),
 			transport.WithHTTPLogger(slog.New(warnOnly{s.opts.Logger.Handler()})))
 		if err != nil {
 			return nil, err
+		}
+		if !modern {
+			transport.WithContinuousListening()(t)
 		}
 		return client.NewClient(t, opts...), nil
 	}
@@ -631,11 +678,20 @@ func (s *Source) Request(ctx context.Context, method string, params any) (json.R
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	var header http.Header
+	if l.modern() {
+		p, err := modernParams(params)
+		if err != nil {
+			return nil, tool.Wrap(err, tool.CodeInternal, "mcp server %s: %s: %v", s.opts.Name, method, err)
+		}
+		params, header = p, standardHeaders(method, p)
+	}
 	resp, err := l.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
 		JSONRPC: mcpgo.JSONRPC_VERSION,
 		ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-%d", s.seq.Add(1))),
 		Method:  method,
 		Params:  params,
+		Header:  header,
 	})
 	if err != nil {
 		if e := s.overLimit(ctx, l, method, err); e != nil {

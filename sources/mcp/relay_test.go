@@ -13,11 +13,24 @@ import (
 )
 
 // TestCallRelaysRequestsAndLogs calls the conformance fixture's tools
-// over streamable HTTP: its sampling and elicitation requests reach the
-// call's Ask and the answers go back; its log messages reach the call's Log
-// when they come on the call's stream; what names no call reaches nobody.
+// over streamable HTTP, on both protocols: its sampling and elicitation
+// requests reach the call's Ask and the answers go back; its log messages
+// reach the call's Log when they come on the call's stream; what names no
+// call reaches nobody. On 2026-07-28 every request is an input round of
+// its own call, so sampling reaches it too.
 func TestCallRelaysRequestsAndLogs(t *testing.T) {
-	s := urlSource(t, conformance.StartFixture(t), "")
+	url := conformance.StartFixture(t)
+	for _, protocol := range []string{Protocol, ""} {
+		t.Run("protocol="+protocol, func(t *testing.T) { testCallRelays(t, url, protocol) })
+	}
+}
+
+func testCallRelays(t *testing.T, url, protocol string) {
+	s := connect(t, Options{Name: "fx", URL: url, Protocol: protocol, Timeout: 10 * time.Second})
+	modern := protocol == ""
+	if got := s.conn.modern(); got != modern {
+		t.Fatalf("speaks 2026-07-28: %v, want %v", got, modern)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ds, err := s.List(ctx)
@@ -39,14 +52,23 @@ func TestCallRelaysRequestsAndLogs(t *testing.T) {
 		}
 		return json.RawMessage(`{"action":"accept","content":{"username":"alice","email":"a@example.com"}}`), nil
 	}
-	// mcp-go's server sends sampling on its standalone stream, which names
-	// no call: it is refused, never given to this call by elimination.
 	res, err := s.Call(ctx, tool.Call{Tool: byName["test_sampling"], Input: json.RawMessage(`{"prompt":"2+2?"}`), Ask: ask})
-	if err == nil && !res.IsError || err != nil && !strings.Contains(err.Error(), "belongs to no call") {
-		t.Errorf("test_sampling = %v %+v, want the upstream's request refused", err, res)
-	}
-	if len(asked) != 0 {
-		t.Errorf("asked %v", asked)
+	if modern {
+		// An input round of this call: relayed, and the answer goes back.
+		if err != nil || res.IsError || !strings.Contains(string(res.Content[0]), "four") || len(asked) != 1 {
+			t.Errorf("test_sampling = %v %+v, asked %v; want the model's answer relayed", err, res, asked)
+		}
+		asked = nil
+	} else {
+		// mcp-go's server sends sampling on its standalone stream, which
+		// names no call: it is refused, never given to this call by
+		// elimination.
+		if err == nil && !res.IsError || err != nil && !strings.Contains(err.Error(), "belongs to no call") {
+			t.Errorf("test_sampling = %v %+v, want the upstream's request refused", err, res)
+		}
+		if len(asked) != 0 {
+			t.Errorf("asked %v", asked)
+		}
 	}
 	// Elicitation comes on the call's own stream and reaches its Ask.
 	res, err = s.Call(ctx, tool.Call{Tool: byName["test_elicitation"], Input: json.RawMessage(`{"message":"name?"}`), Ask: ask})
@@ -85,5 +107,8 @@ func TestCallRelaysRequestsAndLogs(t *testing.T) {
 			break
 		}
 		want = want[1:]
+	}
+	if modern && len(logs) != 3 {
+		t.Errorf("logs %v, want all three of the call's on 2026-07-28 (one stream, no other)", logs)
 	}
 }

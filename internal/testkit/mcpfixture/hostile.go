@@ -134,14 +134,19 @@ func addHostile(s *server.MCPServer) {
 		time.Sleep(150 * time.Millisecond)
 		return mcp.NewToolResultText("said it"), nil
 	})
-	s.AddTool(mcp.NewTool("ask"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
-			Message:         "Is this yours? " + bearer,
-			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}},
-		}})
-		if err != nil {
-			return mcp.NewToolResultError("elicitation failed: " + err.Error()), nil
+	// ask elicits as a multi round-trip result, which mcp-go plays as an
+	// elicitation/create request on 2025-11-25 and as an input round on
+	// 2026-07-28.
+	s.AddTool(mcp.NewTool("ask"), func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if res := server.ElicitationResponse(req.Params.InputResponses, "ok"); res != nil {
+			return mcp.NewToolResultText("answered " + string(res.Action)), nil
 		}
-		return mcp.NewToolResultText("answered " + string(res.Action)), nil
+		if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
+			return mcp.NewToolResultError("elicitation failed: no answer"), nil
+		}
+		return server.NewInputRequestBuilder("").Elicit("ok", mcp.ElicitationParams{
+			Mode: mcp.ElicitationModeForm, Message: "Is this yours? " + bearer,
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}},
+		}).ToolResult(), nil
 	})
 }

@@ -1,0 +1,189 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/capgate/capgate/internal/rawjson"
+	"github.com/capgate/capgate/tool"
+)
+
+// Protocol 2026-07-28 (stateless) toward the upstreams that speak it. Over
+// streamable HTTP capgate first asks server/discover at 2026-07-28 and
+// falls back to the 2025-11-25 handshake per upstream (see open). On the
+// stateless protocol every request carries capgate's protocol version,
+// identity and capabilities in its _meta and the method and name in
+// Mcp-Method and Mcp-Name headers; there is no session. An upstream asks
+// the client for input by answering with an InputRequiredResult: capgate
+// asks the calling client each request through tool.Call.Ask (a 2026
+// client gets them as an input round of its own call, a 2025 one as
+// requests on the call's stream) and retries with the answers and the
+// upstream's requestState exactly as it came; the state never leaves
+// capgate, so no client can change it or bring another's.
+
+// maxInputRounds bounds the input rounds of one call.
+const maxInputRounds = 16
+
+// Modern is the stateless protocol revision capgate offers upstreams.
+const Modern = mcpgo.LATEST_PROTOCOL_VERSION
+
+// clientCaps are what capgate declares to an upstream: it relays these
+// requests to the calling client.
+var clientCaps = mcpgo.ClientCapabilities{
+	Sampling:    &mcpgo.SamplingCapability{},
+	Elicitation: &mcpgo.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}},
+	Roots: &struct {
+		ListChanged bool `json:"listChanged,omitempty"`
+	}{},
+}
+
+var clientInfo = mcpgo.Implementation{Name: "capgate", Version: "1"}
+
+// modernMeta is the _meta members every stateless request carries, as
+// JSON object members (no braces), made once.
+var modernMeta = func() []byte {
+	b, _ := json.Marshal(map[string]any{
+		mcpgo.MetaKeyProtocolVersion:    Modern,
+		mcpgo.MetaKeyClientCapabilities: clientCaps,
+		mcpgo.MetaKeyClientInfo:         clientInfo,
+		mcpgo.MetaKeyLogLevel:           mcpgo.LoggingLevelDebug,
+	})
+	return b[1 : len(b)-1]
+}()
+
+// modern reports whether l speaks the stateless protocol.
+func (l *link) modern() bool { return mcpgo.IsModernProtocol(l.version) }
+
+// modernParams returns params (a JSON object or nil) with capgate's _meta
+// members added to its _meta.
+func modernParams(params any) (json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if params != nil {
+		b, err := json.Marshal(params)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, &fields); err != nil {
+			return nil, fmt.Errorf("params are not a JSON object: %w", err)
+		}
+	}
+	if fields == nil {
+		fields = map[string]json.RawMessage{}
+	}
+	fields["_meta"] = mergeMeta(fields["_meta"])
+	return json.Marshal(fields)
+}
+
+// mergeMeta adds capgate's members to a _meta object (raw, maybe empty).
+func mergeMeta(meta json.RawMessage) json.RawMessage {
+	meta = bytes.TrimSpace(meta)
+	if len(meta) < 2 || string(meta) == "null" || string(meta) == "{}" {
+		return append(append([]byte{'{'}, modernMeta...), '}')
+	}
+	out := append([]byte{'{'}, modernMeta...)
+	out = append(out, ',')
+	return append(out, meta[1:]...)
+}
+
+// standardHeaders are the Mcp-Method and Mcp-Name headers of a stateless
+// request (SEP-2243).
+func standardHeaders(method string, params json.RawMessage) http.Header {
+	h := http.Header{}
+	for k, v := range mcpgo.StandardHeaders(Modern, mcpgo.MCPMethod(method), params) {
+		h.Set(k, v)
+	}
+	return h
+}
+
+// inputRequired is an InputRequiredResult as the upstream sent it.
+type inputRequired struct {
+	ResultType    string                     `json:"resultType"`
+	InputRequests map[string]json.RawMessage `json:"inputRequests"`
+	RequestState  *json.RawMessage           `json:"requestState"`
+}
+
+// needsInput reads a response's result as an InputRequiredResult, or
+// says no. The check is a byte search first: most results are not.
+func needsInput(raw []byte) (*inputRequired, bool) {
+	if !bytes.Contains(raw, []byte(`"input_required"`)) {
+		return nil, false
+	}
+	var msg [2][]byte
+	if !rawjson.Pick(raw, responseNames, msg[:]) || msg[0] == nil {
+		return nil, false
+	}
+	var ir inputRequired
+	if json.Unmarshal(msg[0], &ir) != nil || ir.ResultType != string(mcpgo.ResultTypeInputRequired) {
+		return nil, false
+	}
+	return &ir, true
+}
+
+// fulfil asks the calling client every input request of ir at once (they
+// may reach it in one round) and returns the answers by key.
+func (s *Source) fulfil(ctx context.Context, call tool.Call, ir *inputRequired) (map[string]json.RawMessage, error) {
+	if len(ir.InputRequests) > 0 && call.Ask == nil {
+		return nil, tool.Errorf(tool.CodeBackendUnavailable,
+			"mcp server %s: tools/call %s needs input from the client, which capgate cannot ask for this call", s.opts.Name, call.Tool.Name)
+	}
+	var (
+		mu   sync.Mutex
+		out  = make(map[string]json.RawMessage, len(ir.InputRequests))
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for key, raw := range ir.InputRequests {
+		var req struct {
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		}
+		if err := json.Unmarshal(raw, &req); err != nil || req.Method == "" {
+			return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: input request %q is not a request", s.opts.Name, key)
+		}
+		if len(req.Params) == 0 {
+			req.Params = json.RawMessage("{}")
+		}
+		wg.Go(func() {
+			res, rpcErr := answer(ctx, call, req.Method, req.Params)
+			mu.Lock()
+			defer mu.Unlock()
+			if rpcErr != nil {
+				errs = append(errs, fmt.Errorf("input request %q (%s): %s", key, req.Method, rpcErr.Message))
+				return
+			}
+			out[key] = res
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: %v", s.opts.Name, call.Tool.Name, errs[0])
+	}
+	return out, nil
+}
+
+// retryBody is a tools/call body that answers ir: name and arguments as
+// before, the answers, and the upstream's requestState as it came.
+func retryBody(id, name string, args json.RawMessage, meta []byte, answers map[string]json.RawMessage, state *json.RawMessage) ([]byte, error) {
+	params := map[string]json.RawMessage{"arguments": args}
+	params["name"], _ = json.Marshal(name)
+	if len(answers) > 0 {
+		b, err := json.Marshal(answers)
+		if err != nil {
+			return nil, err
+		}
+		params["inputResponses"] = b
+	}
+	if state != nil {
+		params["requestState"] = *state
+	}
+	if meta != nil {
+		params["_meta"] = meta
+	}
+	return json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
