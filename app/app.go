@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/token"
+	"github.com/capgate/capgate/upstreamauth"
 )
 
 // Options are the seams of Open.
@@ -47,6 +49,9 @@ type App struct {
 	// Tracer exports spans when the OTEL_* environment asks. nil: off.
 	Metrics *telemetry.Metrics
 	Tracer  *telemetry.Tracer
+	// Broker holds each user's credentials for the [mcp.servers] with
+	// auth; nil when none has.
+	Broker *upstreamauth.Broker
 	*server.Server
 	// SecretSource says where the token keys came from, for the start banner.
 	SecretSource string
@@ -117,8 +122,12 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	if a.Store, err = store.Open(ctx, cfg.Server.DataDir, store.Options{LookupEnv: opts.LookupEnv, URL: cfg.Store.URL}); err != nil {
 		return nil, err
 	}
+	if a.Broker, err = Broker(cfg, a.Store, opts.Logger, opts.LookupEnv); err != nil {
+		return nil, err
+	}
 	ao := auditOptions(cfg, opts.Logger)
 	ao.Replica = a.ReplicaID // every record says which replica wrote it
+	ao.HeadKey = audit.HeadKey(secret) // nil without HS256: a key of this process's own would not outlive it
 	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err
 	}
@@ -144,6 +153,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
 		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce,
 		Metrics: a.Metrics, Tracer: a.Tracer, MetricsListen: cfg.Server.MetricsListen, Discovery: DiscoveryOf(cfg.Discovery),
+		Browser: a.browser(),
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
 	if err := a.Server.LoadSkills(skills.Options{Installed: opts.SkillsDirs, Workspace: cfg.Dir}, SkillSettings(cfg.Skills)); err != nil {
@@ -157,6 +167,15 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	}()
 	a.stopRun = run(a.Registry)
 	return a, nil
+}
+
+// browser is what users' browsers open under /oauth/: the broker's links
+// and callback, when there is a broker.
+func (a *App) browser() http.Handler {
+	if a.Broker == nil {
+		return nil
+	}
+	return a.Broker.Handler()
 }
 
 // replicaID is the configured replica id, or <hostname>-<pid>: unique

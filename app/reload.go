@@ -43,6 +43,12 @@ func (a *App) registryOptions(cfg *config.Config) sources.BuildOptions {
 	master := a.master
 	bo.BridgeKey = func(ns string) ([]byte, error) { return token.BridgeKey(master, ns) }
 	bo.Logger, bo.LookupEnv = a.logger, a.lookupEnv
+	WithAuth(&bo, a.Broker, func() *registry.Registry {
+		if a.Server != nil {
+			return a.Server.Registry()
+		}
+		return a.Registry
+	})
 	return bo
 }
 

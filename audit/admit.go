@@ -34,8 +34,8 @@ const (
 	// recordCost is the most disk one record takes.
 	recordCost = maxRecord + lineOverhead
 	// CallRecords is how many records one call's Ticket covers: its
-	// grant_check, an approval and its tool_call.
-	CallRecords = 3
+	// invocation_start, grant_check, an approval and its tool_call.
+	CallRecords = 4
 	// minReserve is the least Reserve: room for a few calls' worst case.
 	minReserve = 64 << 10
 	// unlimited is the budget of a Log that reserves no space (Reserve
@@ -208,7 +208,7 @@ func (e *Event) cut(limit int) {
 	for _, s := range []*string{&e.Type, &e.ToolName, &e.Runner, &e.ResolvedSource, &e.Capability,
 		&e.GuaranteeSource, &e.Reason, &e.Sub, &e.ChatID, &e.ChatType, &e.Tool,
 		&e.Kind, &e.Protocol, &e.Required, &e.Layer, &e.Explanation, &e.CapabilityID,
-		&e.Decision, &e.Gate, &e.Code, &e.InputSHA256, &e.RequestID, &e.ApprovalID, &e.FlowID,
+		&e.Decision, &e.Gate, &e.Code, &e.InputSHA256, &e.RequestID, &e.ClientInvocationID, &e.ApprovalID, &e.FlowID,
 		&e.AccountRef, &e.Detail} {
 		if len(*s) > limit {
 			n := limit

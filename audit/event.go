@@ -100,6 +100,9 @@ const (
 	TypeApproval     = "approval"
 	// TypePlan is a planning call's decision: the gates ran, nothing did.
 	TypePlan = "plan"
+	// TypeInvocationStart is a call admitted, before any gate: its
+	// invocation's first record (AgentOS), the tool_call its last.
+	TypeInvocationStart = "invocation_start"
 )
 
 // Event is one audit record. Its fields are written in the order declared,
@@ -131,6 +134,9 @@ type Event struct {
 	Duration                     time.Duration
 	// InputSHA256 is HashInput of the call's input.
 	InputSHA256, RequestID, ApprovalID, FlowID, AccountRef string
+	// ClientInvocationID is the caller's own id for the call (AgentOS's
+	// invocation_id), kept beside capgate's RequestID.
+	ClientInvocationID string
 	// Guarantees is the tool's effective guarantees, a JSON object
 	// (tool.Guarantees marshalled), written as is.
 	Guarantees string
@@ -211,6 +217,7 @@ func appendTail(b []byte, e *Event) []byte {
 	}
 	b = appendField(b, `,"input_sha256":`, e.InputSHA256)
 	b = appendField(b, `,"request_id":`, e.RequestID)
+	b = appendField(b, `,"client_invocation_id":`, e.ClientInvocationID)
 	b = appendField(b, `,"approval_id":`, e.ApprovalID)
 	b = appendField(b, `,"flow_id":`, e.FlowID)
 	b = appendField(b, `,"account_ref":`, e.AccountRef)

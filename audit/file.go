@@ -14,6 +14,7 @@ import (
 type head struct {
 	seq  uint64
 	hash string
+	mac  string // hex HMAC-SHA256 of seq and hash under the head key; "" unkeyed
 }
 
 // readHead reads a .head sidecar; ok is false when there is none.
@@ -28,14 +29,15 @@ func readHead(path string) (h head, ok bool, err error) {
 	var v struct {
 		Seq  *uint64 `json:"seq"`
 		Hash string  `json:"hash"`
+		MAC  string  `json:"mac"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return head{}, false, fmt.Errorf("%s: not a head sidecar: %v", path, err)
 	}
-	if v.Seq == nil || !isHash(v.Hash) {
-		return head{}, false, fmt.Errorf(`%s: not a head sidecar: want {"seq":N,"hash":"<64 hex digits>"}`, path)
+	if v.Seq == nil || !isHash(v.Hash) || v.MAC != "" && !isHash(v.MAC) {
+		return head{}, false, fmt.Errorf(`%s: not a head sidecar: want {"seq":N,"hash":"<64 hex digits>","mac":"<64 hex digits>"}`, path)
 	}
-	return head{*v.Seq, v.Hash}, true, nil
+	return head{*v.Seq, v.Hash, v.MAC}, true, nil
 }
 
 // parseLine reads seq and prev from a line, or says what is wrong with it.

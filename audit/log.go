@@ -49,6 +49,10 @@ type Options struct {
 	// Replica names the replica writing the log, in every record (each
 	// replica of a scaled-out capgate writes its own log); "" for none.
 	Replica string
+	// HeadKey, when set (HeadKey of capgate's token secret), MACs every
+	// .head sidecar, and Open refuses a log whose head is missing or does
+	// not verify under it (see headkey.go).
+	HeadKey []byte
 	// OnHealth is called, from the writer, when the log turns unhealthy
 	// (with why) and when it recovers (with nil): once per change, not per
 	// event. It must not call the Log.
@@ -93,6 +97,7 @@ type Log struct {
 	maxFiles   int
 	reserve    int64
 	onHealth   func(error)
+	headKey    []byte // MACs the .head sidecar; nil: unkeyed
 
 	// Queue: encoded events waiting for the writer.
 	mu     sync.Mutex
@@ -212,6 +217,7 @@ func Open(path string, opts Options) (*Log, error) {
 		maxFiles:   opts.MaxFiles,
 		reserve:    opts.Reserve,
 		onHealth:   opts.OnHealth,
+		headKey:    opts.HeadKey,
 		f:          f,
 		w:          f,
 		wsig:       make(chan struct{}, 1),
@@ -277,6 +283,19 @@ func (l *Log) resume() error {
 	h, ok, err := readHead(l.path + ".head")
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
+	}
+	if l.headKey != nil {
+		// Keyed, a log has a head from its first moment on (written now
+		// for a new one), so a missing head is one that was removed.
+		switch {
+		case !ok && l.seq == 0:
+			return l.writeHead(0, &l.prev)
+		case !ok:
+			return fmt.Errorf("audit: %s: it has %d lines but no %s.head: the head was removed (with lines cut off the end, perhaps), so the log is not extended: check it with capgate audit verify, then move it aside", l.path, l.seq, l.path)
+		}
+		if err := h.checkMAC(l.headKey, l.path+".head"); err != nil {
+			return fmt.Errorf("audit: %s: %w; the log is not extended: check it with capgate audit verify, then move it and its .head aside", l.path, err)
+		}
 	}
 	if !ok {
 		return nil
@@ -905,6 +924,10 @@ func (l *Log) writeHead(seq uint64, hash *[sha256.Size]byte) error {
 	b = strconv.AppendUint(b, seq, 10)
 	b = append(b, `,"hash":"`...)
 	b = hex.AppendEncode(b, hash[:])
+	if l.headKey != nil {
+		b = append(b, `","mac":"`...)
+		b = append(b, headMAC(l.headKey, seq, hex.EncodeToString(hash[:]))...)
+	}
 	b = append(b, "\"}\n"...)
 	head := l.path + ".head"
 	tmp := head + ".tmp"

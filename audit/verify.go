@@ -18,6 +18,10 @@ type Report struct {
 	// Sidecar is set by VerifyFile when a .head sidecar existed and the
 	// file agreed with it. Without one, lines cut off the end go unseen.
 	Sidecar bool
+	// Keyed is set by VerifyFileKeyed when the sidecar's MAC verified
+	// under the key: then a head rewritten to hide lines cut off the end
+	// would have been found.
+	Keyed bool
 	// Files are the files VerifyFile checked, in chain order: the log's
 	// moved-aside files (see Options.MaxSize), then the log itself.
 	Files []string
@@ -176,7 +180,13 @@ func snapshot(path string) (f *os.File, size int64, h head, haveHead bool, err e
 // lines than the sidecar is fine: the writer stopped before updating it.
 // When the oldest file kept does not start the chain, the files before it
 // were pruned: Report.FirstSeq says where checking began.
-func VerifyFile(path string) (Report, error) {
+func VerifyFile(path string) (Report, error) { return VerifyFileKeyed(path, nil) }
+
+// VerifyFileKeyed is VerifyFile, and with key (HeadKey of capgate's
+// secret) the log must have a .head sidecar whose MAC verifies: a head
+// rewritten, stripped of its MAC or removed, as truncating the log
+// without the key needs, is a *VerifyError.
+func VerifyFileKeyed(path string, key []byte) (Report, error) {
 	f, size, h, haveHead, err := snapshot(path)
 	if err != nil {
 		return Report{}, err
@@ -245,10 +255,19 @@ func VerifyFile(path string) (Report, error) {
 	}
 	rep.FirstSeq = c.first
 	rep.Head = hex.EncodeToString(c.prev[:])
+	headName := filepath.Base(path) + ".head"
+	if key != nil {
+		if !haveHead {
+			return rep, &VerifyError{Path: path, Reason: fmt.Sprintf(
+				"no %s: a log written with capgate's key always has one, so it was removed (and lines may have been cut off the end)", headName)}
+		}
+		if err := h.checkMAC(key, headName); err != nil {
+			return rep, &VerifyError{Path: path, Reason: err.Error() + "; lines may have been cut off the end"}
+		}
+	}
 	if !haveHead {
 		return rep, nil
 	}
-	headName := filepath.Base(path) + ".head"
 	if h.seq > c.seq {
 		return rep, &VerifyError{Path: path, Reason: fmt.Sprintf(
 			"truncated: %s records %d lines but the file has %d: line %d and after were removed", headName, h.seq, c.seq, c.seq+1)}
@@ -262,6 +281,6 @@ func VerifyFile(path string) (Report, error) {
 		}
 		return rep, ve
 	}
-	rep.Sidecar = true
+	rep.Sidecar, rep.Keyed = true, key != nil
 	return rep, nil
 }

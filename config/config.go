@@ -80,6 +80,11 @@ type Server struct {
 	// WatchConfig reloads the config when it, its risk file or
 	// capgate.lock changes, as SIGHUP does.
 	WatchConfig bool `toml:"watch_config"`
+	// PublicURL is where users' browsers reach capgate (https in
+	// production): the sign-in links of [mcp.servers] with auth = "oauth"
+	// or "user-token" are under it, and the OAuth redirect URI is
+	// <public_url>/oauth/callback.
+	PublicURL string `toml:"public_url"`
 }
 
 type Auth struct {
@@ -186,6 +191,25 @@ type MCPServer struct {
 	URL       string            `toml:"url"`
 	Transport string            `toml:"transport"` // streamable-http (default) or sse
 	Headers   map[string]string `toml:"headers"`
+
+	// Auth is how each caller's requests are authorized upstream: "none"
+	// (the default: Headers only, the same for everyone), "oauth" (each
+	// user signs in to the server's authorization server; needs
+	// server.public_url), "token-exchange" (the caller's [auth.oidc] token
+	// is exchanged at its issuer, RFC 8693) or "user-token" (each user
+	// enters their own token on a form under server.public_url).
+	Auth string `toml:"auth"`
+	// ClientID is a client pre-registered at the authorization server;
+	// without it capgate uses a Client ID Metadata Document, else dynamic
+	// registration.
+	ClientID string `toml:"client_id"`
+	// ClientSecretEnv names the variable holding ClientID's secret.
+	ClientSecretEnv string `toml:"client_secret_env"`
+	// Scopes to ask for; default what the server's metadata says.
+	Scopes []string `toml:"scopes"`
+	// TokenHeader is the header a user token is sent in (auth =
+	// "user-token"); default Authorization, as "Bearer <token>".
+	TokenHeader string `toml:"token_header"`
 
 	// Prefix of exposed names; nil means the server's name, "" none.
 	Prefix  *string  `toml:"prefix"`

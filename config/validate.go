@@ -66,6 +66,11 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 			fail("server.advertise_url", "%q is not an absolute http or https URL", raw)
 		}
 	}
+	if raw := c.Server.PublicURL; raw != "" {
+		if u, err := url.Parse(raw); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.RawQuery != "" || u.Fragment != "" {
+			fail("server.public_url", "%q is not an absolute http or https URL without query", raw)
+		}
+	}
 	if !upperEnv.MatchString(c.Auth.SecretEnv) {
 		fail("auth.secret_env", "%q is not an environment variable name", c.Auth.SecretEnv)
 	}
@@ -241,6 +246,7 @@ func (c *Config) validateServer(key, name string, s *MCPServer, fail func(key, f
 			fail(key, "args, env and cwd go with command, not url")
 		}
 	}
+	c.validateServerAuth(key, s, fail)
 	if s.MaxResultBytes != c.MCP.MaxResultBytes && (s.MaxResultBytes < 1<<10 || s.MaxResultBytes > 1<<30) {
 		fail(key+".max_result_bytes", "%d bytes is out of range: give between 1KiB and 1GiB, for example \"8MiB\"", int64(s.MaxResultBytes))
 	}
@@ -255,6 +261,45 @@ func (c *Config) validateServer(key, name string, s *MCPServer, fail func(key, f
 		if o.Name != "" && !tool.ValidExposedName(o.Name) {
 			fail(tk+".name", "%q must match ^[a-zA-Z0-9_-]{1,64}$", o.Name)
 		}
+	}
+}
+
+// validateServerAuth checks a server's auth keys (issue 27).
+func (c *Config) validateServerAuth(key string, s *MCPServer, fail func(key, format string, args ...any)) {
+	switch s.Auth {
+	case "", "none":
+		if s.ClientID != "" || s.ClientSecretEnv != "" || len(s.Scopes) > 0 || s.TokenHeader != "" {
+			fail(key+".auth", "client_id, client_secret_env, scopes and token_header go with auth = \"oauth\", \"token-exchange\" or \"user-token\"")
+		}
+		return
+	case "oauth", "user-token":
+		if c.Server.PublicURL == "" {
+			fail(key+".auth", "auth = %q needs server.public_url: where users' browsers reach capgate to sign in", s.Auth)
+		}
+	case "token-exchange":
+		if c.Auth.OIDC == nil {
+			fail(key+".auth", "auth = \"token-exchange\" needs [auth.oidc]: the issuer whose tokens are exchanged")
+		}
+	default:
+		fail(key+".auth", "%q: valid values are none, oauth, token-exchange and user-token", s.Auth)
+		return
+	}
+	if s.URL == "" || s.Transport == "sse" {
+		fail(key+".auth", "auth = %q needs a streamable-http url: each caller's requests carry their own credential", s.Auth)
+	}
+	for h := range s.Headers {
+		if strings.EqualFold(h, "Authorization") {
+			fail(key+".headers", "an Authorization header and auth = %q are both set: one credential for everyone or each user's own, not both", s.Auth)
+		}
+	}
+	if s.ClientSecretEnv != "" && !upperEnv.MatchString(s.ClientSecretEnv) {
+		fail(key+".client_secret_env", "%q is not an environment variable name", s.ClientSecretEnv)
+	}
+	if s.ClientSecretEnv != "" && s.ClientID == "" {
+		fail(key+".client_secret_env", "a client secret goes with client_id")
+	}
+	if s.TokenHeader != "" && s.Auth != "user-token" {
+		fail(key+".token_header", "goes with auth = \"user-token\"")
 	}
 }
 

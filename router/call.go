@@ -48,6 +48,9 @@ type Request struct {
 	// RequestID names the call in the audit log; empty, the router makes a
 	// new invocation id, which is the usual case.
 	RequestID string
+	// ClientInvocationID is the caller's own id for the call (AgentOS's
+	// invocation_id): recorded beside RequestID, never in its place.
+	ClientInvocationID string
 }
 
 // Invocation is what happened in one call, for its result: the id its
@@ -114,7 +117,8 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	st := &callState{c: c, request: req}
 	st.req, st.ev, st.tk = &st.request, &st.event, &st.ticket
 	ev := st.ev
-	*ev = audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID}
+	*ev = audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
+		ClientInvocationID: req.ClientInvocationID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
@@ -123,6 +127,9 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	var err error
 	st.ticket, err = r.admit()
 	defer st.ticket.Done()
+	if err == nil {
+		r.startRecord(st.tk, *ev)
+	}
 	var res *tool.Result
 	if err == nil {
 		res, err = r.recoverCall(ctx, st, &inv)
@@ -234,6 +241,9 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
+	if !c.Anonymous {
+		call.Sub = c.Sub
+	}
 	if req.Scope != nil {
 		call.Secrets = req.Scope.Secrets
 	}

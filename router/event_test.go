@@ -78,9 +78,15 @@ func TestGrantCheckEvents(t *testing.T) {
 		evs := rec.events
 		rec.events = nil
 		rec.mu.Unlock()
-		if len(evs) != 2 {
+		if len(evs) != 3 {
 			t.Fatalf("%s %s: %d events", tt.sub, tt.tool, len(evs))
 		}
+		// The first is the call's invocation_start, at admission.
+		if start := evs[0]; start.Type != audit.TypeInvocationStart || start.Sub != tt.sub || start.ToolName != tt.tool ||
+			start.RequestID != "7" || start.Decision != "" {
+			t.Errorf("%s %s: invocation_start %+v", tt.sub, tt.tool, start)
+		}
+		evs = evs[1:]
 		decision := "deny"
 		if tt.allowed {
 			decision = "allow"

@@ -66,7 +66,8 @@ type Guarantees struct {
 func (r *Router) Plan(ctx context.Context, c *Caller, req Request) (*Plan, error) {
 	start := time.Now()
 	ev := audit.Event{Type: audit.TypePlan, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
-		Detail: "planning: nothing ran"}
+		ClientInvocationID: req.ClientInvocationID,
+		Detail:             "planning: nothing ran"}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}

@@ -47,14 +47,17 @@ type rpcData struct {
 	Gate         string    `json:"gate,omitempty"`
 	Required     string    `json:"required,omitempty"`
 	Hint         string    `json:"hint,omitempty"`
+	AuthURL      string    `json:"auth_url,omitempty"` // capability_auth_required: where to sign in
 	InvocationID string    `json:"invocation_id,omitempty"`
+	// ClientInvocationID echoes the caller's invocation_id.
+	ClientInvocationID string `json:"client_invocation_id,omitempty"`
 }
 
 // invokeError is a refused or failed call, with the id of its audit
-// records.
+// records and the caller's own id for it.
 type invokeError struct {
 	error
-	id string
+	id, client string
 }
 
 func (e invokeError) Unwrap() error { return e.error }
@@ -195,11 +198,11 @@ func rpcErrData(err error) *rpcData {
 	d := &rpcData{Code: tool.ErrorCode(err)}
 	var ie invokeError
 	if errors.As(err, &ie) {
-		d.InvocationID = ie.id
+		d.InvocationID, d.ClientInvocationID = ie.id, ie.client
 	}
 	var te *tool.Error
 	if errors.As(err, &te) {
-		d.Gate, d.Required, d.Hint = te.Gate, te.Required, te.Hint
+		d.Gate, d.Required, d.Hint, d.AuthURL = te.Gate, te.Required, te.Hint, te.AuthURL
 	}
 	return d
 }
@@ -310,7 +313,10 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 		Input          json.RawMessage `json:"input"`
 		Account        string          `json:"account"`
 		IdempotencyKey string          `json:"idempotency_key"`
-		Mode           *string         `json:"mode"` // "planning", or absent to run
+		Mode           *string         `json:"mode"` // "planning"; "execution" or absent to run
+		// InvocationID is the caller's own id (AgentOS): capgate keeps its
+		// own and records and echoes this one as client_invocation_id.
+		InvocationID string `json:"invocation_id"`
 	}
 	if err := decodeParams(params, &p); err != nil {
 		return nil, err
@@ -318,8 +324,15 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 	if strings.TrimSpace(p.Capability) == "" {
 		return nil, paramsError{"invalid params: capability is required"}
 	}
+	if p.Mode != nil && *p.Mode == router.ModeExecution {
+		p.Mode = nil // AgentOS's explicit form of no mode
+	}
 	if p.Mode != nil && *p.Mode != router.ModePlanning {
-		return nil, paramsError{`invalid params: mode must be "` + router.ModePlanning + `" or absent, not ` + shortJSON(*p.Mode)}
+		return nil, paramsError{`invalid params: mode must be "` + router.ModePlanning + `", "` + router.ModeExecution +
+			`" or absent, not ` + shortJSON(*p.Mode)}
+	}
+	if err := router.CheckClientInvocationID(p.InvocationID); err != nil {
+		return nil, paramsError{"invalid params: invocation_id " + err.Error()}
 	}
 	name := p.Capability
 	if p.Operation != "" && p.Operation != defaultOperation {
@@ -337,21 +350,29 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 		// id only: an MCP exposed name is not an id.
 		requestID := router.NewInvocationID()
 		plan, err := h.Router.Plan(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
-			IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID})
+			IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", RequestID: requestID, ClientInvocationID: p.InvocationID})
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"ok": plan.Allowed, "mode": router.ModePlanning, "plan": plan, "request_id": requestID}, nil
+		out := map[string]any{"ok": plan.Allowed, "mode": router.ModePlanning, "plan": plan, "request_id": requestID}
+		if p.InvocationID != "" {
+			out["client_invocation_id"] = p.InvocationID
+		}
+		return out, nil
 	}
 	// The RPC names tools by id only: an MCP exposed name is not an id.
 	res, inv, err := h.Router.Invoke(r.Context(), c, router.Request{Tool: name, ByID: true, Input: p.Input, Account: p.Account,
-		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc"})
+		IdempotencyKey: p.IdempotencyKey, Protocol: "capability-rpc", ClientInvocationID: p.InvocationID})
 	if err != nil {
-		return nil, invokeError{err, inv.ID}
+		return nil, invokeError{err, inv.ID, p.InvocationID}
 	}
 	// request_id is the invocation id, under the name Ash's spec gives it.
-	return map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
-		"invocation_id": inv.ID, "duration_ms": inv.DurationMS(), "side_effects": inv.SideEffectNames()}, nil
+	out := map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
+		"invocation_id": inv.ID, "duration_ms": inv.DurationMS(), "side_effects": inv.SideEffectNames()}
+	if p.InvocationID != "" {
+		out["client_invocation_id"] = p.InvocationID
+	}
+	return out, nil
 }
 
 // output is the structured result when there is one, else the content.

@@ -79,6 +79,9 @@ func (s *Server) handler(fast bool) http.Handler {
 		(&rpc.Handler{Router: s.Router(), MaxBody: max, Search: s.MCP.rpcSearch}).ServeHTTP(w, r) // the router of now (Swap)
 	})
 	mux.HandleFunc(internalPath, func(w http.ResponseWriter, r *http.Request) { s.MCP.serveInternal(w, r, max) })
+	if s.browser != nil {
+		mux.Handle("/oauth/", s.browser)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	return recoverPanics(s.logger, rejectRebinding(mux))

@@ -22,8 +22,11 @@ func planning(v any, present bool, where string) (bool, error) {
 	if s, ok := v.(string); ok && s == router.ModePlanning {
 		return true, nil
 	}
+	if s, ok := v.(string); ok && s == router.ModeExecution {
+		return false, nil // AgentOS's explicit form of no mode
+	}
 	return false, &tool.Error{Code: tool.CodeInvalidInput, Gate: router.GateInput,
-		Message: fmt.Sprintf("%s must be %q or absent, not %s", where, router.ModePlanning, shortJSON(v)),
+		Message: fmt.Sprintf("%s must be %q, %q or absent, not %s", where, router.ModePlanning, router.ModeExecution, shortJSON(v)),
 		Hint:    "leave it out to make the call; set it to \"planning\" to see what the gates decide without running it"}
 }
 

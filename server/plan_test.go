@@ -25,7 +25,7 @@ func TestPlanningIsNotAFastCall(t *testing.T) {
 	}
 	// A mode that is not "planning" is refused, saying where.
 	status, _, b = testkit.PostMCP(t, front, tok, "fx__echo", strings.Replace(body, `"planning"`, `"dry"`, 1))
-	if status != 200 || !strings.Contains(string(b), `_meta[\"capgate/mode\"] must be \"planning\" or absent, not \"dry\"`) ||
+	if status != 200 || !strings.Contains(string(b), `_meta[\"capgate/mode\"] must be \"planning\", \"execution\" or absent, not \"dry\"`) ||
 		!strings.Contains(string(b), `"isError":true`) {
 		t.Errorf("mode dry: %d %s", status, b)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync/atomic"
 
@@ -51,6 +52,10 @@ type Options struct {
 	Metrics       *telemetry.Metrics
 	Tracer        *telemetry.Tracer
 	MetricsListen string
+	// Browser serves what users' browsers open under /oauth/ (the sign-in
+	// links and callback of upstream accounts, package upstreamauth),
+	// without a capgate token; nil: nothing there.
+	Browser http.Handler
 	// Discovery is how callers find tools ([discovery]); the zero value
 	// lists every tool.
 	Discovery toolsearch.Discovery
@@ -69,6 +74,7 @@ type Server struct {
 	metrics        *telemetry.Metrics
 	metricsListen  string
 	metricsAddr    string // bound by Serve
+	browser        http.Handler
 }
 
 // New makes the front door over opts' router and registry.
@@ -77,7 +83,8 @@ func New(opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{logger: opts.Logger, listen: opts.Listen, socket: opts.Socket,
-		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready, metrics: opts.Metrics, metricsListen: opts.MetricsListen}
+		limits: opts.Limits, issuer: opts.Issuer, ready: opts.Ready, metrics: opts.Metrics, metricsListen: opts.MetricsListen,
+		browser: opts.Browser}
 	secret := opts.Secret
 	if secret == nil {
 		secret = randomSecret()

@@ -128,6 +128,34 @@ func (s *Store) Accounts(ctx context.Context, sub, capabilityID string) ([]strin
 	return out, nil
 }
 
+// CredentialSubjects lists up to limit subjects holding a credential
+// under (capabilityID, accountRef), the most recently written first: who
+// may stand for everyone where one user's credential must (an upstream
+// that lists its tools only to a signed-in user).
+func (s *Store) CredentialSubjects(ctx context.Context, capabilityID, accountRef string, limit int) ([]string, error) {
+	if s.vault == nil {
+		return nil, ErrNoVault
+	}
+	rows, err := s.vault.QueryContext(ctx, `SELECT sub FROM credentials
+		WHERE capability_id = ? AND account_ref = ? ORDER BY updated_at DESC, sub LIMIT ?`, capabilityID, accountRef, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: credential subjects: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var sub string
+		if err := rows.Scan(&sub); err != nil {
+			return nil, fmt.Errorf("store: credential subjects: %w", err)
+		}
+		out = append(out, sub)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: credential subjects: %w", err)
+	}
+	return out, nil
+}
+
 // DeleteCredential removes the credential of (sub, capabilityID,
 // accountRef); ErrNotFound when there was none.
 func (s *Store) DeleteCredential(ctx context.Context, sub, capabilityID, accountRef string) error {

@@ -42,7 +42,7 @@ type Error struct {
 	// AuthURL, with CodeAuthRequired, is the link where the caller signs in
 	// to the account the call needs (an upstream's OAuth sign-in).
 	AuthURL string
-	Err      error  // the underlying cause; never shown to the caller
+	Err     error // the underlying cause; never shown to the caller
 }
 
 func (e *Error) Error() string {

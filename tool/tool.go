@@ -127,7 +127,10 @@ func cloneBool(b *bool) *bool {
 
 // Call is one invocation of a tool, as the router hands it to a source.
 type Call struct {
-	Tool           *Descriptor
+	Tool *Descriptor
+	// Sub is the verified caller's subject ("" for an anonymous caller):
+	// for sources that act as each caller's own account upstream.
+	Sub            string
 	Input          json.RawMessage // a JSON object
 	Account        string          // which stored credential to use, if any
 	IdempotencyKey string

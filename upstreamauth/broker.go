@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -67,6 +68,7 @@ type Store interface {
 	BeginFlow(ctx context.Context, sub, capabilityID, accountHint string, state []byte) (*store.Flow, error)
 	FlowByID(ctx context.Context, id string) (*store.Flow, error)
 	TakeFlowByID(ctx context.Context, id string) (*store.Flow, error)
+	CredentialSubjects(ctx context.Context, capabilityID, accountRef string, limit int) ([]string, error)
 }
 
 // Options configure a Broker.
@@ -100,6 +102,17 @@ type Broker struct {
 	busy map[string]*sync.Mutex
 	// exchanged caches token-exchange results by (sub, server).
 	exchanged map[string]exchanged
+	onLinked  atomic.Pointer[func(server string)]
+}
+
+// SetOnLinked has f told, after the callback stored a token, that a user
+// linked an account on server.
+func (b *Broker) SetOnLinked(f func(server string)) { b.onLinked.Store(&f) }
+
+func (b *Broker) linked(server string) {
+	if f := b.onLinked.Load(); f != nil {
+		(*f)(server)
+	}
 }
 
 // found is a discovery result and when it was made.
@@ -312,6 +325,43 @@ func (b *Broker) Refused(ctx context.Context, sub, server string) error {
 	}
 	b.opts.Logger.Info("the upstream refused the user's token after a refresh; asking them to sign in again", "server", srv.Name, "sub", sub)
 	return b.needLink(ctx, sub, srv, "the server refused your token")
+}
+
+// ListerHeader is the header of requests made for no caller (the
+// upstream session capgate lists a server's tools on): the credential of
+// the user who most recently linked an account there. One user's listing
+// stands for everyone's; every call still carries the caller's own.
+// Before anyone links, capability_auth_required.
+func (b *Broker) ListerHeader(ctx context.Context, server string) (http.Header, error) {
+	srv, ok := b.servers[server]
+	if !ok {
+		return nil, fmt.Errorf("upstreamauth: no server %q", server)
+	}
+	var capID, ref string
+	switch srv.Mode {
+	case ModeUserToken:
+		capID, ref = userTokenKey(srv)
+	case ModeOAuth:
+		up, err := b.upstreamOf(ctx, srv)
+		if err != nil {
+			return nil, err
+		}
+		capID, ref = tokenKey(up)
+	}
+	var subs []string
+	if capID != "" {
+		var err error
+		if subs, err = b.opts.Store.CredentialSubjects(ctx, capID, ref, 3); err != nil {
+			return nil, storeError(srv, err)
+		}
+	}
+	for _, sub := range subs {
+		if h, err := b.Header(ctx, sub, server, ""); err == nil {
+			return h, nil
+		}
+	}
+	return nil, tool.Errorf(tool.CodeAuthRequired, "mcp server %s lists its tools only to a signed-in user, and no one has signed in yet: "+
+		"capgate accounts link %s --sub SUBJECT", srv.Name, srv.Name)
 }
 
 func bearer(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }

@@ -53,7 +53,7 @@ type env struct {
 }
 
 // newBroker is one replica's broker over the shared store and public URL.
-func (e *env) newBroker(t *testing.T, refreshBefore time.Duration) *upstreamauth.Broker {
+func (e *env) newBroker(t testing.TB, refreshBefore time.Duration) *upstreamauth.Broker {
 	t.Helper()
 	b, err := upstreamauth.New(upstreamauth.Options{
 		PublicURL: e.pub.URL, Store: e.store, RefreshBefore: refreshBefore,
@@ -66,7 +66,7 @@ func (e *env) newBroker(t *testing.T, refreshBefore time.Duration) *upstreamauth
 	return b
 }
 
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	e := &env{as: oauthas.Start(t), log: &lockedBuf{}}
 	e.mcp = authmcp.Start(t, e.as.Issuer)
@@ -114,7 +114,7 @@ func whoami(t *testing.T, url string, h http.Header) string {
 
 // link has user sign in upstream as account through the link the broker
 // gives sub, and checks the page capgate shows.
-func (e *env) link(t *testing.T, sub, account string) {
+func (e *env) link(t testing.TB, sub, account string) {
 	t.Helper()
 	_, err := e.b.Header(context.Background(), sub, "tracker", "")
 	var te *tool.Error

@@ -177,6 +177,7 @@ func (b *Broker) serveCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.opts.Logger.Info("upstream account linked", "server", srv.Name, "sub", f.Sub, "issuer", up.Issuer)
+	b.linked(srv.Name)
 	b.page(w, http.StatusOK, page{Title: "Signed in", Server: srv.Name, Sub: f.Sub, Account: g.Account, Linked: true})
 }
 
@@ -210,6 +211,7 @@ func (b *Broker) serveUserToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.opts.Logger.Info("upstream user token stored", "server", srv.Name, "sub", f.Sub)
+	b.linked(srv.Name)
 	b.page(w, http.StatusOK, page{Title: "Saved", Server: srv.Name, Sub: f.Sub, Linked: true})
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/internal/testkit"
 )
 
@@ -250,5 +253,93 @@ func TestHostileShapesWithheld(t *testing.T) {
 		if !bad && (err != nil || !strings.Contains(string(b), "passage")) {
 			t.Errorf("prompt %s: %v %s, want it given", name, err, b)
 		}
+	}
+}
+
+// TestAuditTruncationDetected: a real serve writes its audit log; then
+// the attacker cuts the last line off and rewrites .head to name the new
+// last line (as issue 24 did), strips its MAC, forges one with another
+// key, or removes .head. With capgate's key, `capgate audit verify` finds
+// each; without it, the rewritten head passes, as the README says.
+func TestAuditTruncationDetected(t *testing.T) {
+	s := startReload(t, "")
+	for range 3 {
+		if out := s.call(t, "fx__echo", `{"message":"hi"}`); strings.Contains(out, `"isError":true`) {
+			t.Fatalf("a call: %s", out)
+		}
+	}
+	if err := s.Stop(t); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	logPath := filepath.Join(s.Dir, "data", "audit.jsonl")
+	orig, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origHead, err := os.ReadFile(logPath + ".head")
+	if err != nil || !strings.Contains(string(origHead), `"mac":"`) {
+		t.Fatalf("serve's .head has no MAC: %q %v", origHead, err)
+	}
+	verify := func(withKey bool, args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(s.Bin, append([]string{"audit", "verify"}, args...)...)
+		for _, e := range os.Environ() {
+			if !strings.HasPrefix(e, "CAPGATE_TOKEN_SECRET=") {
+				cmd.Env = append(cmd.Env, e)
+			}
+		}
+		if withKey {
+			cmd.Env = append(cmd.Env, "CAPGATE_TOKEN_SECRET="+s.Secret)
+		}
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	if code, out := verify(true, "--config", s.ConfigPath); code != 0 || !strings.Contains(out, "verified with capgate's key") {
+		t.Fatalf("the untouched log with the key: %d %s", code, out)
+	}
+
+	lines := strings.SplitAfter(strings.TrimSuffix(string(orig), "\n"), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("serve wrote %d audit lines, want 3 or more", len(lines))
+	}
+	cut := strings.Join(lines[:len(lines)-1], "")
+	last := strings.TrimSuffix(lines[len(lines)-2], "\n")
+	sum := sha256.Sum256([]byte(last))
+	rewritten := fmt.Sprintf(`{"seq":%d,"hash":"%x"}`+"\n", len(lines)-1, sum)
+	wrongKey := audit.HeadKey([]byte("the attacker's guess at the key"))
+	m := hmac.New(sha256.New, wrongKey)
+	m.Write([]byte(fmt.Sprintf("capgate audit head v1\n%d\n%x", len(lines)-1, sum)))
+	forged := fmt.Sprintf(`{"seq":%d,"hash":"%x","mac":"%x"}`+"\n", len(lines)-1, sum, m.Sum(nil))
+	for _, tc := range []struct {
+		name, head, want string
+	}{
+		{"rewritten without a MAC", rewritten, "has no MAC"},
+		{"rewritten with a MAC of another key", forged, "MAC does not verify"},
+		{"removed", "", "no audit.jsonl.head"},
+	} {
+		writeFile(t, logPath, cut)
+		os.Remove(logPath + ".head")
+		if tc.head != "" {
+			writeFile(t, logPath+".head", tc.head)
+		}
+		if code, out := verify(true, "--config", s.ConfigPath); code != 1 || !strings.Contains(out, tc.want) {
+			t.Errorf("cut back, .head %s, verified with the key: %d %s, want exit 1 naming %q", tc.name, code, out, tc.want)
+		}
+		if code, out := verify(true, logPath); code != 1 || !strings.Contains(out, "BROKEN") {
+			t.Errorf("cut back, .head %s, verify FILE with $CAPGATE_TOKEN_SECRET: %d %s, want BROKEN", tc.name, code, out)
+		}
+	}
+	// Without the key the rewritten head cannot be told from a real one.
+	writeFile(t, logPath+".head", rewritten)
+	if code, out := verify(false, "--file", logPath); code != 0 || !strings.Contains(out, "checked without capgate's key") {
+		t.Errorf("without the key: %d %s, want it to pass with the note", code, out)
+	}
+	// And a serve started on the cut log does not extend it.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.Bin, "serve", "--config", s.ConfigPath)
+	cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+s.Secret)
+	if out, err := cmd.CombinedOutput(); ctx.Err() != nil || err == nil || !strings.Contains(string(out), "has no MAC") {
+		t.Errorf("serve on the cut log: %v %s, want it refused naming the head", err, out)
 	}
 }

@@ -4,12 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/token"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -24,21 +28,28 @@ of the line before it; <log>.head records the last line synced.`,
 	}
 	cmd.PersistentFlags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml whose audit log to use")
 	cmd.PersistentFlags().StringVar(&file, "file", "", "the audit log file, instead of the config's")
-	logPath := func(cmd *cobra.Command) (string, error) {
+	// logPath is the log to read, and the key its .head is MACed with as
+	// far as this process can know it: the config's token secret, or
+	// with --file or FILEs $CAPGATE_TOKEN_SECRET; nil when there is none.
+	logPath := func(cmd *cobra.Command) (string, []byte, error) {
 		if cmd.Flags().Changed("file") {
 			if cmd.Flags().Changed("config") {
-				return "", usageError("give --config or --file, not both")
+				return "", nil, usageError("give --config or --file, not both")
 			}
 			if file == "" {
-				return "", usageError("--file: empty path")
+				return "", nil, usageError("--file: empty path")
 			}
-			return file, nil
+			return file, envHeadKey(), nil
 		}
 		cfg, err := config.Load(configPath)
 		if err != nil {
-			return "", usageError("%v", err)
+			return "", nil, usageError("%v", err)
 		}
-		return cfg.Audit.Path, nil
+		key, err := configHeadKey(cfg)
+		if err != nil {
+			return "", nil, usageError("%v", err)
+		}
+		return cfg.Audit.Path, key, nil
 	}
 
 	verify := &cobra.Command{
@@ -46,7 +57,10 @@ of the line before it; <log>.head records the last line synced.`,
 		Short: "Check the audit log's hash chain and its .head sidecar",
 		Long: `verify reads the whole audit log and checks that every line is a record whose
 seq is its line number and whose prev is the SHA-256 of the line before it,
-then that the file agrees with its .head sidecar. A log rotated by
+then that the file agrees with its .head sidecar. With capgate's token key
+(the config's, or $CAPGATE_TOKEN_SECRET for --file and FILEs) it also checks
+the sidecar's MAC, so a log cut back with its .head rewritten, stripped or
+removed is found; without the key that goes unseen. A log rotated by
 [audit] max_size is followed across its moved-aside files, <log>.<seq>,
 oldest first; verify names them, and says so when the oldest were pruned. It names the first line
 where a line was edited, removed, inserted or reordered, or says that lines
@@ -62,13 +76,13 @@ read.`,
 				if cmd.Flags().Changed("file") || cmd.Flags().Changed("config") {
 					return usageError("give FILEs, --config or --file, not several")
 				}
-				return verifyFiles(cmd.OutOrStdout(), args)
+				return verifyFiles(cmd.OutOrStdout(), args, envHeadKey())
 			}
-			path, err := logPath(cmd)
+			path, key, err := logPath(cmd)
 			if err != nil {
 				return err
 			}
-			rep, err := audit.VerifyFile(path)
+			rep, err := audit.VerifyFileKeyed(path, key)
 			var ve *audit.VerifyError
 			if errors.As(err, &ve) {
 				return &exitError{code: exitDenied, err: err}
@@ -102,7 +116,7 @@ order; each record names its replica.`,
 					return usageError("%v", err)
 				}
 			} else {
-				path, err := logPath(cmd)
+				path, _, err := logPath(cmd)
 				if err != nil {
 					return err
 				}
@@ -135,18 +149,50 @@ func printReport(out io.Writer, path string, rep audit.Report) {
 		fmt.Fprintf(out, "note: the chain is checked from seq %d: the files holding seq 1 to %d were pruned ([audit] max_files) or removed\n", rep.FirstSeq, rep.FirstSeq-1)
 	}
 	fmt.Fprintf(out, "%s: %d lines, chain intact (head %s)\n", path, rep.Lines, rep.Head)
-	if !rep.Sidecar {
+	switch {
+	case rep.Keyed:
+		fmt.Fprintf(out, "%s.head verified with capgate's key: no line was cut off the end since it was written\n", path)
+	case !rep.Sidecar:
 		fmt.Fprintf(out, "note: no %s.head sidecar, so lines cut off the end would go unseen\n", path)
+	default:
+		fmt.Fprintf(out, "note: checked without capgate's key, so a log cut back with its .head rewritten would pass\n")
 	}
+}
+
+// envHeadKey is the .head key of $CAPGATE_TOKEN_SECRET, or nil.
+func envHeadKey() []byte {
+	if v := strings.TrimSpace(os.Getenv("CAPGATE_TOKEN_SECRET")); v != "" {
+		return audit.HeadKey(token.ParseSecret(v))
+	}
+	return nil
+}
+
+// configHeadKey is the .head key of the token secret serve would use
+// with cfg: nil without HS256, or when there is no secret yet (verify
+// makes no development key).
+func configHeadKey(cfg *config.Config) ([]byte, error) {
+	if !cfg.Auth.HS256() {
+		return nil, nil
+	}
+	if _, set := os.LookupEnv(cfg.Auth.SecretEnv); !set {
+		if _, err := os.Stat(filepath.Join(cfg.Server.DataDir, app.DevSecretFile)); err != nil {
+			return nil, nil
+		}
+	}
+	secret, _, err := app.Secret(cfg, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	return audit.HeadKey(secret), nil
 }
 
 // verifyFiles checks each of several logs on its own (each replica writes
 // its own chain) and reports on every one: exit 1 when any is broken, 2
 // when any cannot be read and none is broken.
-func verifyFiles(out io.Writer, paths []string) error {
+func verifyFiles(out io.Writer, paths []string, key []byte) error {
 	var broken, unreadable []string
 	for _, path := range paths {
-		rep, err := audit.VerifyFile(path)
+		rep, err := audit.VerifyFileKeyed(path, key)
 		var ve *audit.VerifyError
 		switch {
 		case errors.As(err, &ve):

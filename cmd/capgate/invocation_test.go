@@ -43,8 +43,9 @@ type rpcErrorBody struct {
 	Code    int
 	Message string
 	Data    struct {
-		Code, Hint   string
-		InvocationID string `json:"invocation_id"`
+		Code, Hint         string
+		InvocationID       string `json:"invocation_id"`
+		ClientInvocationID string `json:"client_invocation_id"`
 	}
 }
 

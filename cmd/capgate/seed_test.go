@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
 )
@@ -79,5 +80,81 @@ func TestAshGogDefaultWiring(t *testing.T) {
 	stdout, stderr, code := s.as(t, s.mint(t, "alice", "private"), "list")
 	if code != 0 || !strings.Contains(stdout, `"id": "gog.email"`) {
 		t.Errorf("capability list with [skills.gog] enabled = true: %d\n%s\n%s\nserve logged:\n%s", code, stdout, stderr, s.logs())
+	}
+}
+
+// auditRecords waits until serve's audit file holds records with
+// request_id id whose types are want, in that order, and returns them.
+func (s *served) auditRecords(t *testing.T, id string, want ...string) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(s.dir, "data", "audit.jsonl"))
+		var recs []map[string]any
+		var types []string
+		for _, line := range strings.Split(string(b), "\n") {
+			var e map[string]any
+			if json.Unmarshal([]byte(line), &e) == nil && e["request_id"] == id {
+				recs = append(recs, e)
+				types = append(types, e["type"].(string))
+			}
+		}
+		if strings.Join(types, " ") == strings.Join(want, " ") {
+			return recs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("records of %s: %v, want %v", id, types, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAgentOSInvocation: over the real RPC of a real serve, AgentOS's
+// mode "execution" runs the call as no mode does; the caller's own
+// invocation_id is kept beside capgate's, echoed as client_invocation_id
+// (result and error) and recorded on its invocation_start and tool_call
+// records (the others carry the invocation id that links them); and each
+// call's first record is an invocation_start written at admission, before
+// any gate, denied calls included.
+func TestAgentOSInvocation(t *testing.T) {
+	s := startServe(t, "")
+	alice := s.mint(t, "alice", "private")
+	res, e := s.rpcCall(t, "capability.invoke", map[string]any{"context_token": alice, "capability": "mcp:fx:t_00",
+		"mode": "execution", "invocation_id": "agentos-run-7", "input": map[string]any{}})
+	var out struct {
+		OK                 bool
+		InvocationID       string `json:"invocation_id"`
+		ClientInvocationID string `json:"client_invocation_id"`
+	}
+	if e != nil || json.Unmarshal(res, &out) != nil || !out.OK || !invocationID.MatchString(out.InvocationID) ||
+		out.ClientInvocationID != "agentos-run-7" {
+		t.Fatalf("invoke with mode execution: %s %+v", res, e)
+	}
+	recs := s.auditRecords(t, out.InvocationID, "invocation_start", "grant_check", "tool_call")
+	for _, r := range []map[string]any{recs[0], recs[2]} {
+		if r["client_invocation_id"] != "agentos-run-7" {
+			t.Errorf("%s record without the client's id: %v", r["type"], r)
+		}
+	}
+	if recs[0]["sub"] != "alice" || recs[0]["tool_name"] != "mcp:fx:t_00" || recs[0]["decision"] != nil {
+		t.Errorf("invocation_start = %v, want who and what, no decision", recs[0])
+	}
+
+	// A call refused at the first gate still starts with its record.
+	_, e = s.rpcCall(t, "capability.invoke", map[string]any{"context_token": alice, "capability": "mcp:fx:nope",
+		"invocation_id": "agentos-run-8", "input": map[string]any{}})
+	if e == nil || e.Data.Code != "capability_not_found" || e.Data.ClientInvocationID != "agentos-run-8" {
+		t.Fatalf("missing tool: %+v", e)
+	}
+	s.auditRecords(t, e.Data.InvocationID, "invocation_start", "tool_call")
+
+	for _, bad := range []map[string]any{{"mode": "dry"}, {"invocation_id": "a\nb"}, {"invocation_id": strings.Repeat("x", 129)}} {
+		params := map[string]any{"context_token": alice, "capability": "mcp:fx:t_00", "input": map[string]any{}}
+		for k, v := range bad {
+			params[k] = v
+		}
+		if _, e := s.rpcCall(t, "capability.invoke", params); e == nil || e.Code != -32602 {
+			t.Errorf("invoke with %v: %+v, want invalid params", bad, e)
+		}
 	}
 }

@@ -29,6 +29,7 @@ func newToolsCmd() *cobra.Command {
 merged catalog.`,
 	}
 	cmd.PersistentFlags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml to read")
+	var accounts *accountsView // the per-user sign-in state, when a server has auth
 	open := func(cmd *cobra.Command, ignoreLock bool) (*registry.Registry, *config.Config, error) {
 		cfg, err := config.Load(configPath)
 		if err != nil {
@@ -41,6 +42,9 @@ merged catalog.`,
 		bo.Logger = logger
 		if ignoreLock {
 			bo.LockPath, bo.RequireLock = "", false
+		}
+		if accounts, err = openAccounts(cmd.Context(), cfg, &bo); err != nil {
+			return nil, nil, err
 		}
 		r, err := sources.Build(context.Background(), bo)
 		if err != nil {
@@ -64,7 +68,16 @@ merged catalog.`,
 				return err
 			}
 			defer r.Close()
-			return printTools(cmd.OutOrStdout(), r.Snapshot().List(filter), f.json)
+			defer accounts.close()
+			tools := r.Snapshot().List(filter)
+			if f.json {
+				return printTools(cmd.OutOrStdout(), tools, true, nil)
+			}
+			if err := printTools(cmd.OutOrStdout(), tools, false, accounts.stateFor(cmd.Context(), f.sub)); err != nil {
+				return err
+			}
+			accounts.unlisted(cmd.OutOrStdout(), tools)
+			return nil
 		},
 	}
 	list.Flags().StringVar(&f.riskMax, "risk-max", "", "only tools at or below this level (LOW, MED, HIGH, CRITICAL)")
@@ -72,6 +85,7 @@ merged catalog.`,
 	list.Flags().StringArrayVar(&f.kinds, "source", nil, "only tools of this source kind: ext, bridge, mcp (repeatable)")
 	list.Flags().BoolVar(&f.available, "available", false, "only tools that can be called now")
 	list.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	list.Flags().StringVar(&f.sub, "sub", "", "for servers where each user signs in: show whether this subject has (linked) or not (needs sign-in)")
 
 	var searchJSON bool
 	search := &cobra.Command{
@@ -84,7 +98,7 @@ merged catalog.`,
 				return err
 			}
 			defer r.Close()
-			return printTools(cmd.OutOrStdout(), r.Snapshot().List(registry.Filter{Query: args[0]}), searchJSON)
+			return printTools(cmd.OutOrStdout(), r.Snapshot().List(registry.Filter{Query: args[0]}), searchJSON, nil)
 		},
 	}
 	search.Flags().BoolVar(&searchJSON, "json", false, "print JSON")
@@ -153,6 +167,7 @@ type listFlags struct {
 	kinds     []string
 	available bool
 	json      bool
+	sub       string // --sub: the sign-in state of this subject
 }
 
 func (f listFlags) filter() (registry.Filter, error) {
@@ -177,7 +192,9 @@ func (f listFlags) filter() (registry.Filter, error) {
 	return out, nil
 }
 
-func printTools(out io.Writer, tools []*tool.Descriptor, asJSON bool) error {
+// printTools prints tools; state, when set, says the state of a tool of a
+// server where each user signs in.
+func printTools(out io.Writer, tools []*tool.Descriptor, asJSON bool, state func(*tool.Descriptor) string) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -192,6 +209,7 @@ func printTools(out io.Writer, tools []*tool.Descriptor, asJSON bool) error {
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tRISK\tSIDE EFFECTS\tSTATE")
+	stateOf := state
 	for _, d := range tools {
 		state := "available"
 		switch {
@@ -199,6 +217,11 @@ func printTools(out io.Writer, tools []*tool.Descriptor, asJSON bool) error {
 			state = "quarantined"
 		case !d.Available:
 			state = "unavailable"
+		}
+		if stateOf != nil {
+			if s := stateOf(d); s != "" {
+				state += ", " + s
+			}
 		}
 		effects := make([]string, len(d.Risk.Effects))
 		for i, e := range d.Risk.Effects {

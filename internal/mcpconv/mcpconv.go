@@ -95,6 +95,10 @@ func Denial(err error) *mcp.CallToolResult {
 		if te.Gate != "" {
 			meta["gate"] = te.Gate
 		}
+		if te.AuthURL != "" {
+			fmt.Fprintf(&b, "\nsign in: %s", te.AuthURL)
+			meta["auth_url"] = te.AuthURL
+		}
 	}
 	res := mcp.NewToolResultError(b.String())
 	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"capgate/error": meta}}

@@ -26,6 +26,8 @@ type Capgate struct {
 	// Config is capgate.toml after the [server] table, which StartCapgate
 	// writes: listen on a free loopback port, data_dir "data", the socket.
 	Config string
+	// Server is more lines of the [server] table (public_url = ...).
+	Server string
 	// Socket serves the capability RPC on Dir/rpc.sock too; without it
 	// socket = "-".
 	Socket bool
@@ -100,7 +102,7 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if dataDir == "" {
 		dataDir = "data"
 	}
-	src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = %q\n\n%s", s.Addr, dataDir, socket, c.Config)
+	src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = %q\n%s\n%s", s.Addr, dataDir, socket, c.Server, c.Config)
 	if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
 		tb.Fatal(err)
 	}

@@ -43,6 +43,30 @@ type Hooks struct {
 	// upstream has no sessions: every request carries its own headers and
 	// the key changes nothing. Streamable HTTP only.
 	SessionKey func(ctx context.Context) string
+	// Unauthorized is told that the upstream answered a tools/call with
+	// 401 to the headers Headers gave: it returns new ones (a refreshed
+	// token) and the call is sent once more. again is set when those were
+	// refused too: then it returns the error the caller gets (sign in
+	// again). Streamable HTTP tools/call only.
+	Unauthorized func(ctx context.Context, refused http.Header, again bool) (http.Header, error)
+}
+
+// unauthorized asks the Unauthorized hook what to send instead of the
+// headers in ctx that the upstream refused; ok false when there is no hook.
+func (s *Source) unauthorized(ctx context.Context, again bool) (context.Context, bool, error) {
+	if s.opts.Hooks.Unauthorized == nil {
+		return ctx, false, nil
+	}
+	refused, _ := ctx.Value(headersKey{}).(http.Header)
+	h, err := s.opts.Hooks.Unauthorized(ctx, refused, again)
+	if err != nil {
+		var te *tool.Error
+		if !errors.As(err, &te) {
+			err = tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: %v", s.opts.Name, err)
+		}
+		return ctx, true, err
+	}
+	return context.WithValue(ctx, headersKey{}, h), true, nil
 }
 
 // maxKeyedSessions bounds the keyed upstream sessions one source keeps;

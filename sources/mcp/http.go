@@ -111,6 +111,19 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 // having relayed what came before it.
 func (s *Source) postCall(ctx context.Context, l *link, id string, call tool.Call, body []byte) (json.RawMessage, error) {
 	resp, err := s.post(ctx, l, body, "")
+	for again := false; isUnauthorized(err); again = true {
+		// The caller's token was refused: the hook refreshes it once, and
+		// the second time says what the caller must do.
+		var hookErr error
+		var ok bool
+		if ctx, ok, hookErr = s.unauthorized(ctx, again); !ok {
+			break
+		}
+		if hookErr != nil {
+			return nil, hookErr
+		}
+		resp, err = s.post(ctx, l, body, "")
+	}
 	if err != nil {
 		return nil, s.httpFailed(ctx, l, id, call, err)
 	}
@@ -221,6 +234,12 @@ func (e *httpError) Error() string {
 		return "HTTP " + strconv.Itoa(e.status)
 	}
 	return fmt.Sprintf("HTTP %d: %s", e.status, e.body)
+}
+
+// isUnauthorized says whether err is the upstream's 401.
+func isUnauthorized(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && he.status == http.StatusUnauthorized
 }
 
 // httpFailed sorts a failed call: cancelled by the caller (the upstream is

@@ -99,6 +99,7 @@ type Source struct {
 	retrying bool
 	closed   bool
 	stop     chan struct{}
+	wake     chan struct{}   // Retry: try to reconnect now
 	life     context.Context // ends at Close
 	end      context.CancelFunc
 
@@ -177,7 +178,7 @@ func New(opts Options) (*Source, error) {
 		opts.Transport = "streamable-http"
 	}
 	life, end := context.WithCancel(context.Background())
-	return &Source{opts: opts, stop: make(chan struct{}), life: life, end: end}, nil
+	return &Source{opts: opts, stop: make(chan struct{}), wake: make(chan struct{}, 1), life: life, end: end}, nil
 }
 
 func (s *Source) ID() string      { return s.opts.Name }
@@ -513,6 +514,16 @@ func (s *Source) drop(l *link, err error) {
 	s.changed()
 }
 
+// Retry has a disconnected source try to connect now rather than at its
+// next backoff: when what it lacked may have arrived (the first user's
+// sign-in to an upstream that lists its tools only to signed-in users).
+func (s *Source) Retry() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // lost records err and runs one reconnection loop at a time.
 func (s *Source) lost(err error) {
 	s.mu.Lock()
@@ -538,6 +549,7 @@ func (s *Source) reconnect() {
 		case <-s.stop:
 			return
 		case <-time.After(wait):
+		case <-s.wake:
 		}
 		err := s.dial(context.Background())
 		if err == nil {
@@ -740,6 +752,9 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	}
 	if names := s.listed.Load(); names != nil && !(*names)[call.Tool.Name] {
 		return nil, tool.Errorf(tool.CodeNotFound, "mcp server %s lists no tool %s", s.opts.Name, call.Tool.Name)
+	}
+	if s.opts.Hooks.Headers != nil || s.opts.Hooks.SessionKey != nil {
+		ctx = tool.WithSubject(ctx, call.Sub)
 	}
 	ctx, err := s.withHeaders(ctx, call.Ask)
 	if err != nil {

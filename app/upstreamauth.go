@@ -1,0 +1,122 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/sources"
+	"github.com/capgate/capgate/server"
+	"github.com/capgate/capgate/sources/mcp"
+	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/tool"
+	"github.com/capgate/capgate/upstreamauth"
+)
+
+// Broker builds the upstream credentials broker for cfg's [mcp.servers]
+// with auth set, over st; nil when none has.
+func Broker(cfg *config.Config, st *store.Store, logger *slog.Logger, lookupEnv func(string) (string, bool)) (*upstreamauth.Broker, error) {
+	var servers []upstreamauth.Server
+	for _, name := range slices.Sorted(maps.Keys(cfg.MCP.Servers)) {
+		sc := cfg.MCP.Servers[name]
+		if sc.Auth == "" || sc.Auth == "none" {
+			continue
+		}
+		if sc.Auth == string(upstreamauth.ModeTokenExchange) {
+			// The broker can exchange (upstreamauth/exchange.go), but the
+			// router does not yet hand it the caller's own token.
+			return nil, fmt.Errorf("%s: mcp.servers.%s.auth: \"token-exchange\" is not wired into capgate serve yet", cfg.Path, name)
+		}
+		srv := upstreamauth.Server{Name: name, URL: sc.URL, Mode: upstreamauth.Mode(sc.Auth), ClientID: sc.ClientID,
+			Scopes: sc.Scopes, Header: sc.TokenHeader}
+		if sc.ClientSecretEnv != "" {
+			v, ok := lookupEnv(sc.ClientSecretEnv)
+			if !ok || v == "" {
+				return nil, fmt.Errorf("%s: mcp.servers.%s.client_secret_env: %s is not set", cfg.Path, name, sc.ClientSecretEnv)
+			}
+			srv.ClientSecret = v
+		}
+		servers = append(servers, srv)
+	}
+	if len(servers) == 0 {
+		return nil, nil
+	}
+	b, err := upstreamauth.New(upstreamauth.Options{PublicURL: cfg.Server.PublicURL, Servers: servers, Store: st, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	return b, nil
+}
+
+// subjectOf is the caller a request to an upstream is for: the router's
+// call carries it (tool.WithSubject), a relayed list or read the front
+// door's caller.
+func subjectOf(ctx context.Context) string {
+	if sub := tool.SubjectFrom(ctx); sub != "" {
+		return sub
+	}
+	if c := server.CallerFrom(ctx); c != nil && !c.Anonymous {
+		return c.Sub
+	}
+	return ""
+}
+
+// authHooks make server name's requests carry each caller's own
+// credential, on an upstream session of each caller's own. What is sent
+// for no caller (listing the tools) carries the credential of the user
+// who linked most recently.
+func authHooks(b *upstreamauth.Broker, name string) mcp.Hooks {
+	return mcp.Hooks{
+		Headers: func(ctx context.Context, _ mcp.AskFunc) (http.Header, error) {
+			if sub := subjectOf(ctx); sub != "" {
+				return b.Header(ctx, sub, name, "")
+			}
+			return b.ListerHeader(ctx, name)
+		},
+		SessionKey: subjectOf,
+		Unauthorized: func(ctx context.Context, refused http.Header, again bool) (http.Header, error) {
+			sub := subjectOf(ctx)
+			if sub == "" {
+				return nil, tool.Errorf(tool.CodeBackendUnavailable, "mcp server %s refused the listing's credential", name)
+			}
+			if again {
+				return nil, b.Refused(ctx, sub, name)
+			}
+			return b.Header(ctx, sub, name, refused.Get("Authorization"))
+		},
+	}
+}
+
+// WithAuth sets the hooks of bo's servers that have auth, and has a
+// link retry a server whose listing waited for one (in reg's registry,
+// when reg gives one).
+func WithAuth(bo *sources.BuildOptions, b *upstreamauth.Broker, reg func() *registry.Registry) {
+	if b == nil {
+		return
+	}
+	for i := range bo.MCP {
+		name := bo.MCP[i].Options.Name
+		if _, ok := b.Server(name); ok {
+			bo.MCP[i].Options.Hooks = authHooks(b, name)
+		}
+	}
+	b.SetOnLinked(func(name string) {
+		var r *registry.Registry
+		if reg != nil {
+			r = reg()
+		}
+		if r == nil {
+			return
+		}
+		for _, s := range r.Sources() {
+			if ms, ok := s.(*mcp.Source); ok && s.ID() == name {
+				ms.Retry()
+			}
+		}
+	})
+}
