@@ -18,10 +18,10 @@ import (
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/token"
@@ -126,7 +126,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		return nil, err
 	}
 	ao := auditOptions(cfg, opts.Logger)
-	ao.Replica = a.ReplicaID // every record says which replica wrote it
+	ao.Replica = a.ReplicaID           // every record says which replica wrote it
 	ao.HeadKey = audit.HeadKey(secret) // nil without HS256: a key of this process's own would not outlive it
 	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err

@@ -8,9 +8,9 @@ import (
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/sandbox"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/ext"
 	"github.com/capgate/capgate/sources/mcp"

@@ -10,10 +10,10 @@ import (
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/token"
 )
 

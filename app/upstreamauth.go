@@ -10,8 +10,8 @@ import (
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/server"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/tool"

@@ -46,11 +46,11 @@ type callState struct {
 	account      string
 	needApproval bool // a blocked tier: the call uses its approval last
 
-	tok       taken        // the rate limit's token, given back unless the call ran
-	limited   string       // planning: "ok" or "limited" once the rate limit looked
-	claim     string       // the idempotency claim, released unless its result was kept
-	replay    *tool.Result // the result an idempotency key already has
-	ran       bool         // the call was served (run or replayed): keep the token
+	tok     taken        // the rate limit's token, given back unless the call ran
+	limited string       // planning: "ok" or "limited" once the rate limit looked
+	claim   string       // the idempotency claim, released unless its result was kept
+	replay  *tool.Result // the result an idempotency key already has
+	ran     bool         // the call was served (run or replayed): keep the token
 }
 
 // newChain is the order of the gates, the same for every call:

@@ -18,8 +18,8 @@ import (
 
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/token"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
-	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/tool"
 )
 
