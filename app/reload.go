@@ -64,6 +64,8 @@ func (a *App) newRouter(cfg *config.Config, reg *registry.Registry, table *risk.
 		Registry: reg, Verifier: a.verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: a.master, Logger: a.logger,
 		RateBuckets: buckets, Metrics: routerMetrics(a.Metrics), Tracer: routerTracer(a.Tracer),
+		IdempotencyLease: cfg.Idempotency.Lease.Std(), IdempotencyWait: cfg.Idempotency.Wait.Std(),
+		Repeatable: cfg.Idempotency.Repeatable,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)

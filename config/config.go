@@ -39,6 +39,7 @@ type Config struct {
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
 	Store               Store                     `toml:"store"`
+	Idempotency         Idempotency               `toml:"idempotency"`
 	Discovery           Discovery                 `toml:"discovery"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
 	// read apart from the skill tables (see takeSkillDirs).
@@ -150,6 +151,23 @@ type Subject struct {
 // then comes only from CAPGATE_STORE_KEY).
 type Store struct {
 	URL string `toml:"url"` // postgres://user:pass@host/db; ${ENV} expands
+}
+
+// Idempotency is how a call with an idempotency key runs once, across
+// replicas too (docs/replicas.md).
+type Idempotency struct {
+	// Lease: a key's claim holds this long unless the replica running its
+	// call renews it, every third of it; a claim not renewed for this long
+	// belongs to a replica that died.
+	Lease Duration `toml:"lease"` // default 6s
+	// Wait: how long a retry waits for the call in progress under its key
+	// before answering rate_limited with retry_after_seconds.
+	Wait Duration `toml:"wait"` // default 5s
+	// Repeatable are tool-id patterns (fnmatch, as grants) of tools safe to
+	// run twice with the same input: a retry of a key whose first call's
+	// replica died runs them again. Any other tool's retry is told that
+	// the first call's outcome is unknown.
+	Repeatable []string `toml:"repeatable"`
 }
 
 type Audit struct {
@@ -305,6 +323,8 @@ const (
 	DefaultListen          = "127.0.0.1:8787"
 	DefaultDataDir         = "~/.local/share/capgate"
 	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultIdemLease       = 6 * time.Second
+	DefaultIdemWait        = 5 * time.Second
 	DefaultMaxRequestBytes = 8 << 20
 	DefaultSecretEnv       = "CAPGATE_TOKEN_SECRET"
 	DefaultAudience        = "capgate"
@@ -445,6 +465,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Server.MaxRequestBytes == 0 {
 		c.Server.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.Idempotency.Lease == 0 {
+		c.Idempotency.Lease = Duration(DefaultIdemLease)
+	}
+	if c.Idempotency.Wait == 0 {
+		c.Idempotency.Wait = Duration(DefaultIdemWait)
 	}
 	if c.Auth.SecretEnv == "" {
 		c.Auth.SecretEnv = DefaultSecretEnv

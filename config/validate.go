@@ -171,6 +171,17 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 			fail("server.metrics_listen", "%q is not host:port, for example \"127.0.0.1:9464\"", m)
 		}
 	}
+	if l := c.Idempotency.Lease.Std(); l < 300*time.Millisecond || l > 5*time.Minute {
+		fail("idempotency.lease", "must be between 300ms and 5m, for example \"6s\"")
+	}
+	if w := c.Idempotency.Wait.Std(); w < 0 || w > time.Minute {
+		fail("idempotency.wait", "must be between 0s and 1m, for example \"5s\"")
+	}
+	for i, p := range c.Idempotency.Repeatable {
+		if strings.TrimSpace(p) == "" {
+			fail("idempotency.repeatable["+itoa(i)+"]", "empty pattern: give a tool id or a pattern of them, for example \"mcp:files:put_*\"")
+		}
+	}
 	if c.Server.HeaderTimeout < 0 {
 		fail("server.header_timeout", "must be positive, for example \"10s\"")
 	}

@@ -112,9 +112,10 @@ var databaseWords = []string{"sql", "database", "db", "table", "row", "rows", "q
 //     effects), destructiveHint → HIGH; openWorldHint adds network.http
 //     trusted or not;
 //  2. extension permissions: payment(s), cloud → CRITICAL; network → HIGH;
-//  3. words of the name, or of the description when the name has none:
-//     split on _ - . / white space and camelCase, so "format" is not "rm"
-//     and "thread" is not "read"; the highest keyword wins;
+//  3. words of the name and of the description: split on _ - . / white
+//     space and camelCase, so "format" is not "rm" and "thread" is not
+//     "read"; the highest keyword of either wins, so get_thing described
+//     as "deletes all user data" is HIGH, not LOW;
 //  4. MED.
 //
 // Untrusted, readOnlyHint is ignored (it could only lower), and
@@ -178,6 +179,7 @@ func Infer(h Hints) Assessment {
 			break
 		}
 	}
+	words := Unset // the highest level a keyword of the name or description gives
 	for _, src := range []struct {
 		where string
 		words []string
@@ -205,16 +207,16 @@ func Infer(h Hints) Assessment {
 		}
 		if fired {
 			a.Rules = append(a.Rules, rules...)
-			if a.Level == Unset {
-				a.Level = best
-			}
+			words = max(words, best)
 			for _, e := range found {
 				if !(readOnly && e.Writes()) {
 					effects[e] = true
 				}
 			}
-			break // the description only speaks when the name does not
 		}
+	}
+	if a.Level == Unset {
+		a.Level = words // the higher of the name's and the description's
 	}
 
 	if !trusted && destructive && a.Level < Med {

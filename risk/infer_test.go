@@ -61,7 +61,11 @@ func TestInfer(t *testing.T) {
 		{"shell", Hints{Name: "shell"}, High, []SideEffect{SystemExec}, `"shell"`},
 		{"low words", Hints{Name: "search_issues"}, Low, []SideEffect{}, `"search"`},
 		{"description when the name is silent", Hints{Name: "gh_issue", Description: "Updates an issue"}, High, []SideEffect{FSWrite}, `word "update" in description`},
-		{"name speaks first", Hints{Name: "list_files", Description: "Lists files; see write_file to change one"}, Low, []SideEffect{}, `"list" in name`},
+		// The higher of the name's and the description's evidence: a
+		// harmless name does not hide a destructive description.
+		{"description outranks a low name", Hints{Name: "get_thing", Description: "Deletes all user data permanently"}, High, []SideEffect{FSDelete}, `word "delete" in description → HIGH`},
+		{"name outranks a low description", Hints{Name: "drop_table", Description: "Lists nothing; just goes"}, High, []SideEffect{DatabaseDelete}, `word "drop" in name → HIGH`},
+		{"both low", Hints{Name: "list_files", Description: "Lists the files of a folder"}, Low, []SideEffect{}, `"list" in name`},
 		{"nothing", Hints{Name: "echo", Description: "Echoes its input"}, Med, []SideEffect{}, "no rule gave a level → MED"},
 	}
 	for _, tt := range tests {

@@ -293,14 +293,16 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 		return nil, err
 	}
 	if st.claim != "" {
+		st.stopLease()
 		b, err := json.Marshal(res)
 		if err == nil {
 			err = r.opts.State.CompleteIdempotency(context.WithoutCancel(ctx), c.Sub, d.ID, req.IdempotencyKey, st.claim, b, r.opts.IdempotencyTTL)
 		}
 		if err != nil {
-			// The claim stays until it expires: releasing it would let a
-			// retry run the call a second time.
-			r.opts.Logger.Error("idempotency result not stored; the key stays claimed until the claim expires", "tool", d.ID, "err", err)
+			// The claim stays, no longer renewed: releasing it would let a
+			// retry run the call a second time. Retries are told that its
+			// outcome is unknown.
+			r.opts.Logger.Error("idempotency result not stored; retries with the key are told its outcome is unknown", "tool", d.ID, "err", err)
 		}
 		st.claim = ""
 	}
@@ -322,16 +324,15 @@ const (
 
 // claimKey claims the idempotency key for this call (a claim id), or
 // returns the result of the call that made it. While that call runs, it
-// waits for its result, bounded by the call timeout and ctx; then it
-// refuses with rate_limited, for the retry that will find the result.
+// waits for its result, at most IdempotencyWait; then it refuses with
+// rate_limited and a RetryAfter. A claim whose replica died while its
+// call ran is refused as of unknown outcome, unless the tool is
+// repeatable: then this call takes the claim over and runs.
 func (r *Router) claimKey(ctx context.Context, c *Caller, d *tool.Descriptor, key, inputHash string) (string, *tool.Result, error) {
-	// A claim outlives the longest call by a margin; a process that dies
-	// holding one blocks the key no longer.
-	claimTTL := r.opts.CallTimeout + time.Minute
-	var deadline time.Time
+	deadline := time.Now().Add(r.opts.IdempotencyWait)
 	wait := idemPollMin
 	for {
-		claim, rec, err := r.opts.State.ClaimIdempotency(ctx, c.Sub, d.ID, key, inputHash, claimTTL)
+		claim, rec, err := r.opts.State.ClaimIdempotency(ctx, c.Sub, d.ID, key, inputHash, r.opts.IdempotencyLease, r.opts.IdempotencyTTL)
 		switch {
 		case err != nil:
 			// Fail closed: without the claim the call could run twice.
@@ -348,22 +349,27 @@ func (r *Router) claimKey(ctx context.Context, c *Caller, d *tool.Descriptor, ke
 				return "", nil, fmt.Errorf("reading the idempotency record of %s: %w", d.ID, err)
 			}
 			return "", res, nil
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(r.opts.CallTimeout)
+		case rec.Dead && !r.repeatable(d):
+			return "", nil, outcomeUnknown(key, d, rec)
+		case rec.Dead:
+			claim, err := r.opts.State.RetakeIdempotency(ctx, c.Sub, d.ID, key, inputHash, r.opts.IdempotencyLease)
+			if err != nil {
+				return "", nil, storeUnavailable(err, GateIdempotency, "the idempotency record")
+			}
+			if claim != "" {
+				r.opts.Logger.Info("idempotency key retaken: its first call's replica died, and the tool is repeatable", "tool", d.ID)
+				return claim, nil, nil
+			}
+			continue // another retry took it first, or its holder came back: look again
 		}
 		if time.Now().Add(wait).After(deadline) {
-			return "", nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateIdempotency,
-				Message: "a call with idempotency key " + quoteKey(key) + " is still in progress",
-				Hint:    "retry later with the same key and input: you get that call's result"}
+			return "", nil, r.inProgress(key, nil)
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return "", nil, &tool.Error{Code: tool.CodeRateLimited, Gate: GateIdempotency, Err: ctx.Err(),
-				Message: "gave up waiting for the call in progress with idempotency key " + quoteKey(key),
-				Hint:    "retry later with the same key and input: you get that call's result"}
+			return "", nil, r.inProgress(key, ctx.Err())
 		case <-t.C:
 		}
 		wait = min(2*wait, idemPollMax)
@@ -376,11 +382,6 @@ func quoteKey(k string) string {
 		k = k[:64] + "…"
 	}
 	return fmt.Sprintf("%q", k)
-}
-
-// mutating reports tools whose repeated call would change something.
-func mutating(d *tool.Descriptor) bool {
-	return d.Mutating || slices.ContainsFunc(d.Risk.Effects, risk.SideEffect.Writes)
 }
 
 // resolve finds a tool by id or exposed name (byID: by id only). A tool

@@ -46,11 +46,14 @@ type callState struct {
 	account      string
 	needApproval bool // a blocked tier: the call uses its approval last
 
-	tok     taken        // the rate limit's token, given back unless the call ran
-	limited string       // planning: "ok" or "limited" once the rate limit looked
-	claim   string       // the idempotency claim, released unless its result was kept
-	replay  *tool.Result // the result an idempotency key already has
-	ran     bool         // the call was served (run or replayed): keep the token
+	tok     taken  // the rate limit's token, given back unless the call ran
+	limited string // planning: "ok" or "limited" once the rate limit looked
+	claim   string // the idempotency claim, released unless its result was kept
+	// stopLease stops renewing the claim's lease (idempotent); nil when
+	// no claim was made.
+	stopLease func()
+	replay    *tool.Result // the result an idempotency key already has
+	ran       bool         // the call was served (run or replayed): keep the token
 }
 
 // newChain is the order of the gates, the same for every call:
@@ -119,6 +122,9 @@ func (r *Router) runChain(ctx context.Context, st *callState) error {
 func (r *Router) settle(ctx context.Context, st *callState) {
 	if !st.ran {
 		st.tok.refund()
+	}
+	if st.stopLease != nil {
+		st.stopLease()
 	}
 	if st.claim != "" {
 		if err := r.opts.State.ReleaseIdempotency(context.WithoutCancel(ctx), st.c.Sub, st.d.ID, st.req.IdempotencyKey, st.claim); err != nil {

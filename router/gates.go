@@ -101,7 +101,9 @@ func rateLimitPlan(r *Router, ctx context.Context, st *callState) error {
 // idempotencyGate claims the call's key, or finds the result a call with
 // it already has (then the chain ends and that result is the answer).
 func idempotencyGate(r *Router, ctx context.Context, st *callState) (err error) {
-	if st.req.IdempotencyKey == "" || !mutating(st.d) {
+	// A key is honoured for every tool: capgate cannot know that a tool it
+	// does not count as mutating changes nothing.
+	if st.req.IdempotencyKey == "" {
 		return nil
 	}
 	st.claim, st.replay, err = r.claimKey(ctx, st.c, st.d, st.req.IdempotencyKey, st.inputHash)
@@ -109,7 +111,13 @@ func idempotencyGate(r *Router, ctx context.Context, st *callState) (err error) 
 		st.ran = true // a replay is a call served
 		st.ev.Detail = "idempotent replay"
 	}
-	return err
+	if err != nil || st.claim == "" {
+		return err
+	}
+	// The claim's lease is renewed while the call runs; settle stops it
+	// and releases the claim unless the call kept its result.
+	st.stopLease = r.holdLease(st.c.Sub, st.d.ID, st.req.IdempotencyKey, st.claim)
+	return nil
 }
 
 // approvalGate uses the call's approval, now and only now, and records it.

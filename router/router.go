@@ -48,9 +48,12 @@ type Flows interface {
 }
 
 // Idempotency claims a key before the call runs (one row, taken
-// atomically), then completes or releases the claim.
+// atomically), renews the claim's lease while it runs, then completes or
+// releases the claim.
 type Idempotency interface {
-	ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHash string, ttl time.Duration) (claim string, rec *state.IdempotencyRecord, err error)
+	ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHash string, lease, keep time.Duration) (claim string, rec *state.IdempotencyRecord, err error)
+	RenewIdempotency(ctx context.Context, sub, toolID, key, claim string, lease time.Duration) error
+	RetakeIdempotency(ctx context.Context, sub, toolID, key, inputHash string, lease time.Duration) (claim string, err error)
 	CompleteIdempotency(ctx context.Context, sub, toolID, key, claim string, result []byte, ttl time.Duration) error
 	ReleaseIdempotency(ctx context.Context, sub, toolID, key, claim string) error
 }
@@ -108,6 +111,18 @@ type Options struct {
 	CallTimeout    time.Duration // default 2m
 	ApprovalTTL    time.Duration // default 10m
 	IdempotencyTTL time.Duration // default 24h
+	// IdempotencyLease is how long a key's claim holds unless renewed; the
+	// replica running the call renews it every third of that, so a claim
+	// not renewed for this long belongs to a replica that died. Default 6s.
+	IdempotencyLease time.Duration
+	// IdempotencyWait bounds how long a retry waits for the call in
+	// progress under its key before answering "retry after". Default 5s.
+	IdempotencyWait time.Duration
+	// Repeatable are tool-id patterns (fnmatch) of tools the operator says
+	// are safe to run again with the same input: a retry of a key whose
+	// first attempt died with its replica runs them again; any other tool
+	// gets an "outcome unknown" answer instead.
+	Repeatable []string
 
 	// RateBuckets, when set, holds the rate limit's buckets for every
 	// replica (a shared store); nil keeps them in memory.
@@ -234,6 +249,12 @@ func New(opts Options) (*Router, error) {
 	}
 	if opts.IdempotencyTTL <= 0 {
 		opts.IdempotencyTTL = 24 * time.Hour
+	}
+	if opts.IdempotencyLease <= 0 {
+		opts.IdempotencyLease = 6 * time.Second
+	}
+	if opts.IdempotencyWait <= 0 {
+		opts.IdempotencyWait = 5 * time.Second
 	}
 	r := &Router{opts: opts, subjects: map[string]*grantSet{}, chain: newChain()}
 	r.admitter, _ = opts.Audit.(audit.Admitter)

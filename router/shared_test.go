@@ -6,9 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/testkit/pgtest"
-	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/tool"
@@ -54,21 +52,12 @@ func sharedStore(t *testing.T, url string) *store.Store {
 // replica is a router over src and st, as one capgate serve would be.
 func replica(t *testing.T, src *countSource, st *store.Store, rl RateLimit) *Router {
 	t.Helper()
-	reg, err := registry.New(context.Background(), []tool.Source{src}, registry.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	table, _ := risk.ParseTable(capgate.DefaultRiskFileName, capgate.DefaultRiskFile)
-	opts := Options{Registry: reg, Risk: table, State: st,
-		Policy: Policy{RateLimit: rl, Anonymous: &Subject{Sub: "anon", Grants: []string{"rye.fetch.tool.mcp.cnt.*", "rye.execute.tool.mcp.cnt.*"}}}}
-	if st.Shared() {
-		opts.RateBuckets = st // as app wires it
-	}
-	r, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return leaseRouter(t, src, st, func(o *Options) {
+		o.Policy.RateLimit = rl
+		if st.Shared() {
+			o.RateBuckets = st // as app wires it
+		}
+	})
 }
 
 func callTool(r *Router, name, key string) error {

@@ -51,6 +51,9 @@ type rpcData struct {
 	InvocationID string    `json:"invocation_id,omitempty"`
 	// ClientInvocationID echoes the caller's invocation_id.
 	ClientInvocationID string `json:"client_invocation_id,omitempty"`
+	// Reason and RetryAfterSeconds: see tool.Error.
+	Reason            string `json:"reason,omitempty"`
+	RetryAfterSeconds int    `json:"retry_after_seconds,omitempty"`
 }
 
 // invokeError is a refused or failed call, with the id of its audit
@@ -203,6 +206,7 @@ func rpcErrData(err error) *rpcData {
 	var te *tool.Error
 	if errors.As(err, &te) {
 		d.Gate, d.Required, d.Hint, d.AuthURL = te.Gate, te.Required, te.Hint, te.AuthURL
+		d.Reason, d.RetryAfterSeconds = te.Reason, te.RetryAfterSeconds()
 	}
 	return d
 }

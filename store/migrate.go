@@ -91,6 +91,11 @@ var opsMigrations = []migration{
 		)`,
 		`CREATE INDEX once_claims_expires ON once_claims (expires_at)`,
 	}},
+	{5, []string{
+		// An idempotency claim is a lease its holder renews while the call
+		// runs (ClaimIdempotency): past lease_until, its holder is dead.
+		`ALTER TABLE idempotency ADD COLUMN lease_until INTEGER`,
+	}},
 }
 
 // vaultMigrations build vault.db.

@@ -6,6 +6,7 @@ package tool
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a stable error code: the same in MCP results, RPC errors, the CLI
@@ -42,7 +43,12 @@ type Error struct {
 	// AuthURL, with CodeAuthRequired, is the link where the caller signs in
 	// to the account the call needs (an upstream's OAuth sign-in).
 	AuthURL string
-	Err     error // the underlying cause; never shown to the caller
+	// Reason tells refusals of one code apart, for programs (for example
+	// "idempotency_in_progress"); RetryAfter, when set, is when a retry
+	// may succeed. Both are shown to the caller.
+	Reason     string
+	RetryAfter time.Duration
+	Err        error // the underlying cause; never shown to the caller
 }
 
 func (e *Error) Error() string {
@@ -53,6 +59,14 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up; 0 when unset.
+func (e *Error) RetryAfterSeconds() int {
+	if e.RetryAfter <= 0 {
+		return 0
+	}
+	return int((e.RetryAfter + time.Second - 1) / time.Second)
+}
 
 // Errorf returns an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {

@@ -18,6 +18,7 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/internal/testkit/authmcp"
 	"github.com/capgate/capgate/internal/testkit/oauthas"
+	"github.com/capgate/capgate/internal/testkit/pgtest"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/token"
 )
@@ -32,6 +33,7 @@ type oauthServe struct {
 	up  *authmcp.Server
 	out []string // every response body a client got, for the leak check
 	mu  sync.Mutex
+	env []string // the CLI's environment beyond the test's
 }
 
 func startOAuthServe(t *testing.T) *oauthServe {
@@ -39,8 +41,15 @@ func startOAuthServe(t *testing.T) *oauthServe {
 	as := oauthas.Start(t)
 	up := authmcp.Start(t, as.Issuer)
 	addr := testkit.FreeAddr(t)
-	s := testkit.StartCapgate(t, testkit.Capgate{Addr: addr,
-		Server: fmt.Sprintf("public_url = %q", "http://"+addr),
+	return startOAuthReplica(t, as, up, addr, "http://"+addr, "", nil)
+}
+
+// startOAuthReplica starts a capgate serve on addr whose users sign in
+// through publicURL, with more config (a shared [store]) and env.
+func startOAuthReplica(t *testing.T, as *oauthas.AS, up *authmcp.Server, addr, publicURL, more string, env []string) *oauthServe {
+	t.Helper()
+	s := testkit.StartCapgate(t, testkit.Capgate{Addr: addr, Env: env, Secret: "oauth-replicas-secret-0123456789ab",
+		Server: fmt.Sprintf("public_url = %q", publicURL),
 		Config: fmt.Sprintf(`[audit]
 path = "audit.jsonl"
 [policy]
@@ -50,8 +59,8 @@ url = %q
 auth = "oauth"
 [mcp.servers.tracker.tools.whoami]
 risk = "LOW"
-`, up.URL)})
-	return &oauthServe{Served: s, as: as, up: up}
+%s`, up.URL, more)})
+	return &oauthServe{Served: s, as: as, up: up, env: env}
 }
 
 func (o *oauthServe) keep(b []byte) {
@@ -69,11 +78,13 @@ func (o *oauthServe) cli(t *testing.T, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(o.Bin, append(args, "--config", o.ConfigPath)...)
 	cmd.Dir = o.Dir
+	cmd.Env = append(os.Environ(), o.env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("capgate %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	o.keep(out)
+	t.Logf("$ capgate %s\n%s", strings.Join(args, " "), out)
 	return string(out)
 }
 
@@ -345,4 +356,47 @@ func (o *oauthServe) storedSecrets(t *testing.T, subs ...string) []string {
 		}
 	}
 	return out
+}
+
+// TestUpstreamOAuthReplicas: two replicas on one PostgreSQL store. alice
+// links through replica a (its callback), and replica b, started after,
+// lists the server with her credential and serves her calls with her
+// token; bob, refused on b, signs in through a's link and b then serves
+// him; a revoke through b's config ends alice's access on a.
+func TestUpstreamOAuthReplicas(t *testing.T) {
+	url := pgtest.Start(t)
+	as := oauthas.Start(t)
+	up := authmcp.Start(t, as.Issuer)
+	env := []string{"CAPGATE_STORE_KEY=" + strings.Repeat("a7", 32)}
+	more := fmt.Sprintf("[store]\nurl = %q\n", url)
+	addrA := testkit.FreeAddr(t)
+	a := startOAuthReplica(t, as, up, addrA, "http://"+addrA, more, env)
+
+	link := linkRe.FindString(a.cli(t, "accounts", "link", "tracker", "--sub", "alice"))
+	if status, _ := as.Visit(t, "alice-upstream", link); status != 200 {
+		t.Fatalf("alice's callback on a: %d", status)
+	}
+	b := startOAuthReplica(t, as, up, testkit.FreeAddr(t), "http://"+addrA, more, env)
+	if who, code, _ := b.invoke(t, "alice", "on-b"); who != "alice-upstream" {
+		t.Fatalf("alice on b: %q %q\n%s", who, code, b.Logs())
+	}
+	_, code, authURL := b.invoke(t, "bob", "b1")
+	if code != "capability_auth_required" || !strings.HasPrefix(authURL, "http://"+addrA+"/oauth/link/") {
+		t.Fatalf("bob unlinked on b: %q %q", code, authURL)
+	}
+	if status, _ := as.Visit(t, "bob-upstream", authURL); status != 200 {
+		t.Fatalf("bob's callback on a: %d", status)
+	}
+	if who, code, _ := b.invoke(t, "bob", "b2"); who != "bob-upstream" {
+		t.Fatalf("bob on b after linking through a: %q %q", who, code)
+	}
+	if out := b.cli(t, "accounts", "revoke", "tracker", "--sub", "alice"); !strings.Contains(out, "revoked alice's account") {
+		t.Fatalf("revoke through b: %s", out)
+	}
+	if _, code, _ := a.invoke(t, "alice", "a-after"); code != "capability_auth_required" {
+		t.Errorf("alice on a after the revoke through b: %q", code)
+	}
+	if mixed := up.Mixed(); len(mixed) > 0 {
+		t.Errorf("upstream sessions with two users' tokens: %v", mixed)
+	}
 }

@@ -227,9 +227,10 @@ type balancer struct {
 }
 
 // startHAProxy runs haproxy in front of the two replicas, checking
-// /readyz every 100 ms; two failures mark a replica down. No retries: the
-// health check alone must keep calls off a dead replica.
-func startHAProxy(t *testing.T, bin, r1, r2 string) *balancer {
+// /readyz every 100 ms; two failures mark a replica down. No retries
+// unless backend (lines added to the backend section) says so: the health
+// check alone must keep calls off a dead replica.
+func startHAProxy(t *testing.T, bin, r1, r2 string, backend ...string) *balancer {
 	t.Helper()
 	dir := t.TempDir()
 	lb := &balancer{addr: testkit.FreeAddr(t), sock: filepath.Join(dir, "haproxy.sock")}
@@ -253,6 +254,9 @@ backend replicas
     server r1 %s check
     server r2 %s check
 `, lb.sock, lb.addr, r1, r2)
+	for _, l := range backend {
+		cfg += "    " + l + "\n"
+	}
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

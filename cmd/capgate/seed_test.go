@@ -87,11 +87,11 @@ func TestAshGogDefaultWiring(t *testing.T) {
 // request_id id whose types are want, in that order, and returns them.
 func (s *served) auditRecords(t *testing.T, id string, want ...string) []map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var recs []map[string]any
+	var types []string
+	if !testkit.Poll(10*time.Second, func() bool {
 		b, _ := os.ReadFile(filepath.Join(s.dir, "data", "audit.jsonl"))
-		var recs []map[string]any
-		var types []string
+		recs, types = nil, nil
 		for _, line := range strings.Split(string(b), "\n") {
 			var e map[string]any
 			if json.Unmarshal([]byte(line), &e) == nil && e["request_id"] == id {
@@ -99,14 +99,11 @@ func (s *served) auditRecords(t *testing.T, id string, want ...string) []map[str
 				types = append(types, e["type"].(string))
 			}
 		}
-		if strings.Join(types, " ") == strings.Join(want, " ") {
-			return recs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("records of %s: %v, want %v", id, types, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return strings.Join(types, " ") == strings.Join(want, " ")
+	}) {
+		t.Fatalf("records of %s: %v, want %v", id, types, want)
 	}
+	return recs
 }
 
 // TestAgentOSInvocation: over the real RPC of a real serve, AgentOS's
@@ -157,4 +154,47 @@ func TestAgentOSInvocation(t *testing.T) {
 			t.Errorf("invoke with %v: %+v, want invalid params", bad, e)
 		}
 	}
+}
+
+// TestRiskNameAndDescription: `capgate tools show` of an extension command
+// named get_thing whose description says it deletes all user data is
+// HIGH with fs.delete, by the description's word: inference takes the
+// higher of the name's and the description's evidence.
+func TestRiskNameAndDescription(t *testing.T) {
+	dir := t.TempDir()
+	pack := filepath.Join(dir, "packs", "things")
+	if err := os.MkdirAll(pack, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := "id: tools.things\ncommands:\n  get_thing:\n    description: Deletes all user data permanently\n    run: [\"true\"]\n" +
+		"  list_things:\n    description: Lists the things there are\n    run: [\"true\"]\n"
+	cfg := filepath.Join(dir, "capgate.toml")
+	if os.WriteFile(filepath.Join(pack, "extension.yaml"), []byte(manifest), 0o644) != nil ||
+		os.WriteFile(cfg, []byte("[extensions]\npaths = [\"packs\"]\n"), 0o644) != nil {
+		t.Fatal("write")
+	}
+	show := func(id string) map[string]any {
+		var out, errb bytes.Buffer
+		if code := run([]string{"tools", "show", id, "--config", cfg}, &out, &errb); code != 0 {
+			t.Fatalf("tools show %s: %d %s", id, code, errb.String())
+		}
+		var d struct{ Risk map[string]any }
+		if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+			t.Fatalf("tools show %s: %v\n%s", id, err, out.String())
+		}
+		return d.Risk
+	}
+	r := show("ext:tools.things:get_thing")
+	if r["level"] != "HIGH" || !strings.Contains(jsonOf(r["side_effects"]), "fs.delete") ||
+		!strings.Contains(jsonOf(r["rules"]), `word \"delete\" in description → HIGH`) {
+		t.Errorf("get_thing described as deleting everything: %v", r)
+	}
+	if r := show("ext:tools.things:list_things"); r["level"] != "LOW" {
+		t.Errorf("list_things: %v", r)
+	}
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }

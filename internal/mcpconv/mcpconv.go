@@ -99,6 +99,12 @@ func Denial(err error) *mcp.CallToolResult {
 			fmt.Fprintf(&b, "\nsign in: %s", te.AuthURL)
 			meta["auth_url"] = te.AuthURL
 		}
+		if te.Reason != "" {
+			meta["reason"] = te.Reason
+		}
+		if n := te.RetryAfterSeconds(); n > 0 {
+			meta["retry_after_seconds"] = n
+		}
 	}
 	res := mcp.NewToolResultError(b.String())
 	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"capgate/error": meta}}

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/internal/testkit/pgtest"
+	"github.com/capgate/capgate/token"
+)
+
+// keyAnswer is one keyed capability.invoke as a client sees it: the HTTP
+// status, then the RPC error's code, reason and retry_after_seconds, or
+// the output; Err for a call that got no answer at all.
+type keyAnswer struct {
+	Status     int
+	Code       string
+	Reason     string
+	RetryAfter int
+	Message    string
+	Output     string
+	Err        error
+	Took       time.Duration
+}
+
+// keyedCall posts capability.invoke with an idempotency key to addr.
+func keyedCall(c *http.Client, addr, tok, tool, input, key string) keyAnswer {
+	body := `{"jsonrpc":"2.0","id":1,"method":"capability.invoke","params":{"context_token":"` + tok +
+		`","capability":"` + tool + `","idempotency_key":"` + key + `","input":` + input + `}}`
+	start := time.Now()
+	resp, err := c.Post("http://"+addr+"/rpc", "application/json", strings.NewReader(body))
+	a := keyAnswer{Err: err}
+	if err == nil {
+		var b []byte
+		b, a.Err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		a.Status = resp.StatusCode
+		var r struct {
+			Result *struct {
+				Output json.RawMessage `json:"output"`
+			} `json:"result"`
+			Error *struct {
+				Message string `json:"message"`
+				Data    struct {
+					Code       string `json:"code"`
+					Reason     string `json:"reason"`
+					RetryAfter int    `json:"retry_after_seconds"`
+				} `json:"data"`
+			} `json:"error"`
+		}
+		switch {
+		case a.Err != nil:
+		case resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil:
+			a.Message = string(bytes.TrimSpace(b)) // the balancer's own answer
+		case r.Error != nil:
+			a.Code, a.Reason, a.RetryAfter, a.Message = r.Error.Data.Code, r.Error.Data.Reason, r.Error.Data.RetryAfter, r.Error.Message
+		case r.Result != nil:
+			a.Output = string(r.Result.Output)
+		}
+	}
+	a.Took = time.Since(start)
+	return a
+}
+
+// onceLog reads the pack's run log: per input, the pids that started it
+// and how many runs finished.
+type onceRun struct {
+	pids []int
+	done int
+}
+
+func onceRuns(t *testing.T, log string) map[string]*onceRun {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	out := map[string]*onceRun{}
+	for line := range strings.Lines(string(b)) {
+		f := strings.SplitN(strings.TrimSpace(line), " ", 3)
+		if len(f) != 3 {
+			continue
+		}
+		r := out[f[2]]
+		if r == nil {
+			r = &onceRun{}
+			out[f[2]] = r
+		}
+		switch f[1] {
+		case "start":
+			pid, _ := strconv.Atoi(f[0])
+			r.pids = append(r.pids, pid)
+		case "done":
+			r.done++
+		}
+	}
+	return out
+}
+
+// oncePack writes the extension pack "once": slow sleeps 4 s and quick
+// 0.2 s between logging "PID start INPUT" and "PID done INPUT". No side
+// effects are declared: capgate does not count them as mutating.
+func oncePack(t *testing.T) (config, log string) {
+	t.Helper()
+	root := t.TempDir()
+	log = filepath.Join(root, "runs.log")
+	script := `#!/bin/sh
+input=$(cat)
+echo "$$ start $input" >> ` + shellQuote(log) + `
+sleep "$1"
+echo "$$ done $input" >> ` + shellQuote(log) + `
+echo '{"ran": true}'
+`
+	writeFile(t, filepath.Join(root, "once", "bin", "run"), script)
+	if err := os.Chmod(filepath.Join(root, "once", "bin", "run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "once", "extension.yaml"), `id: once
+name: Once
+description: Commands that log every run
+commands:
+  slow:
+    description: Run for four seconds
+    run: ["./bin/run", "4"]
+    input_schema: {type: object}
+    risk: LOW
+  quick:
+    description: Run for a fifth of a second
+    run: ["./bin/run", "0.2"]
+    input_schema: {type: object}
+    risk: LOW
+`)
+	return fmt.Sprintf("[extensions]\npaths = [%q]\n\n[policy]\ngrants = [\"rye.execute.tool.ext.once.*\"]\n", root), log
+}
+
+// processGone reports whether pid has exited (a zombie counts: it runs
+// nothing).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+}
+
+// parentOf is pid's parent, from /proc.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// holderOf is the index of the replica whose process tree pid is in.
+func holderOf(pid int, reps []*testkit.Served) int {
+	for p := pid; p > 1; p = parentOf(p) {
+		for i, r := range reps {
+			if r.Cmd.Process.Pid == p {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// safeBalancer is the retry policy examples/replicas and docs/replicas.md
+// recommend: retry only a connection that failed before the request was
+// sent, on another replica.
+var safeBalancer = []string{"retries 3", "retry-on conn-failure", "option redispatch 1"}
+
+// TestReplicaKilledMidCall (issue 30): two replicas on PostgreSQL behind
+// haproxy; the replica running a slow keyed call is killed with SIGKILL.
+// Its tool dies with it, and the key never runs again: every retry
+// answers within seconds, first "in progress, retry after" while the
+// claim's lease runs out, then that the first attempt's replica died and
+// its outcome is unknown. Then a load of keyed writes from several
+// clients, with a replica killed and restarted midway: no key runs twice,
+// and every key a caller was told "ok" for ran exactly once.
+func TestReplicaKilledMidCall(t *testing.T) {
+	haproxy := lookHAProxy(t)
+	url := pgtest.Start(t)
+	pack, log := oncePack(t)
+	cfg := pack + fmt.Sprintf(`
+[store]
+url = %q
+
+[idempotency]
+lease = "1s"
+wait = "2s"
+`, url)
+	const secret = "replica-kill-test-secret-0123456789"
+	env := []string{"CAPGATE_STORE_KEY=" + strings.Repeat("6a", 32)}
+	start := func(addr string) *testkit.Served {
+		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Config: cfg, Env: env, Addr: addr})
+	}
+	reps := []*testkit.Served{start(""), start("")}
+	lb := startHAProxy(t, haproxy, reps[0].Addr, reps[1].Addr, safeBalancer...)
+	lb.waitStatus(t, map[string]string{"r1": "UP", "r2": "UP"})
+	mint := func(sub string) string { return reps[0].Token(t, token.Claims{Sub: sub, ChatType: "private"}) }
+	client := &http.Client{Timeout: 15 * time.Second}
+
+	// restart kills replica i with SIGKILL (capgate alone, not its process
+	// group: as the kernel's OOM killer would) and returns when it is gone.
+	kill := func(i int) {
+		if err := reps[i].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		reps[i].Cmd.Wait()
+	}
+
+	t.Run("slow call", func(t *testing.T) {
+		tok := mint("alice")
+		first := make(chan keyAnswer, 1)
+		go func() { first <- keyedCall(client, lb.addr, tok, "ext:once:slow", `{"n":"slow-1"}`, "slow-1") }()
+		var pid int
+		testkit.WaitFor(t, 10*time.Second, "the slow call's tool to start", func() bool {
+			if r := onceRuns(t, log)[`{"n":"slow-1"}`]; r != nil && len(r.pids) > 0 {
+				pid = r.pids[0]
+			}
+			return pid != 0
+		})
+		victim := holderOf(pid, reps)
+		if victim < 0 {
+			t.Fatalf("the tool's process %d is in neither replica's tree", pid)
+		}
+		killed := time.Now()
+		kill(victim)
+		// That the tool dies with its replica is issue 30 item 1, the
+		// sandbox launcher's parent-death signal: measured here, while the
+		// retries go on.
+		goneAfter := make(chan time.Duration, 1)
+		go func() {
+			testkit.Poll(10*time.Second, func() bool { return processGone(pid) })
+			goneAfter <- time.Since(killed)
+		}()
+		a := <-first
+		t.Logf("the first attempt's caller got: status %d %s %q %v", a.Status, a.Code, a.Message, a.Err)
+		if a.Code == "" && a.Err == nil && a.Status == http.StatusOK {
+			t.Errorf("the first attempt was answered ok although its replica was killed: %+v", a)
+		}
+		// Retries, through the balancer, four times a second, for longer
+		// than the tool would have run and many leases: each answers
+		// within seconds.
+		var worst time.Duration
+		answers := map[string]int{}
+		until := time.Now().Add(8 * time.Second)
+		last := keyAnswer{}
+		pace := time.NewTicker(250 * time.Millisecond)
+		defer pace.Stop()
+		for ; time.Now().Before(until); <-pace.C {
+			last = keyedCall(client, lb.addr, tok, "ext:once:slow", `{"n":"slow-1"}`, "slow-1")
+			worst = max(worst, last.Took)
+			answers[last.Code+"/"+last.Reason]++
+			switch {
+			case last.Code == "rate_limited" && last.Reason == "idempotency_in_progress":
+				if last.RetryAfter < 1 || !strings.Contains(last.Message, "retry after") {
+					t.Errorf("in progress without a retry delay: %+v", last)
+				}
+			case last.Code == "capability_backend_unavailable" && last.Reason == "idempotency_outcome_unknown":
+				if !strings.Contains(last.Message, "replica died") || !strings.Contains(last.Message, "unknown") {
+					t.Errorf("outcome unknown, unexplained: %+v", last)
+				}
+			case last.Status == http.StatusServiceUnavailable || last.Status == http.StatusBadGateway:
+				// the balancer, before its health check saw the replica go
+			default:
+				t.Fatalf("a retry of the killed call's key: %+v", last)
+			}
+		}
+		t.Logf("retries over 8 s: %v; slowest answer %v", answers, worst.Round(time.Millisecond))
+		t.Logf("tool process %d gone %v after its replica r%d was killed", pid, (<-goneAfter).Round(time.Millisecond), victim+1)
+		if last.Reason != "idempotency_outcome_unknown" {
+			t.Errorf("8 s after the kill (1 s lease), a retry says %+v, want outcome unknown", last)
+		}
+		r := onceRuns(t, log)[`{"n":"slow-1"}`]
+		if len(r.pids) != 1 {
+			t.Errorf("the killed call's key started %d times (pids %v), want once", len(r.pids), r.pids)
+		}
+		t.Logf("the killed call's tool finished %d times (0 once it dies with its replica)", r.done)
+		// A new key runs, on the replica left.
+		if a := keyedCall(client, lb.addr, tok, "ext:once:slow", `{"n":"slow-2"}`, "slow-2"); a.Code != "" || a.Output == "" {
+			t.Errorf("a new key after the kill: %+v", a)
+		}
+		reps[victim] = start(reps[victim].Addr)
+		lb.waitStatus(t, map[string]string{"r1": "UP", "r2": "UP"})
+	})
+
+	t.Run("load", func(t *testing.T) {
+		const clients, perClient = 8, 25
+		type outcome struct {
+			key, told string
+			tries     int
+		}
+		results := make([]outcome, 0, clients*perClient)
+		var mu sync.Mutex
+		var done sync.WaitGroup
+		progress := make(chan struct{}, clients*perClient)
+		var worst time.Duration
+		for c := range clients {
+			tok := mint(fmt.Sprint("loader", c))
+			done.Go(func() {
+				for k := range perClient {
+					key := fmt.Sprintf("w-%d-%d", c, k)
+					input := `{"n":"` + key + `"}`
+					o := outcome{key: key}
+					// A client that retries with the same key until it has an
+					// answer that says what happened.
+					for o.told == "" && o.tries < 40 {
+						o.tries++
+						a := keyedCall(client, lb.addr, tok, "ext:once:quick", input, key)
+						mu.Lock()
+						worst = max(worst, a.Took)
+						mu.Unlock()
+						switch {
+						case a.Err == nil && a.Status == http.StatusOK && a.Code == "" && a.Output != "":
+							o.told = "ok"
+						case a.Reason == "idempotency_outcome_unknown":
+							o.told = "unknown"
+						case a.Err != nil, a.Status != http.StatusOK, a.Reason == "idempotency_in_progress":
+							// no answer, the balancer's, or still running: again
+						default:
+							o.told = "error: " + a.Code + ": " + a.Message
+						}
+					}
+					mu.Lock()
+					results = append(results, o)
+					mu.Unlock()
+					progress <- struct{}{}
+				}
+			})
+		}
+		// Midway, a replica is killed; it comes back on its address.
+		for range clients * perClient / 3 {
+			<-progress
+		}
+		kill(1)
+		reps[1] = start(reps[1].Addr)
+		done.Wait()
+
+		runs := onceRuns(t, log)
+		told := map[string]int{}
+		ranOnce, ranNever := 0, 0
+		for _, o := range results {
+			told[o.told]++
+			r := runs[`{"n":"`+o.key+`"}`]
+			n := 0
+			if r != nil {
+				n = len(r.pids)
+			}
+			switch {
+			case n > 1:
+				t.Errorf("key %s ran %d times (told %q)", o.key, n, o.told)
+			case o.told == "ok" && (n != 1 || r.done != 1):
+				t.Errorf("key %s: told ok, started %d times, finished %v", o.key, n, r)
+			case o.told != "ok" && o.told != "unknown":
+				t.Errorf("key %s: after %d tries: %q", o.key, o.tries, o.told)
+			}
+			if n == 1 {
+				ranOnce++
+			} else {
+				ranNever++
+			}
+		}
+		t.Logf("%d keys from %d clients: told %v; ran once %d, never %d; slowest answer %v",
+			len(results), clients, told, ranOnce, ranNever, worst.Round(time.Millisecond))
+		if len(results) != clients*perClient {
+			t.Errorf("%d keys answered, want %d", len(results), clients*perClient)
+		}
+	})
+}
+
+// TestKeyHonouredThroughServe (issue 24 item 10): 20 calls with one key
+// to a tool capgate does not count as mutating run it once, through a
+// real capgate serve; every call gets the first one's answer.
+func TestKeyHonouredThroughServe(t *testing.T) {
+	pack, log := oncePack(t)
+	srv := testkit.StartCapgate(t, testkit.Capgate{Config: pack})
+	tok := srv.Token(t, token.Claims{Sub: "bob", ChatType: "private"})
+	client := &http.Client{Timeout: 15 * time.Second}
+	var first keyAnswer
+	for i := range 20 {
+		a := keyedCall(client, srv.Addr, tok, "ext:once:quick", `{"n":"same"}`, "one-key")
+		if a.Err != nil || a.Code != "" || a.Output == "" || (i > 0 && a.Output != first.Output) {
+			t.Fatalf("call %d with one key: %+v", i, a)
+		}
+		if i == 0 {
+			first = a
+		}
+	}
+	if r := onceRuns(t, log)[`{"n":"same"}`]; r == nil || len(r.pids) != 1 {
+		t.Fatalf("20 calls with one key ran the tool %v times, want once", r)
+	}
+}
