@@ -17,6 +17,7 @@ import (
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/console"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/server"
@@ -53,6 +54,9 @@ type App struct {
 	// auth; nil when none has.
 	Broker *upstreamauth.Broker
 	*server.Server
+	// Console is the operator console ([console] listen), nil when off;
+	// ServeConsole serves it.
+	Console *console.Console
 	// SecretSource says where the token keys came from, for the start banner.
 	SecretSource string
 	// HS256 says whether HS256 tokens are accepted (see config.Auth.HS256).
@@ -156,6 +160,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		Browser: a.browser(),
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
+	if a.Console, err = a.newConsole(cfg, table); err != nil {
+		return nil, err
+	}
 	if err := a.Server.LoadSkills(skills.Options{Installed: opts.SkillsDirs, Workspace: cfg.Dir}, SkillSettings(cfg.Skills)); err != nil {
 		return nil, err
 	}

@@ -1,15 +1,19 @@
 package app
 
 import (
+	"context"
 	"maps"
 	"path/filepath"
 	"slices"
 	"time"
 
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/sandbox"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/ext"
@@ -63,6 +67,7 @@ func RegistryOptions(cfg *config.Config) sources.BuildOptions {
 				Name: name, Command: sc.Command, Args: sc.Args, Env: sc.Env, Cwd: sc.Cwd,
 				URL: sc.URL, Transport: sc.Transport, Headers: sc.Headers, TrustAnnotations: sc.TrustAnnotations,
 				Timeout: sc.Timeout.Std(), MaxMessage: int64(sc.MaxResultBytes), Confine: conf,
+				Hooks: upstreamHooks,
 			},
 			Prefix:  *sc.Prefix,
 			Default: override(sc.Risk, sc.SideEffects, config.ToolOverride{}),
@@ -95,4 +100,18 @@ func override(level string, effects []string, o config.ToolOverride) registry.Ov
 		out.Effects, _ = risk.ParseSideEffects(effects)
 	}
 	return out
+}
+
+// upstreamHooks serve each caller of a streamable-HTTP upstream at its own
+// protocol revision, and a caller of 2025-11-25 on a session of its own,
+// so that what the upstream sends there outside a call's stream
+// (sampling on its standalone stream, log messages) reaches that caller.
+var upstreamHooks = mcp.Hooks{
+	Protocol: mcpserver.RequestProtocolVersion,
+	SessionKey: func(ctx context.Context) string {
+		if c := server.CallerFrom(ctx); c != nil {
+			return c.Sub
+		}
+		return ""
+	},
 }

@@ -64,6 +64,7 @@ func (a *App) newRouter(cfg *config.Config, reg *registry.Registry, table *risk.
 		Registry: reg, Verifier: a.verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: a.master, Logger: a.logger,
 		RateBuckets: buckets, Metrics: routerMetrics(a.Metrics), Tracer: routerTracer(a.Tracer),
+		ApprovalWait:     cfg.Policy.ApprovalWait.Std(),
 		IdempotencyLease: cfg.Idempotency.Lease.Std(), IdempotencyWait: cfg.Idempotency.Wait.Std(),
 		Repeatable: cfg.Idempotency.Repeatable,
 	})
@@ -176,6 +177,7 @@ var restartOnly = []struct {
 	{"server.advertise_url", func(c *config.Config) any { return &c.Server.AdvertiseURL }},
 	{"server.metrics_listen", func(c *config.Config) any { return &c.Server.MetricsListen }},
 	{"store", func(c *config.Config) any { return &c.Store }},
+	{"console", func(c *config.Config) any { return &c.Console }},
 	{"audit", func(c *config.Config) any { return &c.Audit }},
 	{"auth.secret_env", func(c *config.Config) any { return &c.Auth.SecretEnv }},
 	{"auth.audience", func(c *config.Config) any { return &c.Auth.Audience }},

@@ -79,6 +79,7 @@ func authHooks(b *upstreamauth.Broker, name string) mcp.Hooks {
 			return b.ListerHeader(ctx, name)
 		},
 		SessionKey: subjectOf,
+		Protocol:   upstreamHooks.Protocol,
 		Unauthorized: func(ctx context.Context, refused http.Header, again bool) (http.Header, error) {
 			sub := subjectOf(ctx)
 			if sub == "" {

@@ -39,6 +39,7 @@ type Config struct {
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
 	Store               Store                     `toml:"store"`
+	Console             Console                   `toml:"console"`
 	Idempotency         Idempotency               `toml:"idempotency"`
 	Discovery           Discovery                 `toml:"discovery"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
@@ -133,6 +134,12 @@ type Policy struct {
 	RequireLock bool               `toml:"require_lock"`
 	Subjects    map[string]Subject `toml:"subjects"`
 	RateLimit   RateLimit          `toml:"rate_limit"`
+	// ApprovalWait holds a call that needs an operator's approval for up
+	// to this long, sending its client progress notifications ("waiting
+	// for approval apr_…"), and goes on when approved or fails when denied
+	// or timed out. 0 (the default): the call fails at once with
+	// approval_required, and the caller repeats it once approved.
+	ApprovalWait Duration `toml:"approval_wait"`
 }
 
 // RateLimit is a token bucket per caller and tool; zero per_minute is off.
@@ -144,6 +151,33 @@ type RateLimit struct {
 type Subject struct {
 	Grants      []string `toml:"grants"`
 	Acknowledge []string `toml:"acknowledge"`
+}
+
+// Console is the operator console, in a browser: the approvals queue, the
+// audit, the catalog, accounts and live state. It is off unless Listen is
+// set, and is served on a listener of its own with the same Host check as
+// the main one.
+type Console struct {
+	// Listen is where the console is served, for example "127.0.0.1:8788".
+	Listen string `toml:"listen"`
+	// URL is where operators' browsers reach the console (sign-in links,
+	// the OpenID redirect <url>/oidc/callback); default http://<listen>.
+	// An https URL marks its cookies Secure.
+	URL string `toml:"url"`
+	// Approvers may approve and deny calls and revoke accounts; Viewers
+	// read everything but the inputs of tools marked sensitive. Each is a
+	// subject, or "claim=value" matched against the OpenID provider's ID
+	// token (a list claim matches when it holds the value). Everyone else
+	// is refused.
+	Approvers []string `toml:"approvers"`
+	Viewers   []string `toml:"viewers"`
+	// ClientID is the console's client at the [auth.oidc] provider, for
+	// sign-in with it (authorization code with PKCE); without it, only
+	// `capgate console login` links sign in.
+	ClientID string `toml:"client_id"`
+	// ClientSecretEnv names the environment variable holding the client's
+	// secret, if the provider gave it one.
+	ClientSecretEnv string `toml:"client_secret_env"`
 }
 
 // Store is where shared state lives. Without a URL it is SQLite under

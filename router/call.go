@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -553,6 +554,11 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 		if !request {
 			return false, approvalPlanned(d, tier)
 		}
+		if r.opts.ApprovalWait > 0 {
+			// Held: the approval gate, after every other gate, asks for
+			// the approval and waits for the decision.
+			return true, nil
+		}
 		return false, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
 	return false, &tool.Error{Code: tool.CodeAccessDenied, Gate: GateAcknowledge,
@@ -562,15 +568,81 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 // useApproval uses the call's approval: one statement marks it used, so
 // of two calls on one approval only one gets it; the other is told to get
 // a new one.
-func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) (*state.Approval, error) {
+func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string,
+	progress func(p, total float64, msg string)) (*state.Approval, error) {
 	a, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
 	if errors.Is(err, state.ErrNotFound) {
+		if r.opts.ApprovalWait > 0 {
+			return r.awaitApproval(ctx, c, d, input, inputHash, progress)
+		}
 		return nil, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
 	if err != nil {
 		return nil, storeUnavailable(err, GateApproval, "the approval")
 	}
 	return a, nil
+}
+
+// awaitApproval holds the call until an operator decides ([policy]
+// approval_wait): it requests the approval, tells the caller it waits
+// (progress), and uses the approval once approved. A denial fails the call
+// with approval_denied; so does the wait running out, with
+// approval_required, and the caller may repeat the call later.
+func (r *Router) awaitApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string,
+	progress func(p, total float64, msg string)) (*state.Approval, error) {
+	tier, err := r.opts.Risk.ToolTier(d.Risk.Level)
+	if err != nil {
+		return nil, err
+	}
+	a, err := r.opts.State.RequestApproval(ctx, c.Sub, d.ID, inputHash, input, r.opts.ApprovalTTL)
+	if err != nil {
+		return nil, storeUnavailable(err, GateApproval, "the approval")
+	}
+	start := r.opts.Now()
+	wait := min(r.opts.ApprovalWait, a.ExpiresAt.Sub(start))
+	tick := time.NewTicker(r.opts.ApprovalPoll)
+	defer tick.Stop()
+	said := time.Time{}
+	for {
+		switch {
+		case a.Denied():
+			return nil, approvalDenied(d, tier, a)
+		case a.Approved():
+			used, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
+			if err == nil {
+				return used, nil
+			}
+			if !errors.Is(err, state.ErrNotFound) {
+				return nil, storeUnavailable(err, GateApproval, "the approval")
+			}
+			// Another call with the same input took it: ask anew.
+			return nil, r.approvalRequired(ctx, c, d, input, inputHash)
+		}
+		now := r.opts.Now()
+		waited := now.Sub(start)
+		if waited >= wait {
+			return nil, &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
+				Message: fmt.Sprintf("%s is risk %s, tier %s: waited %s for an operator to approve this call (approval %s); still pending",
+					d.ID, d.Risk.Level, tier.Name, waited.Round(time.Second), a.ID),
+				Hint: fmt.Sprintf("an operator approves %s in the console or with `capgate approve %s`; then repeat the same call", a.ID, a.ID)}
+		}
+		if progress != nil && now.Sub(said) >= 5*time.Second {
+			progress(waited.Seconds(), wait.Seconds(), "waiting for approval "+a.ID)
+			said = now
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name, Err: ctx.Err(),
+				Message: fmt.Sprintf("the call ended while waiting for approval %s", a.ID)}
+		case <-tick.C:
+		}
+		if a, err = r.opts.State.Approval(ctx, a.ID); err != nil {
+			if errors.Is(err, state.ErrNotFound) {
+				return nil, r.approvalRequired(ctx, c, d, input, inputHash)
+			}
+			return nil, storeUnavailable(err, GateApproval, "the approval")
+		}
+	}
 }
 
 // approvalRequired requests an operator's approval of the call (or finds
@@ -584,10 +656,25 @@ func (r *Router) approvalRequired(ctx context.Context, c *Caller, d *tool.Descri
 	if err != nil {
 		return storeUnavailable(err, GateApproval, "the approval")
 	}
+	if a.Denied() {
+		return approvalDenied(d, tier, a)
+	}
 	return &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
 		Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (approval %s, valid until %s)",
 			d.ID, d.Risk.Level, tier.Name, a.ID, a.ExpiresAt.UTC().Format(time.RFC3339)),
 		Hint: fmt.Sprintf("an operator runs `capgate approve %s` on the host; then retry the same call with the same input", a.ID)}
+}
+
+// approvalDenied is the refusal of a call an operator denied: it stands
+// for the same call until the denial expires, so that a caller retrying
+// is told the decision rather than queued again.
+func approvalDenied(d *tool.Descriptor, tier risk.Tier, a *state.Approval) error {
+	msg := fmt.Sprintf("%s is risk %s, tier %s: an operator denied this call (approval %s)", d.ID, d.Risk.Level, tier.Name, a.ID)
+	if a.Note != "" {
+		msg += ": " + strconv.Quote(a.Note)
+	}
+	return &tool.Error{Code: tool.CodeApprovalDenied, Gate: GateApproval, Required: tier.Name, Message: msg,
+		Hint: fmt.Sprintf("the same call stays denied until %s; ask the operator, or change the call", a.ExpiresAt.UTC().Format(time.RFC3339))}
 }
 
 // chatGate keeps sensitive tools to their chat types (private by default).

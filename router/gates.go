@@ -125,7 +125,7 @@ func approvalGate(r *Router, ctx context.Context, st *callState) error {
 	if !st.needApproval {
 		return nil
 	}
-	approval, err := r.useApproval(ctx, st.c, st.d, st.input, st.inputHash)
+	approval, err := r.useApproval(ctx, st.c, st.d, st.input, st.inputHash, st.req.Progress)
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,8 @@ type Approvals interface {
 	RequestApproval(ctx context.Context, sub, toolID, inputHash string, input []byte, ttl time.Duration) (*state.Approval, error)
 	ApprovalFor(ctx context.Context, sub, toolID, inputHash string) (*state.Approval, error)
 	UseApproval(ctx context.Context, sub, toolID, inputHash string) (*state.Approval, error)
+	// Approval reads one as it stands (a held call watches its decision).
+	Approval(ctx context.Context, id string) (*state.Approval, error)
 }
 
 // Policy is the operator's word on who may do what.
@@ -108,8 +110,13 @@ type Options struct {
 	Metrics Metrics
 	Tracer  Tracer
 
-	CallTimeout    time.Duration // default 2m
-	ApprovalTTL    time.Duration // default 10m
+	CallTimeout time.Duration // default 2m
+	ApprovalTTL time.Duration // default 10m
+	// ApprovalWait holds a call that needs an operator's approval for up
+	// to this long ([policy] approval_wait), looking every ApprovalPoll
+	// (default 500ms) for the decision; 0 refuses it at once.
+	ApprovalWait   time.Duration
+	ApprovalPoll   time.Duration
 	IdempotencyTTL time.Duration // default 24h
 	// IdempotencyLease is how long a key's claim holds unless renewed; the
 	// replica running the call renews it every third of that, so a claim
@@ -243,6 +250,9 @@ func New(opts Options) (*Router, error) {
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = 2 * time.Minute
+	}
+	if opts.ApprovalPoll <= 0 {
+		opts.ApprovalPoll = 500 * time.Millisecond
 	}
 	if opts.ApprovalTTL <= 0 {
 		opts.ApprovalTTL = 10 * time.Minute

@@ -50,6 +50,10 @@ type ask struct {
 	method string
 	params json.RawMessage
 	reply  chan askReply
+	// key and together: the source's own key for this ask and how many it
+	// makes at once (tool.InputKey), so they go in one round as it keyed them.
+	key      string
+	together int
 }
 
 type askReply struct {
@@ -75,6 +79,10 @@ type job struct {
 	// use is the Use of the requestState the job is parked under: only
 	// that state, its latest, goes on with it.
 	use string
+	// values, when set, is the request that started the job: the work's
+	// context keeps its values (the caller, the client's protocol) for
+	// the sources, though not its end.
+	values context.Context
 	// handedOn: the run went on from the job's state on another replica,
 	// which records it; this job ends without a record.
 	handedOn atomic.Bool
@@ -97,7 +105,11 @@ func newJob(sub string) *job {
 // run runs work in a context of its own (the job's requests come and go)
 // that ends with the work or an abandoned park.
 func (j *job) run(work func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error)) *job {
-	ctx, cancel := context.WithCancel(context.Background())
+	parent := context.Background()
+	if j.values != nil {
+		parent = context.WithoutCancel(j.values)
+	}
+	ctx, cancel := context.WithCancel(parent)
 	j.cancel = cancel
 	go func() {
 		defer cancel()
@@ -123,6 +135,7 @@ func (j *job) run(work func(ctx context.Context, ask askFunc) (*mcp.CallToolResu
 // waits for the client's answer.
 func (j *job) ask(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	a := &ask{method: method, params: params, reply: make(chan askReply, 1)}
+	a.key, a.together = tool.InputKey(ctx)
 	select {
 	case j.asks <- a:
 	case <-ctx.Done():
@@ -260,12 +273,21 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 			return r.res, r.err
 		case a := <-j.asks:
 			b := mcpserver.NewInputRequestBuilder("")
-			n := 0
+			n, got, want := 0, 0, a.together
 			for more := true; more; {
 				if err := j.add(b, a); err != nil {
 					a.reply <- askReply{err: err}
 				} else {
 					n++
+				}
+				got++
+				if got < want {
+					// The rest of a source's round is on its way: wait for it.
+					select {
+					case a = <-j.asks:
+						continue
+					case <-ctx.Done():
+					}
 				}
 				select {
 				case a = <-j.asks:
@@ -361,8 +383,16 @@ func (js *jobs) park(j *job) (string, error) {
 // add renders one question as an input request.
 func (j *job) add(b *mcpserver.InputRequestBuilder, a *ask) error {
 	j.mu.Lock()
-	j.seq++
-	key := "q" + strconv.Itoa(j.seq)
+	key := a.key // the source's own, as it keyed it
+	if _, taken := j.pending[key]; key == "" || taken {
+		for {
+			j.seq++
+			key = "q" + strconv.Itoa(j.seq)
+			if _, taken := j.pending[key]; !taken {
+				break
+			}
+		}
+	}
 	j.mu.Unlock()
 	switch mcp.MCPMethod(a.method) {
 	case mcp.MethodSamplingCreateMessage:

@@ -216,6 +216,7 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 	// swaps in meanwhile.
 	rt := m.rt()
 	j := newJob(c.Sub)
+	j.values = ctx
 	r.Progress = mcpconv.ProgressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
 	reqCtx := ctx

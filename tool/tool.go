@@ -217,3 +217,27 @@ type Authenticator interface {
 	AuthBegin(ctx context.Context, capabilityID, accountHint, contextToken string) (*AuthBegin, error)
 	AuthComplete(ctx context.Context, capabilityID string, params json.RawMessage, contextToken string) (json.RawMessage, error)
 }
+
+type inputKey struct{}
+
+type inputRound struct {
+	key      string
+	together int
+}
+
+// WithInputKey marks the Ask made with ctx as one of together asks a
+// source makes at once (an upstream's input_required result), under the
+// key the source gave it, so that a front door that asks in rounds can put
+// them in one round under their own keys.
+func WithInputKey(ctx context.Context, key string, together int) context.Context {
+	return context.WithValue(ctx, inputKey{}, inputRound{key, together})
+}
+
+// InputKey is what WithInputKey put in ctx: "" and 1 when nothing.
+func InputKey(ctx context.Context) (key string, together int) {
+	r, ok := ctx.Value(inputKey{}).(inputRound)
+	if !ok || r.together < 1 {
+		return "", 1
+	}
+	return r.key, r.together
+}

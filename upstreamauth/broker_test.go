@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -264,4 +266,131 @@ func TestRefreshRefusedAsksToLinkAgain(t *testing.T) {
 	if err != nil || whoami(t, e.mcp.URL, h3) != "alice-upstream" {
 		t.Fatalf("after linking again: %v", err)
 	}
+}
+
+// TestUserToken: with auth = "user-token" a user enters their own token
+// once on the form the link opens; it is sent as the configured header of
+// their calls only, and a token the server refuses is forgotten.
+func TestUserToken(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir(), store.Options{Key: bytes.Repeat([]byte{9}, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var h http.Handler = http.NotFoundHandler()
+	pub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
+	defer pub.Close()
+	log := &lockedBuf{}
+	b, err := upstreamauth.New(upstreamauth.Options{PublicURL: pub.URL, Store: st,
+		Logger:  slog.New(slog.NewTextHandler(log, nil)),
+		Servers: []upstreamauth.Server{{Name: "wiki", URL: "http://wiki.invalid/mcp", Mode: upstreamauth.ModeUserToken, Header: "X-Api-Key"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = b.Handler()
+	_, err = b.Header(ctx, "alice", "wiki", "")
+	var te *tool.Error
+	if !errors.As(err, &te) || te.Code != tool.CodeAuthRequired || te.AuthURL == "" {
+		t.Fatalf("no token yet: %v", err)
+	}
+	resp, err := http.Get(te.AuthURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(form), `<b>alice</b>: enter your own token for <b>wiki</b>`) ||
+		!strings.Contains(string(form), `name="token"`) {
+		t.Fatalf("the form: %d %s", resp.StatusCode, form)
+	}
+	const secret = "wiki-personal-token-3f9a1c0e77"
+	resp, err = http.PostForm(te.AuthURL, url.Values{"token": {secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.Contains(string(page), secret) {
+		t.Fatalf("after posting the token: %d %s", resp.StatusCode, page)
+	}
+	got, err := b.Header(ctx, "alice", "wiki", "")
+	if err != nil || got.Get("X-Api-Key") != secret || got.Get("Authorization") != "" {
+		t.Fatalf("alice's header: %v %v", got, err)
+	}
+	if _, err := b.Header(ctx, "bob", "wiki", ""); tool.ErrorCode(err) != tool.CodeAuthRequired {
+		t.Errorf("bob gets %v, want capability_auth_required", err)
+	}
+	// The link was used: posting again does nothing.
+	if resp, err := http.PostForm(te.AuthURL, url.Values{"token": {"other-token-value-123456"}}); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("posting on a used link: %v %v", resp.StatusCode, err)
+	}
+	if got, _ := b.Header(ctx, "alice", "wiki", ""); got.Get("X-Api-Key") != secret {
+		t.Error("a used link replaced the token")
+	}
+	// Refused upstream: forgotten, and alice is asked again.
+	if _, err := b.Header(ctx, "alice", "wiki", secret); tool.ErrorCode(err) != tool.CodeAuthRequired {
+		t.Errorf("a refused token: %v", err)
+	}
+	if st, _ := b.Status(ctx, "alice", "wiki"); st.Linked {
+		t.Error("the refused token is still held")
+	}
+	if strings.Contains(log.String(), secret) {
+		t.Errorf("the log carries the token: %s", log.String())
+	}
+}
+
+// TestTokenExchange: a caller's own token from the issuer (here, the one
+// alice got linking tracker) is exchanged at the issuer (RFC 8693) for a
+// token for another server's resource; that server sees alice's account,
+// and the caller's own token is not what it gets.
+func TestTokenExchange(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.link(t, "alice", "alice-upstream")
+	own, err := e.b.Header(ctx, "alice", "tracker", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wiki := authmcp.Start(t, e.as.Issuer)
+	x, err := upstreamauth.New(upstreamauth.Options{Store: e.store,
+		Servers: []upstreamauth.Server{{Name: "wiki", URL: wiki.URL, Mode: upstreamauth.ModeTokenExchange}},
+		Exchange: upstreamauth.Exchange{Issuer: e.as.Issuer, TokenURL: e.as.Issuer + "/token",
+			ClientID: "capgate-exchange", ClientSecret: "exchange-secret-not-for-prod",
+			SubjectToken: func(ctx context.Context) string {
+				return strings.TrimPrefix(own.Get("Authorization"), "Bearer ")
+			}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := x.Header(ctx, "alice", "wiki", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Get("Authorization") == own.Get("Authorization") {
+		t.Fatal("the caller's own token was passed through")
+	}
+	if got := whoami(t, wiki.URL, h); got != "alice-upstream" {
+		t.Errorf("the exchanged token is %q's", got)
+	}
+	// Cached until it expires.
+	if again, _ := x.Header(ctx, "alice", "wiki", ""); again.Get("Authorization") != h.Get("Authorization") {
+		t.Error("exchanged again though the first is live")
+	}
+	// The caller's own token does not open wiki (it is tracker's).
+	if resp := postUnauthorized(t, wiki.URL, own.Get("Authorization")); resp != http.StatusUnauthorized {
+		t.Errorf("tracker's token at wiki: %d, want 401", resp)
+	}
+}
+
+func postUnauthorized(t *testing.T, url, authz string) int {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	req.Header.Set("Authorization", authz)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

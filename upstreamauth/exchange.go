@@ -70,7 +70,7 @@ func (b *Broker) exchangeHeader(ctx context.Context, sub string, srv *Server, st
 		// The error may quote the request; only its kind is kept.
 		b.opts.Logger.Info("token exchange refused", "server", srv.Name, "sub", sub)
 		return nil, &tool.Error{Code: tool.CodeAuthRequired, Gate: "upstream_auth", Required: "mcp:" + srv.Name,
-			Message: "mcp server " + srv.Name + ": the issuer would not exchange your token for one for this server"}
+			Message: "mcp server " + srv.Name + ": the issuer would not exchange your token for one for this server", Err: err}
 	}
 	life := time.Duration(resp.ExpiresIn) * time.Second
 	if life <= 0 {

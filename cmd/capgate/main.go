@@ -78,6 +78,6 @@ caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
 	root.SetVersionTemplate(versionLine())
 	root.AddCommand(newVersionCmd(), newConfigCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd(), newTokenCmd(),
 		newServeCmd(), newConnectCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd(), newAuditCmd(), newBenchCmd(), newSkillCmd(),
-		newVerifyCmd(), newReloadCmd(), newAccountsCmd())
+		newVerifyCmd(), newReloadCmd(), newConsoleCmd(), newAccountsCmd())
 	return root
 }

@@ -252,7 +252,8 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 }
 
 // TestParkedCallContinuedThroughAnotherReplica: an upstream's elicitation
-// parks the call on A, where the upstream waits; the client comes back to
+// parks the call on A, where the upstream waits (the upstream speaks
+// 2026-07-28: its input_required round, relayed, is the park); the client comes back to
 // B, which forwards the continuation to A over the authenticated internal
 // call, and the answer arrives. The internal path refuses a caller
 // without the MAC under the shared secret.
@@ -279,6 +280,12 @@ url = %q
 	}
 	first := call(a.URL, "", "", "")
 	key := oneKey(t, first)
+	// capgate speaks 2026-07-28 to the fixture: its input round reaches the
+	// client under the upstream's own key, and the upstream's requestState
+	// stays on A, with the call.
+	if key != "elicit" || strings.Contains(first.Result.RequestState, "{") {
+		t.Errorf("the upstream's input round reached the client keyed %q with state %q, want its own key elicit and capgate's sealed state", key, first.Result.RequestState)
+	}
 	answer := `{"action":"accept","content":{"username":"alice","email":"alice@example.com"}}`
 	got := call(b.URL, first.Result.RequestState, key, answer)
 	if got.Result.IsError || !strings.Contains(got.text(), "User response: action=accept") || !strings.Contains(got.text(), `"username":"alice"`) {

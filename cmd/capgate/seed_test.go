@@ -198,3 +198,28 @@ func jsonOf(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestQuickstartTokenLasts: the token command serve's banner offers (with
+// the development key) makes a token that lasts 12 hours, fit to paste
+// into a client's config, and it works against that serve.
+func TestQuickstartTokenLasts(t *testing.T) {
+	cg := testkit.StartCapgate(t, testkit.Capgate{NoSecret: true, Config: "\n[policy]\ngrants = [\"rye.fetch.*\"]\n"})
+	var cmdline string
+	for _, l := range strings.Split(cg.Banner, "\n") {
+		if _, c, ok := strings.Cut(l, "a dev token "); ok {
+			cmdline = strings.TrimSpace(c)
+		}
+	}
+	args := strings.Fields(cmdline)
+	if len(args) < 2 || !strings.HasSuffix(cmdline, "--sub you --ttl 12h") {
+		t.Fatalf("banner's dev token line %q, want a token mint --ttl 12h\n%s", cmdline, cg.Banner)
+	}
+	s := fromCapgate(cg)
+	tok, errb, code := s.run(t, nil, args[1:]...)
+	if code != 0 || !strings.Contains(errb, "(in 12h0m0s)") {
+		t.Fatalf("%s: %d %s", cmdline, code, errb)
+	}
+	if _, errb, code := s.as(t, strings.TrimSpace(tok), "list"); code != 0 {
+		t.Errorf("the banner's token against its serve: %d %s", code, errb)
+	}
+}

@@ -93,6 +93,12 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				}
 				return nil
 			}
+			consoleAddr := ""
+			if srv.Console != nil {
+				if consoleAddr, err = srv.ServeConsole(ctx); err != nil {
+					return &exitError{code: exitDenied, err: err}
+				}
+			}
 			err = srv.Serve(ctx, func(addr, socket string) {
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", version(), len(srv.Server.Registry().Snapshot().Tools), cfg.Path)
@@ -104,9 +110,13 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				if m := srv.MetricsAddr(); m != "" {
 					fmt.Fprintf(out, "  metrics         http://%s/metrics\n", m)
 				}
+				if consoleAddr != "" {
+					fmt.Fprintf(out, "  console         http://%s/ (sign in: %s console login --config %s)\n", consoleAddr, selfCommand(), configPath)
+				}
 				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
 				if srv.HS256 {
-					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you\n", selfCommand(), configPath)
+					// A token to paste into a client's config: one that lasts a working day.
+					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you --ttl 12h\n", selfCommand(), configPath)
 				} else {
 					fmt.Fprintf(out, "  a dev token     none: HS256 is off (auth.jwks_file); present a token your issuer signs\n")
 				}

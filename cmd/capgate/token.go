@@ -126,7 +126,9 @@ func runTokenMint(out, errOut io.Writer, o tokenMintOptions, explicitEnv bool) e
 		}
 		secret = token.ParseSecret(os.Getenv(ashTokenSecretEnv))
 		if secret == nil {
-			return usageError("no token secret: set %s (or %s), as hex, base64url or text", tokenSecretEnv, ashTokenSecretEnv)
+			return usageError("no token secret: set %s (or %s), as hex, base64url or text, or pass --config with the "+
+				"capgate.toml of the capgate serve the token is for: it then mints with that server's key, the development key "+
+				"serve made in its data directory included", tokenSecretEnv, ashTokenSecretEnv)
 		}
 	}
 	// The times are set here so the expiry line says what the token says

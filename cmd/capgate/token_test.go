@@ -119,7 +119,8 @@ func TestTokenMintSecretSources(t *testing.T) {
 	// Neither variable: a usage error naming both.
 	unsetenv(t, "ASH_CONTEXT_TOKEN_SECRET")
 	stdout, stderr, code = mintCLI(t, "--sub", "bob")
-	if code != 2 || stdout != "" || !strings.Contains(stderr, "CAPGATE_TOKEN_SECRET") || !strings.Contains(stderr, "ASH_CONTEXT_TOKEN_SECRET") {
+	if code != 2 || stdout != "" || !strings.Contains(stderr, "CAPGATE_TOKEN_SECRET") || !strings.Contains(stderr, "ASH_CONTEXT_TOKEN_SECRET") ||
+		!strings.Contains(stderr, "--config") || !strings.Contains(stderr, "development key") {
 		t.Errorf("no secret: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

@@ -23,11 +23,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,55 +140,71 @@ func Install(tb testing.TB) (nodeBin, suiteBin string) {
 	if installNode != "" {
 		return installNode, installJS
 	}
-
-	sum := sha256.Sum256(append(append([]byte{}, packageJSON...), packageLock...))
-	cache := CacheDir()
-	dir := filepath.Join(cache, "suite-"+SuiteVersion+"-"+hex.EncodeToString(sum[:6]))
-	suiteBin = filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
-
-	if _, err := os.Stat(suiteBin); err != nil {
-		if err := os.MkdirAll(cache, 0o755); err != nil {
-			tb.Fatalf("conformance: %v", err)
-		}
-		removeStaleTemps(cache)
-		npm, err := exec.LookPath("npm")
-		if err != nil {
-			unavailable(tb, "npm is not on PATH")
-		}
-		// Install into a fresh directory and rename it into place, so a
-		// concurrent test binary doing the same never sees half an install.
-		tmp, err := os.MkdirTemp(cache, ".tmp-")
-		if err != nil {
-			tb.Fatalf("conformance: %v", err)
-		}
-		defer os.RemoveAll(tmp)
-		for name, b := range map[string][]byte{"package.json": packageJSON, "package-lock.json": packageLock} {
-			if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
-				tb.Fatalf("conformance: %v", err)
-			}
-		}
-		start := time.Now()
-		cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
-		cmd.Dir = tmp
-		cmd.Env = append(os.Environ(), "npm_config_update_notifier=false")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			tb.Fatalf("conformance: npm ci in %s: %v\n%s", tmp, err, out)
-		}
-		tb.Logf("conformance: installed the suite %s with npm ci in %v", SuiteVersion, time.Since(start).Round(time.Millisecond))
-		if err := os.Rename(tmp, dir); err != nil {
-			// Another process may have won the race; its install is as good.
-			if _, statErr := os.Stat(suiteBin); statErr != nil {
-				tb.Fatalf("conformance: moving the install into place: %v", err)
-			}
-		}
-	}
-
+	dir := installPackage(tb, "suite-"+SuiteVersion, map[string][]byte{"package.json": packageJSON, "package-lock.json": packageLock})
 	nodeBin, err := findNode(dir)
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}
-	installNode, installJS = nodeBin, suiteBin
-	return nodeBin, suiteBin
+	installNode, installJS = nodeBin, suiteEntry(dir)
+	return installNode, installJS
+}
+
+func suiteEntry(dir string) string {
+	return filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
+}
+
+// installPackage writes files (a package.json and its package-lock.json,
+// and whatever else the package is) into a directory of CacheDir named by
+// name and their digest, runs npm ci there once, and returns the
+// directory. Callers hold installMu.
+func installPackage(tb testing.TB, name string, files map[string][]byte) string {
+	tb.Helper()
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(files)) {
+		h.Write([]byte(k))
+		h.Write(files[k])
+	}
+	cache := CacheDir()
+	dir := filepath.Join(cache, name+"-"+hex.EncodeToString(h.Sum(nil)[:6]))
+	done := filepath.Join(dir, "node_modules", ".package-lock.json")
+	if _, err := os.Stat(done); err == nil {
+		return dir
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		tb.Fatalf("conformance: %v", err)
+	}
+	removeStaleTemps(cache)
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		unavailable(tb, "npm is not on PATH")
+	}
+	// Install into a fresh directory and rename it into place, so a
+	// concurrent test binary doing the same never sees half an install.
+	tmp, err := os.MkdirTemp(cache, ".tmp-")
+	if err != nil {
+		tb.Fatalf("conformance: %v", err)
+	}
+	defer os.RemoveAll(tmp)
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+			tb.Fatalf("conformance: %v", err)
+		}
+	}
+	start := time.Now()
+	cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "npm_config_update_notifier=false")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("conformance: npm ci in %s: %v\n%s", tmp, err, out)
+	}
+	tb.Logf("conformance: installed %s with npm ci in %v", name, time.Since(start).Round(time.Millisecond))
+	if err := os.Rename(tmp, dir); err != nil {
+		// Another process may have won the race; its install is as good.
+		if _, statErr := os.Stat(done); statErr != nil {
+			tb.Fatalf("conformance: moving the install into place: %v", err)
+		}
+	}
+	return dir
 }
 
 // removeStaleTemps removes install directories that an interrupted Install
@@ -292,13 +310,19 @@ func (l *lockedWriter) String() string {
 func Run(ctx context.Context, tb testing.TB, url string) (map[string]Result, error) {
 	tb.Helper()
 	nodeBin, suiteBin := Install(tb)
+	return runSuite(ctx, tb, nodeBin, suiteBin, url, "--suite", "all")
+}
+
+// runSuite runs the suite's server mode against url with args.
+func runSuite(ctx context.Context, tb testing.TB, nodeBin, suiteBin, url string, args ...string) (map[string]Result, error) {
+	tb.Helper()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
 	}
 	outDir := tb.TempDir()
-	cmd := exec.CommandContext(ctx, nodeBin, suiteBin, "server", "--url", url, "--suite", "all", "--output-dir", outDir)
+	cmd := exec.CommandContext(ctx, nodeBin, append([]string{suiteBin, "server", "--url", url, "--output-dir", outDir}, args...)...)
 	cmd.Env = append(os.Environ(), "NO_COLOR=1", "FORCE_COLOR=0",
 		"PATH="+filepath.Dir(nodeBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	cmd.WaitDelay = 5 * time.Second

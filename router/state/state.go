@@ -63,6 +63,12 @@ type Approval struct {
 	ApprovedAt time.Time
 	UsedAt     time.Time
 	ApprovedBy string
+	// DeniedAt is set, and DeniedBy names the operator, once denied: a
+	// denied approval is never approved or used. Note is the operator's
+	// word on the decision, either way.
+	DeniedAt time.Time
+	DeniedBy string
+	Note     string
 	// Input is the canonical input the call would run with, what the
 	// operator approves, cut to MaxApprovalInput bytes; InputSize is its
 	// whole length (InputHash is of the whole).
@@ -78,3 +84,6 @@ func (a *Approval) InputTruncated() bool { return len(a.Input) < a.InputSize }
 
 // Approved reports whether an operator has approved a.
 func (a *Approval) Approved() bool { return !a.ApprovedAt.IsZero() }
+
+// Denied reports whether an operator has denied a.
+func (a *Approval) Denied() bool { return !a.DeniedAt.IsZero() }

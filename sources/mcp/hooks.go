@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/capgate/capgate/tool"
 )
 
@@ -43,6 +45,13 @@ type Hooks struct {
 	// upstream has no sessions: every request carries its own headers and
 	// the key changes nothing. Streamable HTTP only.
 	SessionKey func(ctx context.Context) string
+	// Protocol is the revision the caller behind ctx speaks, "" when
+	// unknown. An upstream that speaks both 2026-07-28 and 2025-11-25 may
+	// serve them differently (a 2025 client's sampling is a request on its
+	// stream, a 2026 one's an input round): a caller of 2025-11-25 or
+	// before is served on a 2025-11-25 session of the upstream, others on
+	// 2026-07-28.
+	Protocol func(ctx context.Context) string
 	// Unauthorized is told that the upstream answered a tools/call with
 	// 401 to the headers Headers gave: it returns new ones (a refreshed
 	// token) and the call is sent once more. again is set when those were
@@ -68,6 +77,10 @@ func (s *Source) unauthorized(ctx context.Context, again bool) (context.Context,
 	}
 	return context.WithValue(ctx, headersKey{}, h), true, nil
 }
+
+// legacyKey prefixes the SessionKey of a session at Protocol kept for
+// the callers of an older revision than the upstream's.
+const legacyKey = "2025-11-25\x00"
 
 // maxKeyedSessions bounds the keyed upstream sessions one source keeps;
 // over it the least recently used is closed.
@@ -158,11 +171,24 @@ type keyedLink struct {
 // otherwise the shared link.
 func (s *Source) linkFor(ctx context.Context) (*link, error) {
 	shared, err := s.client()
-	if err != nil || s.opts.Hooks.SessionKey == nil || !shared.http || shared.session == "" {
+	if err != nil || !shared.http {
 		return shared, err
 	}
-	key := s.opts.Hooks.SessionKey(ctx)
-	if key == "" {
+	key := ""
+	if s.opts.Hooks.SessionKey != nil {
+		key = s.opts.Hooks.SessionKey(ctx)
+	}
+	legacy := false
+	if shared.modern() {
+		if s.opts.Hooks.Protocol == nil {
+			return shared, nil
+		}
+		v := s.opts.Hooks.Protocol(ctx)
+		if v == "" || mcpgo.IsModernProtocol(v) {
+			return shared, nil
+		}
+		legacy, key = true, legacyKey+key
+	} else if key == "" || shared.session == "" {
 		return shared, nil
 	}
 	s.keyed.mu.Lock()
@@ -179,7 +205,7 @@ func (s *Source) linkFor(ctx context.Context) (*link, error) {
 	k.used = s.keyed.tick
 	s.keyed.mu.Unlock()
 	if !ok {
-		l, err := s.open(ctx, key)
+		l, err := s.open(ctx, key, legacy)
 		if err != nil {
 			s.forgetKeyed(key, k)
 		}
@@ -252,6 +278,10 @@ func (s *Source) closeKeyed() {
 		}()
 	}
 }
+
+// owned reports whether l is one caller's own session, whose unowned
+// messages belong to that caller's call.
+func (l *link) owned() bool { return l.key != "" && l.key != legacyKey }
 
 // owners are the calls in flight on one link, so that what the upstream
 // sends there outside a call's stream finds the call it belongs to.

@@ -67,7 +67,7 @@ type Options struct {
 	// Protocol (2025-11-25); Protocol never tries Modern. stdio and SSE
 	// upstreams speak Protocol.
 	Protocol string
-	Headers   map[string]string
+	Headers  map[string]string
 
 	// TrustAnnotations: the operator vouches for the server's tool
 	// annotations, so they may lower the inferred risk (risk.Hints).
@@ -231,7 +231,7 @@ func (s *Source) Connect(ctx context.Context) error {
 }
 
 func (s *Source) dial(ctx context.Context) error {
-	l, err := s.open(ctx, "")
+	l, err := s.open(ctx, "", false)
 	if err != nil {
 		return err
 	}
@@ -249,9 +249,10 @@ func (s *Source) dial(ctx context.Context) error {
 }
 
 // open connects and initializes one link: the shared one (key "") or the
-// session of a SessionKey. ctx carries the caller the link is for, whose
+// session of a SessionKey; legacy, at Protocol whatever the upstream
+// speaks. ctx carries the caller the link is for, whose
 // hook headers it keeps for its standalone stream.
-func (s *Source) open(ctx context.Context, key string) (*link, error) {
+func (s *Source) open(ctx context.Context, key string, legacy bool) (*link, error) {
 	l := &link{key: key, guard: newGuard()}
 	if s.opts.Hooks.Headers != nil && s.opts.Transport != "sse" && s.opts.Command == "" {
 		var err error
@@ -264,7 +265,7 @@ func (s *Source) open(ctx context.Context, key string) (*link, error) {
 	// Over streamable HTTP, the stateless protocol first; an upstream that
 	// does not speak it gets a new connection for the handshake, with the
 	// standalone stream the stateless protocol has no use for.
-	modern := s.opts.Command == "" && s.opts.Transport != "sse" && s.opts.Protocol != Protocol
+	modern := s.opts.Command == "" && s.opts.Transport != "sse" && s.opts.Protocol != Protocol && !legacy
 	c, err := s.newClient(g, &l.base, modern)
 	if err != nil {
 		return nil, err
@@ -461,7 +462,7 @@ func (s *Source) notification(l *link, n mcpgo.JSONRPCNotification) {
 		// Outside a call's own stream only a caller's own session says
 		// whose a log message is; on the shared one, given to a guessed
 		// call it could reach another subject.
-		if c := l.owners.latest(); c != nil && l.key != "" && c.Log != nil {
+		if c := l.owners.latest(); c != nil && l.owned() && c.Log != nil {
 			c.Log(params)
 			return
 		}

@@ -149,6 +149,7 @@ func (s *Source) fulfil(ctx context.Context, call tool.Call, ir *inputRequired) 
 		if len(req.Params) == 0 {
 			req.Params = json.RawMessage("{}")
 		}
+		ctx := tool.WithInputKey(ctx, key, len(ir.InputRequests))
 		wg.Go(func() {
 			res, rpcErr := answer(ctx, call, req.Method, req.Params)
 			mu.Lock()

@@ -49,7 +49,7 @@ func (s *Source) serverRequest(ctx context.Context, l *link, req transport.JSONR
 	if req.Method == string(mcpgo.MethodPing) {
 		return &transport.JSONRPCResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: req.ID, Result: json.RawMessage("{}")}, nil
 	}
-	if c := l.owners.latest(); c != nil && l.key != "" {
+	if c := l.owners.latest(); c != nil && l.owned() {
 		params, err := json.Marshal(req.Params)
 		if err != nil {
 			params = json.RawMessage("{}")

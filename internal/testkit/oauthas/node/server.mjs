@@ -54,7 +54,8 @@ const provider = new Provider(issuer, {
 // becomes a JWT access token for the requested resource, for the same
 // account.
 provider.registerGrantType(EXCHANGE, async (ctx) => {
-  const { params, oidc } = ctx;
+  const { oidc } = ctx;
+  const { params } = oidc;
   if (params.subject_token_type !== ACCESS_TOKEN_TYPE) {
     throw new errors.InvalidRequest('subject_token_type must be an access token');
   }
