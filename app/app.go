@@ -141,7 +141,8 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	}
 	if cfg.Server.MetricsListen != "" {
 		// The registry of now: a reload swaps it (server.Swap).
-		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() }})
+		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() },
+			Sessions: func() int { return a.Server.MCP.Sessions() }})
 	}
 	if a.Tracer, err = telemetry.NewTracer(ctx, opts.LookupEnv, capgate.Version); err != nil {
 		return nil, err
@@ -157,7 +158,8 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
 		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce,
 		Metrics: a.Metrics, Tracer: a.Tracer, MetricsListen: cfg.Server.MetricsListen, Discovery: DiscoveryOf(cfg.Discovery),
-		Browser: a.browser(),
+		Sessions: server.SessionLimits{Idle: cfg.Server.SessionIdleTimeout.Std(), Max: cfg.Server.MaxSessions},
+		Browser:  a.browser(),
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
 	if a.Console, err = a.newConsole(cfg, table); err != nil {

@@ -176,6 +176,8 @@ var restartOnly = []struct {
 	{"server.replica_id", func(c *config.Config) any { return &c.Server.ReplicaID }},
 	{"server.advertise_url", func(c *config.Config) any { return &c.Server.AdvertiseURL }},
 	{"server.metrics_listen", func(c *config.Config) any { return &c.Server.MetricsListen }},
+	{"server.session_idle_timeout", func(c *config.Config) any { return &c.Server.SessionIdleTimeout }},
+	{"server.max_sessions", func(c *config.Config) any { return &c.Server.MaxSessions }},
 	{"store", func(c *config.Config) any { return &c.Store }},
 	{"console", func(c *config.Config) any { return &c.Console }},
 	{"audit", func(c *config.Config) any { return &c.Audit }},

@@ -66,6 +66,14 @@ type Server struct {
 	// capgate still serves, so that a balancer stops sending it calls
 	// before it closes its listeners. Default 0: stop at once.
 	DrainDelay Duration `toml:"drain_delay"`
+	// SessionIdleTimeout: an MCP session (protocol 2025-11-25) that sent
+	// nothing for this long is forgotten, its state freed; a client that
+	// comes back with its id gets a fresh session. Default 30m.
+	SessionIdleTimeout Duration `toml:"session_idle_timeout"`
+	// MaxSessions caps the MCP sessions held at once: past it, opening one
+	// forgets the session idle longest. Default 4096 (each holds about
+	// 10 KiB: server.BenchmarkSessionMemory).
+	MaxSessions int `toml:"max_sessions"`
 	// ReplicaID names this replica in its audit records and in the
 	// request states of the calls it holds. Default: <hostname>-<pid>.
 	ReplicaID string `toml:"replica_id"`
@@ -357,6 +365,8 @@ const (
 	DefaultListen          = "127.0.0.1:8787"
 	DefaultDataDir         = "~/.local/share/capgate"
 	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultSessionIdle     = 30 * time.Minute
+	DefaultMaxSessions     = 4096
 	DefaultIdemLease       = 6 * time.Second
 	DefaultIdemWait        = 5 * time.Second
 	DefaultMaxRequestBytes = 8 << 20
@@ -496,6 +506,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Server.HeaderTimeout == 0 {
 		c.Server.HeaderTimeout = Duration(DefaultHeaderTimeout)
+	}
+	if c.Server.SessionIdleTimeout == 0 {
+		c.Server.SessionIdleTimeout = Duration(DefaultSessionIdle)
+	}
+	if c.Server.MaxSessions == 0 {
+		c.Server.MaxSessions = DefaultMaxSessions
 	}
 	if c.Server.MaxRequestBytes == 0 {
 		c.Server.MaxRequestBytes = DefaultMaxRequestBytes

@@ -202,6 +202,12 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	if c.Server.HeaderTimeout < 0 {
 		fail("server.header_timeout", "must be positive, for example \"10s\"")
 	}
+	if c.Server.SessionIdleTimeout < 0 {
+		fail("server.session_idle_timeout", "must be positive, for example \"30m\"")
+	}
+	if c.Server.MaxSessions < 0 {
+		fail("server.max_sessions", "must be positive, for example 10000")
+	}
 	size("extensions.max_output_bytes", c.Extensions.MaxOutputBytes)
 	size("capabilities.max_output_bytes", c.Capabilities.MaxOutputBytes)
 	size("mcp.max_result_bytes", c.MCP.MaxResultBytes)
