@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/tool"
+	"github.com/capgate/capgate/upstreamauth"
 )
 
 // consoleApprovals gives the console the store's approvals.
@@ -42,6 +43,26 @@ func (c consoleApprovals) Approve(ctx context.Context, id, by, note string) erro
 
 func (c consoleApprovals) Deny(ctx context.Context, id, by, note string) error {
 	_, err := c.st.Deny(ctx, id, by, note)
+	return err
+}
+
+// consoleAccounts gives the console the broker's linked accounts.
+type consoleAccounts struct{ b *upstreamauth.Broker }
+
+func (c consoleAccounts) List(ctx context.Context) ([]console.Account, error) {
+	list, err := c.b.AllLinked(ctx, 1000)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]console.Account, len(list))
+	for i, l := range list {
+		out[i] = console.Account{Sub: l.Sub, Server: l.Server, Issuer: l.Account.Account, Expires: l.Expiry}
+	}
+	return out, nil
+}
+
+func (c consoleAccounts) Revoke(ctx context.Context, sub, server string) error {
+	_, err := c.b.Revoke(ctx, sub, server)
 	return err
 }
 
@@ -86,6 +107,9 @@ func (a *App) newConsole(cfg *config.Config, table *risk.Table) (*console.Consol
 		ClaimOnce: a.Store.ClaimOnce,
 		Record:    a.Audit.Log,
 		Logger:    a.logger,
+	}
+	if a.Broker != nil {
+		opts.Accounts = consoleAccounts{a.Broker}
 	}
 	if cc.ClientID != "" && cfg.Auth.OIDC != nil {
 		opts.OIDC = &console.OIDC{Issuer: cfg.Auth.OIDC.Issuer, ClientID: cc.ClientID, RedirectURL: base + "/oidc/callback"}

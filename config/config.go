@@ -38,6 +38,7 @@ type Config struct {
 	// process): they only tighten (sandbox.ParseOverrides).
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
+	Sandbox             Sandbox                   `toml:"sandbox"`
 	Store               Store                     `toml:"store"`
 	Console             Console                   `toml:"console"`
 	Idempotency         Idempotency               `toml:"idempotency"`
@@ -296,6 +297,15 @@ type Trust struct {
 	// AllowedCapabilities has the shape of a declaration: network =
 	// "none" here makes every tool no_network.
 	AllowedCapabilities map[string]any `toml:"allowed_capabilities"`
+}
+
+// Sandbox is [sandbox]: how every process capgate starts is run.
+type Sandbox struct {
+	// RunAs is the user every tool, bridge provider and stdio MCP server
+	// runs as when capgate runs as root: a name (such as "nobody"), a uid
+	// or uid:gid. Unset, they run as root without any capability. Ignored
+	// when capgate is not root: its tools run as capgate's own user.
+	RunAs string `toml:"run_as"`
 }
 
 // ToolOverride is an operator's word on one tool; it always wins.

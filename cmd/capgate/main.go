@@ -8,11 +8,20 @@ import (
 	"io"
 	"os"
 
+	"github.com/capgate/capgate/app"
+	"github.com/capgate/capgate/internal/proc"
 	"github.com/spf13/cobra"
 )
 
 func main() {
 	trampoline()
+	// No process of capgate's user may read its memory or its
+	// /proc/<pid>/environ; its secrets may come from files instead.
+	_ = proc.HardenSelf()
+	if err := app.SecretFiles(app.SecretNames, os.LookupEnv, os.Setenv, os.Unsetenv); err != nil {
+		fmt.Fprintln(os.Stderr, "capgate:", err)
+		os.Exit(exitUsage)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/sandbox"
 )
 
 func newServeCmd() *cobra.Command {
@@ -65,6 +66,9 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				return usageError("--log-format %q: use text or json", logFormat)
 			}
 			logger := slog.New(handler)
+			if m := sandbox.BaselineMissing(); m != "" {
+				logger.Warn("sandbox baseline not enforced on this kernel", "missing", m)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// An HTTP serve holds its data dir (pid file, socket) alone. A

@@ -331,7 +331,8 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	conf := p.confine[c.Tool.Name].ObservedBy(c.Denied)
+	var denials sandbox.Denials
+	conf := p.confine[c.Tool.Name].ObservedBy(denials.Observe(c.Denied))
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
 		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf,
@@ -359,7 +360,12 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		e.Hint = "extensions.max_output_bytes in capgate.toml sets the limit"
 		return nil, e
 	case errors.As(err, &exit):
-		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d (its stderr is in capgate's log)", id, exit.Status)
+		e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d (its stderr is in capgate's log)", id, exit.Status)
+		if msg, hint := denials.Explain(conf.Guarantees, id, fmt.Sprintf("commands.%s.capabilities of %s", c.Tool.Name, filepath.Join(p.Dir, ManifestFile))); msg != "" {
+			e.Message += "; " + msg
+			e.Hint = hint
+		}
+		return nil, e
 	default:
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s %v", id, err)
 	}
