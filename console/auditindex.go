@@ -24,19 +24,19 @@ type auditIndex struct {
 
 	mu     sync.Mutex
 	file   os.FileInfo // the file indexed, to notice a rotation
-	offset int64 // the file's bytes indexed so far (whole lines)
+	offset int64       // the file's bytes indexed so far (whole lines)
 	recs   []auditRec
 }
 
 // auditRec is one record's fields the filters use.
 type auditRec struct {
-	Seq                          uint64
-	Time                         time.Time
-	Type, Sub, Tool, Decision    string
-	Gate, Code                   string
-	DurationMS                   float64
-	off                          int64
-	n                            int
+	Seq                       uint64
+	Time                      time.Time
+	Type, Sub, Tool, Decision string
+	Gate, Code                string
+	DurationMS                float64
+	off                       int64
+	n                         int
 }
 
 func newAuditIndex(path string) *auditIndex { return &auditIndex{path: path} }
@@ -205,8 +205,8 @@ func (x *auditIndex) line(seq uint64) ([]byte, error) {
 
 // bar is one minute of the live page's chart.
 type bar struct {
-	Minute       string
-	Allow, Deny  int
+	Minute           string
+	Allow, Deny      int
 	X, HA, HD, Y, YA int // drawing: x, the heights, the deny bar's top and the allow bar's
 }
 

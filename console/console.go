@@ -33,13 +33,13 @@ var assets embed.FS
 // Approval is one request for an operator's decision, as the console
 // shows it.
 type Approval struct {
-	ID, Sub, ToolID       string
-	CreatedAt, ExpiresAt  time.Time
-	Input                 []byte // canonical input, perhaps cut
-	InputSize             int
-	Approved, Denied      bool
-	ApprovedBy, DeniedBy  string
-	Note                  string
+	ID, Sub, ToolID      string
+	CreatedAt, ExpiresAt time.Time
+	Input                []byte // canonical input, perhaps cut
+	InputSize            int
+	Approved, Denied     bool
+	ApprovedBy, DeniedBy string
+	Note                 string
 }
 
 // Approvals is the store's approvals, as the console needs them.
@@ -95,8 +95,8 @@ type Options struct {
 	// `capgate audit verify` says of it.
 	AuditPath string
 	Verify    func() (report string, ok bool)
-	Accounts  Accounts      // may be nil
-	Live      func() Live   // may be nil
+	Accounts  Accounts    // may be nil
+	Live      func() Live // may be nil
 	Roles     Roles
 	// Key is a secret of capgate's own from which the console derives its
 	// cookie and sign-in link keys.

@@ -7,8 +7,8 @@ import (
 	"net/url"
 	"sync"
 
-	httphelper "github.com/zitadel/oidc/v3/pkg/http"
 	"github.com/zitadel/oidc/v3/pkg/client/rp"
+	httphelper "github.com/zitadel/oidc/v3/pkg/http"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 
 	"github.com/capgate/capgate/audit"
