@@ -22,6 +22,7 @@ import (
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/token"
@@ -135,7 +136,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		return nil, err
 	}
 	a.reloader = reloader{verifier: verifier, master: master, lookupEnv: opts.LookupEnv}
-	if a.Registry, err = registry.Build(ctx, a.registryOptions(cfg)); err != nil {
+	if a.Registry, err = sources.Build(ctx, a.registryOptions(cfg)); err != nil {
 		return nil, err
 	}
 	if cfg.Server.MetricsListen != "" {

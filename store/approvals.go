@@ -6,46 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capgate/capgate/router/state"
 )
 
-// Approval is an operator's approval of one call: bound to the caller
-// (Sub), the tool and the exact input (InputHash), short-lived, and used at
-// most once. It is pending until approved.
-type Approval struct {
-	ID        string // "apr_" + 32 hex: 128 random bits
-	Sub       string
-	ToolID    string
-	InputHash string
-	CreatedAt time.Time
-	ExpiresAt time.Time
-	// ApprovedAt and UsedAt are zero while not approved, not used.
-	ApprovedAt time.Time
-	UsedAt     time.Time
-	ApprovedBy string
-	// DeniedAt is set, and DeniedBy names the operator, once denied: a
-	// denied approval is never approved or used. Note is the operator's
-	// word on the decision, either way.
-	DeniedAt time.Time
-	DeniedBy string
-	Note     string
-	// Input is the canonical input the call would run with, what the
-	// operator approves, cut to MaxApprovalInput bytes; InputSize is its
-	// whole length (InputHash is of the whole).
-	Input     []byte
-	InputSize int
-}
+// Approval is an operator's approval of one call (router/state).
+type Approval = state.Approval
 
 // MaxApprovalInput bounds the input kept with an approval for display.
-const MaxApprovalInput = 16 << 10
-
-// InputTruncated reports whether Input is only the start of the input.
-func (a *Approval) InputTruncated() bool { return len(a.Input) < a.InputSize }
-
-// Approved reports whether an operator has approved a.
-func (a *Approval) Approved() bool { return !a.ApprovedAt.IsZero() }
-
-// Denied reports whether an operator has denied a.
-func (a *Approval) Denied() bool { return !a.DeniedAt.IsZero() }
+const MaxApprovalInput = state.MaxApprovalInput
 
 // ErrApproval is matched (errors.Is) by every refusal of Approve; the
 // reasons below tell them apart, and *ApprovalError carries the details.

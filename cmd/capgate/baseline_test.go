@@ -310,3 +310,25 @@ func TestDenialNamesTheGuarantee(t *testing.T) {
 		}
 	}
 }
+
+// TestCapabilitiesYamlIsNeverIgnored: a pack declaring its guarantees in
+// capabilities.yaml (namel3ss's place) is refused with an error naming the
+// file and where the declaration goes, instead of running unconfined.
+func TestCapabilitiesYamlIsNeverIgnored(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds capgate")
+	}
+	dir := t.TempDir()
+	pack := filepath.Join(dir, "packs", "probe")
+	writeFile(t, filepath.Join(pack, "extension.yaml"),
+		"id: probe\nname: Probe\ndescription: Probe\ncommands:\n  p:\n    description: Print\n    run: [\"/bin/echo\", \"{}\"]\n    risk: LOW\n")
+	writeFile(t, filepath.Join(pack, "capabilities.yaml"), "p:\n  filesystem: none\n  network: none\n")
+	cfg := filepath.Join(dir, "capgate.toml")
+	writeFile(t, cfg, fmt.Sprintf("[server]\ndata_dir = \"data\"\nsocket = \"-\"\n\n[extensions]\npaths = [%q]\n", filepath.Dir(pack)))
+	cmd := exec.Command(testkit.Build(t, capgatePkg), "tools", "list", "--config", cfg)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), filepath.Join(pack, "capabilities.yaml")+": capgate does not read this file") ||
+		!strings.Contains(string(out), "commands.NAME.capabilities in "+filepath.Join(pack, "extension.yaml")) {
+		t.Errorf("a pack with capabilities.yaml: %v\n%s", err, out)
+	}
+}

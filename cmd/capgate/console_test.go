@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/zitadel/oidc/v3/example/server/exampleop"
+	"github.com/zitadel/oidc/v3/example/server/storage"
 
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/token"
@@ -375,5 +378,57 @@ viewers = ["ops-victor"]
 	resp.Body.Close()
 	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
 		t.Errorf("CSP %q", csp)
+	}
+}
+
+// TestConsoleOIDCSignIn: an operator signs in to the console of a real
+// `capgate serve` through a real OpenID provider (zitadel's example OP,
+// with its login form) by authorization code with PKCE, in chromium; a
+// user the provider knows but the console does not is refused.
+func TestConsoleOIDCSignIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve and chromium")
+	}
+	bctx := browser(t)
+	consoleAddr := testkit.FreeAddr(t)
+	base := "http://" + consoleAddr
+	op := httptest.NewUnstartedServer(nil)
+	issuer := "http://" + op.Listener.Addr().String()
+	storage.RegisterClients(storage.WebClient("capgate-console", "console-client-secret", base+"/oidc/callback"))
+	op.Config.Handler = exampleop.SetupServer(issuer, storage.NewStorage(storage.NewUserStore(issuer)), nil, false)
+	op.Start()
+	t.Cleanup(op.Close)
+
+	testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
+[auth.oidc]
+issuer = %q
+
+[console]
+listen = %q
+approvers = ["id1"]
+client_id = "capgate-console"
+client_secret_env = "CONSOLE_CLIENT_SECRET"
+`, issuer, consoleAddr), Env: []string{"CONSOLE_CLIENT_SECRET=console-client-secret"}})
+
+	signIn := func(user string) context.Context {
+		ctx := profile(t, bctx)
+		browse(t, ctx, "sign in as "+user, chromedp.Navigate(base+"/signin"),
+			chromedp.Click(css(`a[href="/oidc/start"]`)),
+			chromedp.WaitVisible(css(`#username`)),
+			chromedp.SendKeys(css(`#username`), user), chromedp.SendKeys(css(`#password`), "verysecure"),
+			chromedp.Click(css(`button[type=submit]`)),
+			chromedp.WaitVisible(css(`main h1`)))
+		return ctx
+	}
+	ops := signIn("test-user@127.0.0.1")
+	if loc := read(t, ops, "location", chromedp.Location()); !strings.HasPrefix(loc, base+"/approvals") {
+		t.Fatalf("after OpenID sign-in: at %s, want the approvals page", loc)
+	}
+	if who := read(t, ops, "who", chromedp.Text(css(`header .who span`))); who != "id1 (approver)" {
+		t.Errorf("signed in as %q, want id1 (approver)", who)
+	}
+	other := signIn("test-user2")
+	if text := read(t, other, "refused", chromedp.Text(css("main"))); !strings.Contains(text, "id2 is signed in, but is not one of the console's viewers") {
+		t.Errorf("a user who is neither approver nor viewer sees %q", text)
 	}
 }

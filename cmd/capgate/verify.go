@@ -16,8 +16,8 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/sandbox"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -149,7 +149,7 @@ func declareWhere(d *tool.Descriptor) string {
 func toolProblems(log io.Writer, cfg *config.Config, allowUnsafe bool) []string {
 	bo := app.RegistryOptions(cfg)
 	bo.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	r, err := registry.Build(context.Background(), bo)
+	r, err := sources.Build(context.Background(), bo)
 	if err != nil {
 		return []string{fmt.Sprintf("%s: the sources: %v", cfg.Path, err)}
 	}

@@ -77,6 +77,11 @@ var (
 	commandRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 )
 
+// CapabilitiesFile is where namel3ss packs declare guarantees.
+const CapabilitiesFile = "capabilities.yaml"
+
+func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
+
 // Pack is one loaded extension pack; it is a tool.Source.
 type Pack struct {
 	Dir      string
@@ -151,6 +156,12 @@ func Load(dir string, opts Options) (*Pack, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
+	}
+	// A namel3ss pack declares its guarantees in capabilities.yaml, which
+	// capgate does not read: refused, never ignored, so that no author
+	// believes guarantees hold that nothing enforces.
+	if other := filepath.Join(dir, CapabilitiesFile); exists(other) {
+		return nil, fmt.Errorf("%s: capgate does not read this file, so its guarantees would not hold: move each command's declaration to commands.NAME.capabilities in %s (filesystem, network, env, subprocess, secrets) and remove it", other, file)
 	}
 	var m Manifest
 	dec := yaml.NewDecoder(bytes.NewReader(data))
