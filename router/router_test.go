@@ -438,7 +438,8 @@ func TestOutputHardening(t *testing.T) {
 		{`{"client\u005fsecret":"x"}`, true},
 		{`{"id_token":null}`, true},
 		{`{"cookies":[]}`, true},
-		{`{"token":"x","secret_word":"y","cookie_count":3,"access_token_expires":1}`, false},
+		{`{"token":"x"}`, true}, // issue 24.9: a bare "token" key is a credential
+		{`{"secret_word":"y","cookie_count":3,"access_token_expires":1,"tokens_used":5}`, false},
 		{`{"note":"the access_token is elsewhere"}`, false},
 	} {
 		r := &tool.Result{Structured: json.RawMessage(tc.out)}
