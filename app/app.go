@@ -17,10 +17,12 @@ import (
 	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/console"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/token"
@@ -52,6 +54,9 @@ type App struct {
 	// auth; nil when none has.
 	Broker *upstreamauth.Broker
 	*server.Server
+	// Console is the operator console ([console] listen), nil when off;
+	// ServeConsole serves it.
+	Console *console.Console
 	// SecretSource says where the token keys came from, for the start banner.
 	SecretSource string
 	// HS256 says whether HS256 tokens are accepted (see config.Auth.HS256).
@@ -125,18 +130,19 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		return nil, err
 	}
 	ao := auditOptions(cfg, opts.Logger)
-	ao.Replica = a.ReplicaID // every record says which replica wrote it
+	ao.Replica = a.ReplicaID           // every record says which replica wrote it
 	ao.HeadKey = audit.HeadKey(secret) // nil without HS256: a key of this process's own would not outlive it
 	if a.Audit, err = audit.Open(cfg.Audit.Path, ao); err != nil {
 		return nil, err
 	}
 	a.reloader = reloader{verifier: verifier, master: master, lookupEnv: opts.LookupEnv}
-	if a.Registry, err = registry.Build(ctx, a.registryOptions(cfg)); err != nil {
+	if a.Registry, err = sources.Build(ctx, a.registryOptions(cfg)); err != nil {
 		return nil, err
 	}
 	if cfg.Server.MetricsListen != "" {
 		// The registry of now: a reload swaps it (server.Swap).
-		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() }})
+		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() },
+			Sessions: func() int { return a.Server.MCP.Sessions() }})
 	}
 	if a.Tracer, err = telemetry.NewTracer(ctx, opts.LookupEnv, capgate.Version); err != nil {
 		return nil, err
@@ -152,9 +158,13 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
 		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce,
 		Metrics: a.Metrics, Tracer: a.Tracer, MetricsListen: cfg.Server.MetricsListen, Discovery: DiscoveryOf(cfg.Discovery),
-		Browser: a.browser(),
+		Sessions: server.SessionLimits{Idle: cfg.Server.SessionIdleTimeout.Std(), Max: cfg.Server.MaxSessions},
+		Browser:  a.browser(),
 		Limits: server.Limits{HeaderTimeout: cfg.Server.HeaderTimeout.Std(),
 			MaxRequestBytes: int64(cfg.Server.MaxRequestBytes), DrainDelay: cfg.Server.DrainDelay.Std()}})
+	if a.Console, err = a.newConsole(cfg, table); err != nil {
+		return nil, err
+	}
 	if err := a.Server.LoadSkills(skills.Options{Installed: opts.SkillsDirs, Workspace: cfg.Dir}, SkillSettings(cfg.Skills)); err != nil {
 		return nil, err
 	}

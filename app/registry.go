@@ -14,6 +14,7 @@ import (
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/sandbox"
 	"github.com/capgate/capgate/server"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/ext"
 	"github.com/capgate/capgate/sources/mcp"
@@ -28,9 +29,9 @@ func LockPath(cfg *config.Config) string { return filepath.Join(cfg.Dir, registr
 // extension packs, bridge providers and upstream MCP servers with the
 // operator's overrides, and its lock. The caller sets BridgeKey, Logger
 // and LookupEnv; LockPath = "" ignores the lock.
-func RegistryOptions(cfg *config.Config) registry.BuildOptions {
+func RegistryOptions(cfg *config.Config) sources.BuildOptions {
 	policy := SandboxPolicy(cfg)
-	bo := registry.BuildOptions{
+	bo := sources.BuildOptions{
 		ExtPaths: cfg.Extensions.Paths,
 		Ext: ext.Options{
 			Timeout: cfg.Extensions.Timeout.Std(), MaxOutput: int64(cfg.Extensions.MaxOutputBytes),
@@ -47,7 +48,7 @@ func RegistryOptions(cfg *config.Config) registry.BuildOptions {
 		// One declaration for the provider's whole process.
 		conf, notes := policy.For(string(tool.KindBridge)+":"+p.Namespace, declared(p.Capabilities))
 		bo.Notes = append(bo.Notes, prefixed(p.Key, notes)...)
-		bo.Bridges = append(bo.Bridges, registry.Bridge{Key: p.Key, Options: bridge.Options{
+		bo.Bridges = append(bo.Bridges, sources.Bridge{Key: p.Key, Options: bridge.Options{
 			Namespace: p.Namespace, Command: p.Command, Timeout: time.Duration(p.TimeoutSeconds) * time.Second,
 			MaxOutput: int64(cfg.Capabilities.MaxOutputBytes), Env: p.Env, Confine: conf,
 		}})
@@ -60,7 +61,7 @@ func RegistryOptions(cfg *config.Config) registry.BuildOptions {
 			conf, notes = policy.For(string(tool.KindMCP)+":"+name, declared(sc.Capabilities))
 			bo.Notes = append(bo.Notes, prefixed("mcp.servers."+name, notes)...)
 		}
-		s := registry.MCPServer{
+		s := sources.MCPServer{
 			Key: "mcp.servers." + name,
 			Options: mcp.Options{
 				Name: name, Command: sc.Command, Args: sc.Args, Env: sc.Env, Cwd: sc.Cwd,

@@ -13,6 +13,7 @@ import (
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/token"
 )
 
@@ -37,7 +38,7 @@ type reloader struct {
 
 // registryOptions are cfg's registry build options with this process's
 // bridge keys, logger and environment.
-func (a *App) registryOptions(cfg *config.Config) registry.BuildOptions {
+func (a *App) registryOptions(cfg *config.Config) sources.BuildOptions {
 	bo := RegistryOptions(cfg)
 	master := a.master
 	bo.BridgeKey = func(ns string) ([]byte, error) { return token.BridgeKey(master, ns) }
@@ -62,7 +63,8 @@ func (a *App) newRouter(cfg *config.Config, reg *registry.Registry, table *risk.
 	rt, err := router.New(router.Options{
 		Registry: reg, Verifier: a.verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: a.master, Logger: a.logger,
-		RateBuckets: buckets, Metrics: a.Metrics, Tracer: a.Tracer,
+		RateBuckets: buckets, Metrics: routerMetrics(a.Metrics), Tracer: routerTracer(a.Tracer),
+		ApprovalWait:     cfg.Policy.ApprovalWait.Std(),
 		IdempotencyLease: cfg.Idempotency.Lease.Std(), IdempotencyWait: cfg.Idempotency.Wait.Std(),
 		Repeatable: cfg.Idempotency.Repeatable,
 	})
@@ -105,7 +107,7 @@ func (a *App) Reload(ctx context.Context, cfg *config.Config, skillsDirs []strin
 	if err != nil {
 		return nil, err
 	}
-	reg, err := registry.Build(ctx, a.registryOptions(cfg))
+	reg, err := sources.Build(ctx, a.registryOptions(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +176,10 @@ var restartOnly = []struct {
 	{"server.replica_id", func(c *config.Config) any { return &c.Server.ReplicaID }},
 	{"server.advertise_url", func(c *config.Config) any { return &c.Server.AdvertiseURL }},
 	{"server.metrics_listen", func(c *config.Config) any { return &c.Server.MetricsListen }},
+	{"server.session_idle_timeout", func(c *config.Config) any { return &c.Server.SessionIdleTimeout }},
+	{"server.max_sessions", func(c *config.Config) any { return &c.Server.MaxSessions }},
 	{"store", func(c *config.Config) any { return &c.Store }},
+	{"console", func(c *config.Config) any { return &c.Console }},
 	{"audit", func(c *config.Config) any { return &c.Audit }},
 	{"auth.secret_env", func(c *config.Config) any { return &c.Auth.SecretEnv }},
 	{"auth.audience", func(c *config.Config) any { return &c.Auth.Audience }},

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/capgate/capgate/config"
@@ -23,7 +24,21 @@ func SandboxPolicy(cfg *config.Config) sandbox.Policy {
 			}
 		}
 	}
+	p.RunAs = RunAs(cfg)
 	return p
+}
+
+// RunAs is the user tools run as: [sandbox] run_as when capgate is root,
+// capgate's own user (nil) otherwise or when unset. Unset, a root
+// capgate's tools stay root but hold no capability (the baseline).
+// (Defaulting to nobody is the aim; the suite's fixtures and the
+// quickstart's `go run` server still need a user with a home.)
+func RunAs(cfg *config.Config) *sandbox.User {
+	if os.Geteuid() != 0 || cfg.Sandbox.RunAs == "" {
+		return nil
+	}
+	u, _ := sandbox.ParseUser(cfg.Sandbox.RunAs) // checked at load
+	return u
 }
 
 // declared reads a capabilities table checked at load.

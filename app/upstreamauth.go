@@ -11,6 +11,7 @@ import (
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/server"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/tool"
@@ -95,7 +96,7 @@ func authHooks(b *upstreamauth.Broker, name string) mcp.Hooks {
 // WithAuth sets the hooks of bo's servers that have auth, and has a
 // link retry a server whose listing waited for one (in reg's registry,
 // when reg gives one).
-func WithAuth(bo *registry.BuildOptions, b *upstreamauth.Broker, reg func() *registry.Registry) {
+func WithAuth(bo *sources.BuildOptions, b *upstreamauth.Broker, reg func() *registry.Registry) {
 	if b == nil {
 		return
 	}

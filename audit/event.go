@@ -100,6 +100,9 @@ const (
 	TypeApproval     = "approval"
 	// TypePlan is a planning call's decision: the gates ran, nothing did.
 	TypePlan = "plan"
+	// TypeOperator is an operator's action in the console (sign-in,
+	// approve, deny, revoke): Sub is the operator.
+	TypeOperator = "operator_action"
 	// TypeInvocationStart is a call admitted, before any gate: its
 	// invocation's first record (AgentOS), the tool_call its last.
 	TypeInvocationStart = "invocation_start"

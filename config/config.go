@@ -38,7 +38,9 @@ type Config struct {
 	// process): they only tighten (sandbox.ParseOverrides).
 	CapabilityOverrides map[string]map[string]any `toml:"capability_overrides"`
 	Trust               Trust                     `toml:"trust"`
+	Sandbox             Sandbox                   `toml:"sandbox"`
 	Store               Store                     `toml:"store"`
+	Console             Console                   `toml:"console"`
 	Idempotency         Idempotency               `toml:"idempotency"`
 	Discovery           Discovery                 `toml:"discovery"`
 	// SkillDirs are Ash's [skills] dirs: directories of installed skills,
@@ -65,6 +67,14 @@ type Server struct {
 	// capgate still serves, so that a balancer stops sending it calls
 	// before it closes its listeners. Default 0: stop at once.
 	DrainDelay Duration `toml:"drain_delay"`
+	// SessionIdleTimeout: an MCP session (protocol 2025-11-25) that sent
+	// nothing for this long is forgotten, its state freed; a client that
+	// comes back with its id gets a fresh session. Default 30m.
+	SessionIdleTimeout Duration `toml:"session_idle_timeout"`
+	// MaxSessions caps the MCP sessions held at once: past it, opening one
+	// forgets the session idle longest. Default 4096 (each holds about
+	// 10 KiB: server.BenchmarkSessionMemory).
+	MaxSessions int `toml:"max_sessions"`
 	// ReplicaID names this replica in its audit records and in the
 	// request states of the calls it holds. Default: <hostname>-<pid>.
 	ReplicaID string `toml:"replica_id"`
@@ -133,6 +143,12 @@ type Policy struct {
 	RequireLock bool               `toml:"require_lock"`
 	Subjects    map[string]Subject `toml:"subjects"`
 	RateLimit   RateLimit          `toml:"rate_limit"`
+	// ApprovalWait holds a call that needs an operator's approval for up
+	// to this long, sending its client progress notifications ("waiting
+	// for approval apr_…"), and goes on when approved or fails when denied
+	// or timed out. 0 (the default): the call fails at once with
+	// approval_required, and the caller repeats it once approved.
+	ApprovalWait Duration `toml:"approval_wait"`
 }
 
 // RateLimit is a token bucket per caller and tool; zero per_minute is off.
@@ -144,6 +160,33 @@ type RateLimit struct {
 type Subject struct {
 	Grants      []string `toml:"grants"`
 	Acknowledge []string `toml:"acknowledge"`
+}
+
+// Console is the operator console, in a browser: the approvals queue, the
+// audit, the catalog, accounts and live state. It is off unless Listen is
+// set, and is served on a listener of its own with the same Host check as
+// the main one.
+type Console struct {
+	// Listen is where the console is served, for example "127.0.0.1:8788".
+	Listen string `toml:"listen"`
+	// URL is where operators' browsers reach the console (sign-in links,
+	// the OpenID redirect <url>/oidc/callback); default http://<listen>.
+	// An https URL marks its cookies Secure.
+	URL string `toml:"url"`
+	// Approvers may approve and deny calls and revoke accounts; Viewers
+	// read everything but the inputs of tools marked sensitive. Each is a
+	// subject, or "claim=value" matched against the OpenID provider's ID
+	// token (a list claim matches when it holds the value). Everyone else
+	// is refused.
+	Approvers []string `toml:"approvers"`
+	Viewers   []string `toml:"viewers"`
+	// ClientID is the console's client at the [auth.oidc] provider, for
+	// sign-in with it (authorization code with PKCE); without it, only
+	// `capgate console login` links sign in.
+	ClientID string `toml:"client_id"`
+	// ClientSecretEnv names the environment variable holding the client's
+	// secret, if the provider gave it one.
+	ClientSecretEnv string `toml:"client_secret_env"`
 }
 
 // Store is where shared state lives. Without a URL it is SQLite under
@@ -256,6 +299,15 @@ type Trust struct {
 	AllowedCapabilities map[string]any `toml:"allowed_capabilities"`
 }
 
+// Sandbox is [sandbox]: how every process capgate starts is run.
+type Sandbox struct {
+	// RunAs is the user every tool, bridge provider and stdio MCP server
+	// runs as when capgate runs as root: a name (such as "nobody"), a uid
+	// or uid:gid. Unset, they run as root without any capability. Ignored
+	// when capgate is not root: its tools run as capgate's own user.
+	RunAs string `toml:"run_as"`
+}
+
 // ToolOverride is an operator's word on one tool; it always wins.
 type ToolOverride struct {
 	Risk        string   `toml:"risk"`
@@ -323,6 +375,8 @@ const (
 	DefaultListen          = "127.0.0.1:8787"
 	DefaultDataDir         = "~/.local/share/capgate"
 	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultSessionIdle     = 30 * time.Minute
+	DefaultMaxSessions     = 4096
 	DefaultIdemLease       = 6 * time.Second
 	DefaultIdemWait        = 5 * time.Second
 	DefaultMaxRequestBytes = 8 << 20
@@ -462,6 +516,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Server.HeaderTimeout == 0 {
 		c.Server.HeaderTimeout = Duration(DefaultHeaderTimeout)
+	}
+	if c.Server.SessionIdleTimeout == 0 {
+		c.Server.SessionIdleTimeout = Duration(DefaultSessionIdle)
+	}
+	if c.Server.MaxSessions == 0 {
+		c.Server.MaxSessions = DefaultMaxSessions
 	}
 	if c.Server.MaxRequestBytes == 0 {
 		c.Server.MaxRequestBytes = DefaultMaxRequestBytes

@@ -42,6 +42,11 @@ func (c *Config) validateGuarantees(fail func(key, format string, args ...any)) 
 		_, err := sandbox.ParseOverrides(c.CapabilityOverrides[id], "capability_overrides."+quoteKey(id))
 		check(err)
 	}
+	if c.Sandbox.RunAs != "" {
+		if _, err := sandbox.ParseUser(c.Sandbox.RunAs); err != nil {
+			fail("sandbox.run_as", "%v", err)
+		}
+	}
 	if c.Trust.AllowedCapabilities != nil {
 		_, err := sandbox.ParseDeclared(c.Trust.AllowedCapabilities, "trust.allowed_capabilities")
 		check(err)

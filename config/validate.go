@@ -171,6 +171,23 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 			fail("server.metrics_listen", "%q is not host:port, for example \"127.0.0.1:9464\"", m)
 		}
 	}
+	if l := c.Console.Listen; l != "" {
+		if _, _, err := net.SplitHostPort(l); err != nil {
+			fail("console.listen", "%q is not host:port, for example \"127.0.0.1:8788\"", l)
+		}
+		if len(c.Console.Approvers)+len(c.Console.Viewers) == 0 {
+			fail("console.approvers", "the console is on but nobody may use it: name subjects in approvers or viewers")
+		}
+		if c.Console.ClientID != "" && c.Auth.OIDC == nil {
+			fail("console.client_id", "OpenID sign-in needs [auth.oidc] issuer")
+		}
+		if u := c.Console.URL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			fail("console.url", "%q is not an http(s) URL", u)
+		}
+	}
+	if w := c.Policy.ApprovalWait.Std(); w < 0 || w > time.Hour {
+		fail("policy.approval_wait", "must be between 0s and 1h, for example \"2m\"")
+	}
 	if l := c.Idempotency.Lease.Std(); l < 300*time.Millisecond || l > 5*time.Minute {
 		fail("idempotency.lease", "must be between 300ms and 5m, for example \"6s\"")
 	}
@@ -184,6 +201,12 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	}
 	if c.Server.HeaderTimeout < 0 {
 		fail("server.header_timeout", "must be positive, for example \"10s\"")
+	}
+	if c.Server.SessionIdleTimeout < 0 {
+		fail("server.session_idle_timeout", "must be positive, for example \"30m\"")
+	}
+	if c.Server.MaxSessions < 0 {
+		fail("server.max_sessions", "must be positive, for example 10000")
 	}
 	size("extensions.max_output_bytes", c.Extensions.MaxOutputBytes)
 	size("capabilities.max_output_bytes", c.Capabilities.MaxOutputBytes)

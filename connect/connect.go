@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -37,6 +38,7 @@ func Serve(ctx context.Context, url, tok string, in io.Reader, out io.Writer, lo
 	}
 	mr := &mirror{src: src}
 	srv := mcpserver.NewMCPServer("capgate-connect", capgate.Version, mcpserver.WithToolCapabilities(true),
+		mcpserver.WithToolFilter(withoutUseSkill),
 		mcpserver.WithResourceCapabilities(false, true), mcpserver.WithPromptCapabilities(true),
 		mcpserver.WithCompletions(), mcpserver.WithPromptCompletionProvider(mr), mcpserver.WithResourceCompletionProvider(mr))
 	mr.srv = srv
@@ -131,7 +133,8 @@ func remoteTool(d *tool.Descriptor) mcp.Tool {
 
 func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		call := tool.Call{Tool: d, Input: mcpconv.RawArguments(req), Progress: mcpconv.ProgressSender(func() context.Context { return ctx }, req)}
+		call := tool.Call{Tool: d, Input: mcpconv.RawArguments(req), Progress: mcpconv.ProgressSender(func() context.Context { return ctx }, req),
+			Ask: askClient}
 		res, err := src.Call(ctx, call)
 		if err == nil {
 			err = harden.Output(d.ID, res) // the remote hardened it; so does this side
@@ -141,4 +144,44 @@ func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 		}
 		return mcpconv.ToResult(res)
 	}
+}
+
+// useSkill is the remote's tool that runs a skill on the client's model
+// (server.UseSkill): it works only for a client that samples.
+const useSkill = "use_skill"
+
+// withoutUseSkill lists use_skill only to a client that declared sampling
+// and that connect can ask (one of 2025-11-25: connect does not yet ask a
+// 2026-07-28 client in input rounds); the remote lists it to connect,
+// which relays sampling, whoever its own client is.
+func withoutUseSkill(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	if ok, _ := mcpconv.ClientSampling(ctx); ok && !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) {
+		return tools
+	}
+	return slices.DeleteFunc(tools, func(t mcp.Tool) bool { return t.Name == useSkill })
+}
+
+// askClient relays the remote's sampling request (a skill's model turn)
+// to this side's client, which declared sampling; anything else it
+// refuses.
+func askClient(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	if method != string(mcp.MethodSamplingCreateMessage) {
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "capgate connect relays only sampling, not %s", method)
+	}
+	if ok, _ := mcpconv.ClientSampling(ctx); !ok {
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "this client did not declare sampling")
+	}
+	var req mcp.CreateMessageRequest
+	if err := json.Unmarshal(params, &req.CreateMessageParams); err != nil {
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "sampling/createMessage params: %v", err)
+	}
+	srv := mcpserver.ServerFromContext(ctx)
+	if srv == nil {
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "no client to ask")
+	}
+	res, err := srv.RequestSampling(ctx, req)
+	if err != nil {
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "the client's sampling: %v", err)
+	}
+	return json.Marshal(res)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -52,6 +53,8 @@ type Registry struct {
 	snap    atomic.Pointer[Snapshot]
 
 	failed atomic.Int64 // sources whose last listing failed
+	// failures are those sources' errors, by source key (under mu).
+	failures map[string]error
 
 	mu       sync.Mutex // serialises refreshes
 	lastGood map[string][]*tool.Descriptor
@@ -108,6 +111,14 @@ func (r *Registry) SourcesUp() (available, total int) {
 	return len(r.sources) - int(r.failed.Load()), len(r.sources)
 }
 
+// Failures are the sources whose last listing failed, by source key
+// ("mcp:files"), with their errors.
+func (r *Registry) Failures() map[string]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.failures)
+}
+
 // Source returns the source a tool comes from.
 func (r *Registry) Source(d *tool.Descriptor) (tool.Source, bool) {
 	s, ok := r.byKey[string(d.Kind)+":"+d.Source]
@@ -136,11 +147,13 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	wg.Wait()
 	var all []*tool.Descriptor
 	failed := 0
+	r.failures = map[string]error{}
 	for i, s := range r.sources {
 		key := SourceKey(s)
 		res := results[i]
 		if res.err != nil {
 			failed++
+			r.failures[key] = res.err
 			r.opts.Logger.Warn("tool source failed to list; keeping its last good tools as unavailable",
 				"source", key, "err", res.err)
 			for _, d := range r.lastGood[key] {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/audit"
-	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -88,7 +88,7 @@ func (r *Router) AuthComplete(ctx context.Context, c *Caller, flowID, callbackUR
 		code = cb.Get("code")
 	}
 	f, err := r.opts.State.TakeFlow(ctx, flowID, c.Sub)
-	if errors.Is(err, store.ErrFlowInvalid) {
+	if errors.Is(err, state.ErrFlowInvalid) {
 		return "", &tool.Error{Code: tool.CodeAuthFlowInvalid, Gate: GateAuth,
 			Message: "auth flow is unknown, expired, already completed, or was begun by someone else",
 			Hint:    "begin a new flow with capability.auth.begin"}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,7 @@ import (
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
-	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -112,21 +113,27 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
-	ev := audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
+	// The call's state holds its request, record and ticket: one
+	// allocation, which the gates (called through the chain) share.
+	st := &callState{c: c, request: req}
+	st.req, st.ev, st.tk = &st.request, &st.event, &st.ticket
+	ev := st.ev
+	*ev = audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
 		ClientInvocationID: req.ClientInvocationID}
 	if c != nil {
 		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
 	}
 	// First of all, the disk space for this call's records: a call the
 	// audit log could not record does not run, nor even pass the gates.
-	tk, err := r.admit()
-	defer tk.Done()
+	var err error
+	st.ticket, err = r.admit()
+	defer st.ticket.Done()
 	if err == nil {
-		r.startRecord(&tk, ev)
+		r.startRecord(st.tk, *ev)
 	}
 	var res *tool.Result
 	if err == nil {
-		res, err = r.recoverCall(ctx, c, &req, &ev, &tk, &inv)
+		res, err = r.recoverCall(ctx, st, &inv)
 	}
 	ev.Duration = time.Since(start)
 	inv.Duration = ev.Duration
@@ -151,8 +158,8 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 			err = tool.Wrap(err, tool.CodeInternal, "internal error")
 		}
 	}
-	r.record(&tk, ev)
-	r.observe(ctx, &ev)
+	r.record(st.tk, *ev)
+	r.observe(ctx, ev)
 	r.opts.Metrics.CallDone()
 	return res, inv, err
 }
@@ -188,9 +195,9 @@ func errorType(err error) string {
 }
 
 // recoverCall is call with a panic turned into an internal error.
-func (r *Router) recoverCall(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, inv *Invocation) (res *tool.Result, err error) {
-	defer r.recovered(ev, "tool call", &err)
-	return r.call(ctx, c, req, ev, tk, inv)
+func (r *Router) recoverCall(ctx context.Context, st *callState, inv *Invocation) (res *tool.Result, err error) {
+	defer r.recovered(st.ev, "tool call", &err)
+	return r.call(ctx, st, inv)
 }
 
 // recovered, deferred, turns a panic into an internal error in *err. The
@@ -209,92 +216,29 @@ func isToolError(err error) bool {
 	return errors.As(err, &te)
 }
 
-// call is the pipeline. The order matters:
-//
-//  1. Decisions that change nothing, cheapest first: the input read (its
-//     canonical bytes are what the tool gets and what approvals and
-//     idempotency keys bind to), capability, tier (acknowledge; for a
-//     blocked tier, that an approval exists, not yet using it), chat
-//     policy, auth, schema (check). A planning call (Plan) ends here.
-//  2. The rate limit takes a token, given back when a later step refuses.
-//  3. The idempotency key is claimed (or its result replayed, or the call
-//     waits for the claimant's result).
-//  4. The approval is used, atomically: last, so that no refusal above
-//     wastes it and two calls cannot both run on it.
-//  5. The call runs; its result completes the idempotency claim.
-func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, inv *Invocation) (*tool.Result, error) {
-	ch, err := r.check(ctx, c, req, ev, tk, true)
-	if ch.d != nil {
-		inv.SideEffects = ch.d.Risk.Effects
+// call runs the gate chain (chain.go), then the tool: execution,
+// hardening of its output, and the idempotency record of its result.
+func (r *Router) call(ctx context.Context, st *callState, inv *Invocation) (*tool.Result, error) {
+	defer r.settle(ctx, st)
+	err := r.runChain(ctx, st)
+	if st.d != nil {
+		inv.SideEffects = st.d.Risk.Effects
 	}
 	if err != nil {
 		return nil, err
 	}
-	c, d, input, inputHash, account, needApproval := ch.c, ch.d, ch.input, ch.inputHash, ch.account, ch.needApproval
-	// (f) rate limit. From here on, a refusal gives the token back.
-	sp := r.opts.Tracer.Gate(ctx, GateRateLimit)
-	tok, ok, err := r.limits.take(ctx, c.Sub, d.ID)
-	if err != nil {
-		sp.End(errorType(err))
-		return nil, err
+	if st.replay != nil {
+		return st.replay, nil
 	}
-	if !ok {
-		err := rateLimited(c, d)
-		sp.End(errorType(err))
-		return nil, err
-	}
-	sp.End("")
-	ran := false
-	defer func() {
-		if !ran {
-			tok.refund()
-		}
-	}()
-	// (g) idempotency: claim the key, or replay its result.
-	var claim string
-	var stopLease func()
-	// A key is honoured for every tool: capgate cannot know that a tool it
-	// does not count as mutating changes nothing.
-	if req.IdempotencyKey != "" {
-		var replay *tool.Result
-		sp := r.opts.Tracer.Gate(ctx, GateIdempotency)
-		claim, replay, err = r.claimKey(ctx, c, d, req.IdempotencyKey, inputHash)
-		sp.End(errorType(err))
-		if err != nil {
-			return nil, err
-		}
-		if replay != nil {
-			ran = true // a replay is a call served
-			ev.Detail = "idempotent replay"
-			return replay, nil
-		}
-		// The claim's lease is renewed while the call runs. Until the call
-		// has a result to keep, the claim is released on every way out, a
-		// panic included, so a retry can run.
-		stopLease = r.holdLease(c.Sub, d.ID, req.IdempotencyKey, claim)
-		defer func() {
-			stopLease()
-			if claim != "" {
-				if err := r.opts.State.ReleaseIdempotency(context.WithoutCancel(ctx), c.Sub, d.ID, req.IdempotencyKey, claim); err != nil {
-					r.opts.Logger.Warn("idempotency claim not released; it expires", "tool", d.ID, "err", err)
-				}
-			}
-		}()
-	}
-	// (h) the approval, used now and only now.
-	if needApproval {
-		sp := r.opts.Tracer.Gate(ctx, GateApproval)
-		approval, err := r.useApproval(ctx, c, d, input, inputHash)
-		sp.End(errorType(err))
-		if err != nil {
-			return nil, err
-		}
-		ev.ApprovalID = approval.ID
-		r.record(tk, audit.Event{Type: audit.TypeApproval, Sub: c.Sub, ChatID: ev.ChatID, ChatType: ev.ChatType,
-			Tool: d.ID, ToolName: d.ExposedName, Decision: "allow", Gate: GateApproval, ApprovalID: approval.ID,
-			InputSHA256: inputHash, RequestID: req.RequestID, Detail: "approval used; approved by " + approval.ApprovedBy})
-	}
+	return r.execute(ctx, st)
+}
 
+// execute runs the tool the chain let through, hardens its output and
+// keeps its result under the call's idempotency key.
+func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, error) {
+	c, d, req, ev, tk := st.c, st.d, st.req, st.ev, st.tk
+	input, account := st.input, st.account
+	var err error
 	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
 		Log: req.Log, Ask: req.Ask}
@@ -310,7 +254,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 			return nil, err
 		}
 	}
-	ran = true
+	st.ran = true
 	var held *audit.Ticket
 	if ev.Guarantees != "" {
 		// And for the capability_checks of guarantees that held it back:
@@ -349,11 +293,11 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 	if err := harden.Output(d.ID, res); err != nil {
 		return nil, err
 	}
-	if claim != "" {
-		stopLease()
+	if st.claim != "" {
+		st.stopLease()
 		b, err := json.Marshal(res)
 		if err == nil {
-			err = r.opts.State.CompleteIdempotency(context.WithoutCancel(ctx), c.Sub, d.ID, req.IdempotencyKey, claim, b, r.opts.IdempotencyTTL)
+			err = r.opts.State.CompleteIdempotency(context.WithoutCancel(ctx), c.Sub, d.ID, req.IdempotencyKey, st.claim, b, r.opts.IdempotencyTTL)
 		}
 		if err != nil {
 			// The claim stays, no longer renewed: releasing it would let a
@@ -361,7 +305,7 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 			// outcome is unknown.
 			r.opts.Logger.Error("idempotency result not stored; retries with the key are told its outcome is unknown", "tool", d.ID, "err", err)
 		}
-		claim = ""
+		st.claim = ""
 	}
 	return res, nil
 }
@@ -370,87 +314,6 @@ func (r *Router) call(ctx context.Context, c *Caller, req *Request, ev *audit.Ev
 func rateLimited(c *Caller, d *tool.Descriptor) *tool.Error {
 	return &tool.Error{Code: tool.CodeRateLimited, Gate: GateRateLimit,
 		Message: fmt.Sprintf("rate limit reached for %s on %s", c.Sub, d.ID), Hint: "retry later"}
-}
-
-// checked is what the gates that change nothing establish about a call:
-// the caller narrowed to the request's scope, the tool (set once resolved,
-// even when a later gate refuses), its canonical input and hash, the
-// account, and whether a blocked tier's approval must be used.
-type checked struct {
-	c            *Caller
-	d            *tool.Descriptor
-	input        []byte
-	inputHash    string
-	account      string
-	needApproval bool
-}
-
-// check runs the gates that change nothing, in order (step 1 of call).
-// Planning runs the same, so the two cannot drift; request is false for
-// it, so that a blocked tier without an approval requests none.
-func (r *Router) check(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, request bool) (ch checked, err error) {
-	if c == nil {
-		return ch, &tool.Error{Code: tool.CodeTokenInvalid, Message: "token invalid: missing", Gate: GateToken}
-	}
-	// Whether the tool exists is the caller's question; a skill's scope
-	// only narrows what it may do, so its refusal can name the skill.
-	sp := r.opts.Tracer.Gate(ctx, GateResolve)
-	d, err := r.resolve(c, req.Tool, req.ByID)
-	sp.End(errorType(err))
-	if err != nil {
-		return ch, err
-	}
-	c = r.within(c, req.Scope)
-	ch.c, ch.d = c, d
-	resolved(ev, d)
-	ev.ToolName, ev.Guarantees = d.ExposedName, guaranteesJSON(d)
-
-	input, value, inputHash, err := parseInput(req.Input)
-	if err != nil {
-		return ch, err
-	}
-	ev.InputSHA256 = inputHash
-	ch.input, ch.inputHash = input, inputHash
-
-	// (a) capability string.
-	sp = r.opts.Tracer.Gate(ctx, GateCapability)
-	err = r.capabilityGate(c, d, req, ev, tk)
-	if sp.End(errorType(err)); err != nil {
-		return ch, err
-	}
-	// (b) acknowledge, or for a blocked tier an operator's approval.
-	sp = r.opts.Tracer.Gate(ctx, GateAcknowledge)
-	ch.needApproval, err = r.tierGate(ctx, c, d, input, inputHash, request)
-	if sp.End(errorType(err)); err != nil {
-		return ch, err
-	}
-	// (c) chat policy.
-	sp = r.opts.Tracer.Gate(ctx, GateChat)
-	err = chatGate(c, d)
-	if sp.End(errorType(err)); err != nil {
-		return ch, err
-	}
-	// (d) auth: a stored credential for (caller, capability, account).
-	sp = r.opts.Tracer.Gate(ctx, GateAuth)
-	account, err := r.authGate(ctx, c, d, req.Account)
-	if sp.End(errorType(err)); err != nil {
-		return ch, err
-	}
-	ev.AccountRef = account
-	ch.account = account
-	// (e) the input against the tool's schema.
-	sp = r.opts.Tracer.Gate(ctx, GateInput)
-	err = r.schemas.validate(d, value)
-	if sp.End(errorType(err)); err != nil {
-		return ch, err
-	}
-	// The audit log, having admitted the call, may have failed since (an
-	// fsync): then its record might not be made durable, and it does not
-	// run. Checked before anything is taken or used.
-	if err := r.auditGate(); err != nil {
-		return ch, err
-	}
-	return ch, nil
 }
 
 // Waiting for a call in progress under the same idempotency key: polls
@@ -685,11 +548,16 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 		if err == nil {
 			return true, nil
 		}
-		if !errors.Is(err, store.ErrNotFound) {
+		if !errors.Is(err, state.ErrNotFound) {
 			return false, storeUnavailable(err, GateApproval, "the approval")
 		}
 		if !request {
 			return false, approvalPlanned(d, tier)
+		}
+		if r.opts.ApprovalWait > 0 {
+			// Held: the approval gate, after every other gate, asks for
+			// the approval and waits for the decision.
+			return true, nil
 		}
 		return false, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
@@ -700,15 +568,81 @@ func (r *Router) tierGate(ctx context.Context, c *Caller, d *tool.Descriptor, in
 // useApproval uses the call's approval: one statement marks it used, so
 // of two calls on one approval only one gets it; the other is told to get
 // a new one.
-func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string) (*store.Approval, error) {
+func (r *Router) useApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string,
+	progress func(p, total float64, msg string)) (*state.Approval, error) {
 	a, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, state.ErrNotFound) {
+		if r.opts.ApprovalWait > 0 {
+			return r.awaitApproval(ctx, c, d, input, inputHash, progress)
+		}
 		return nil, r.approvalRequired(ctx, c, d, input, inputHash)
 	}
 	if err != nil {
 		return nil, storeUnavailable(err, GateApproval, "the approval")
 	}
 	return a, nil
+}
+
+// awaitApproval holds the call until an operator decides ([policy]
+// approval_wait): it requests the approval, tells the caller it waits
+// (progress), and uses the approval once approved. A denial fails the call
+// with approval_denied; so does the wait running out, with
+// approval_required, and the caller may repeat the call later.
+func (r *Router) awaitApproval(ctx context.Context, c *Caller, d *tool.Descriptor, input []byte, inputHash string,
+	progress func(p, total float64, msg string)) (*state.Approval, error) {
+	tier, err := r.opts.Risk.ToolTier(d.Risk.Level)
+	if err != nil {
+		return nil, err
+	}
+	a, err := r.opts.State.RequestApproval(ctx, c.Sub, d.ID, inputHash, input, r.opts.ApprovalTTL)
+	if err != nil {
+		return nil, storeUnavailable(err, GateApproval, "the approval")
+	}
+	start := r.opts.Now()
+	wait := min(r.opts.ApprovalWait, a.ExpiresAt.Sub(start))
+	tick := time.NewTicker(r.opts.ApprovalPoll)
+	defer tick.Stop()
+	said := time.Time{}
+	for {
+		switch {
+		case a.Denied():
+			return nil, approvalDenied(d, tier, a)
+		case a.Approved():
+			used, err := r.opts.State.UseApproval(ctx, c.Sub, d.ID, inputHash)
+			if err == nil {
+				return used, nil
+			}
+			if !errors.Is(err, state.ErrNotFound) {
+				return nil, storeUnavailable(err, GateApproval, "the approval")
+			}
+			// Another call with the same input took it: ask anew.
+			return nil, r.approvalRequired(ctx, c, d, input, inputHash)
+		}
+		now := r.opts.Now()
+		waited := now.Sub(start)
+		if waited >= wait {
+			return nil, &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
+				Message: fmt.Sprintf("%s is risk %s, tier %s: waited %s for an operator to approve this call (approval %s); still pending",
+					d.ID, d.Risk.Level, tier.Name, waited.Round(time.Second), a.ID),
+				Hint: fmt.Sprintf("an operator approves %s in the console or with `capgate approve %s`; then repeat the same call", a.ID, a.ID)}
+		}
+		if progress != nil && now.Sub(said) >= 5*time.Second {
+			progress(waited.Seconds(), wait.Seconds(), "waiting for approval "+a.ID)
+			said = now
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name, Err: ctx.Err(),
+				Message: fmt.Sprintf("the call ended while waiting for approval %s", a.ID)}
+		case <-tick.C:
+		}
+		if a, err = r.opts.State.Approval(ctx, a.ID); err != nil {
+			if errors.Is(err, state.ErrNotFound) {
+				return nil, r.approvalRequired(ctx, c, d, input, inputHash)
+			}
+			return nil, storeUnavailable(err, GateApproval, "the approval")
+		}
+	}
 }
 
 // approvalRequired requests an operator's approval of the call (or finds
@@ -722,10 +656,25 @@ func (r *Router) approvalRequired(ctx context.Context, c *Caller, d *tool.Descri
 	if err != nil {
 		return storeUnavailable(err, GateApproval, "the approval")
 	}
+	if a.Denied() {
+		return approvalDenied(d, tier, a)
+	}
 	return &tool.Error{Code: tool.CodeApprovalRequired, Gate: GateApproval, Required: tier.Name,
 		Message: fmt.Sprintf("%s is risk %s, tier %s: an operator must approve this call (approval %s, valid until %s)",
 			d.ID, d.Risk.Level, tier.Name, a.ID, a.ExpiresAt.UTC().Format(time.RFC3339)),
 		Hint: fmt.Sprintf("an operator runs `capgate approve %s` on the host; then retry the same call with the same input", a.ID)}
+}
+
+// approvalDenied is the refusal of a call an operator denied: it stands
+// for the same call until the denial expires, so that a caller retrying
+// is told the decision rather than queued again.
+func approvalDenied(d *tool.Descriptor, tier risk.Tier, a *state.Approval) error {
+	msg := fmt.Sprintf("%s is risk %s, tier %s: an operator denied this call (approval %s)", d.ID, d.Risk.Level, tier.Name, a.ID)
+	if a.Note != "" {
+		msg += ": " + strconv.Quote(a.Note)
+	}
+	return &tool.Error{Code: tool.CodeApprovalDenied, Gate: GateApproval, Required: tier.Name, Message: msg,
+		Hint: fmt.Sprintf("the same call stays denied until %s; ask the operator, or change the call", a.ExpiresAt.UTC().Format(time.RFC3339))}
 }
 
 // chatGate keeps sensitive tools to their chat types (private by default).
@@ -764,7 +713,7 @@ func (r *Router) authGate(ctx context.Context, c *Caller, d *tool.Descriptor, ac
 		Hint:    fmt.Sprintf("run capability.auth.begin for %s (capgate capability auth begin --capability %s), then auth complete", capID, capID)}
 	if account != "" {
 		_, err := r.opts.State.Credential(ctx, c.Sub, capID, account)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, state.ErrNotFound) {
 			need.Message = fmt.Sprintf("%s: no linked account %q for %s", d.ID, account, capID)
 			return "", need
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/permissions"
-	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -46,7 +46,7 @@ func (r *Router) holdLease(sub, toolID, key, claim string) (stop func()) {
 			err := r.opts.State.RenewIdempotency(ctx, sub, toolID, key, claim, lease)
 			cancel()
 			switch {
-			case errors.Is(err, store.ErrNotFound):
+			case errors.Is(err, state.ErrNotFound):
 				r.opts.Logger.Warn("idempotency claim lost while its call runs: another replica took it as dead", "tool", toolID)
 				return
 			case err != nil:
@@ -84,7 +84,7 @@ func (r *Router) inProgress(key string, cause error) *tool.Error {
 // outcomeUnknown is the answer to a retry whose key's first attempt's
 // replica died while the tool ran: it may have had its effect or not, and
 // running it again could do it twice.
-func outcomeUnknown(key string, d *tool.Descriptor, rec *store.IdempotencyRecord) *tool.Error {
+func outcomeUnknown(key string, d *tool.Descriptor, rec *state.IdempotencyRecord) *tool.Error {
 	return &tool.Error{Code: tool.CodeBackendUnavailable, Gate: GateIdempotency, Reason: ReasonOutcomeUnknown,
 		Message: fmt.Sprintf("the first call with idempotency key %s (started %s) was running %s when its capgate replica died; "+
 			"whether it had its effect is unknown, and it is not run again under this key",

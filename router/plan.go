@@ -102,13 +102,14 @@ func (r *Router) Plan(ctx context.Context, c *Caller, req Request) (*Plan, error
 
 func (r *Router) recoverPlan(ctx context.Context, c *Caller, req *Request, ev *audit.Event, tk *audit.Ticket, p *Plan) (err error) {
 	defer r.recovered(ev, "planning call", &err)
-	ch, err := r.check(ctx, c, req, ev, tk, false)
-	if ch.c != nil {
-		p.Guarantees.Source = ch.c.guarantee
-		p.Guarantees.Layers = append(p.Guarantees.Layers, ch.c.layers...)
-		p.Guarantees.Acknowledged = append(p.Guarantees.Acknowledged, ch.c.acks...)
+	st := callState{c: c, req: req, ev: ev, tk: tk, planning: true}
+	err = r.runChain(ctx, &st)
+	if st.c != nil {
+		p.Guarantees.Source = st.c.guarantee
+		p.Guarantees.Layers = append(p.Guarantees.Layers, st.c.layers...)
+		p.Guarantees.Acknowledged = append(p.Guarantees.Acknowledged, st.c.acks...)
 	}
-	if d := ch.d; d != nil {
+	if d := st.d; d != nil {
 		p.Tool = d.ID
 		pr := &PlanRisk{Level: d.Risk.Level.String(), SideEffects: d.Risk.Effects}
 		if tier, terr := r.opts.Risk.ToolTier(d.Risk.Level); terr == nil {
@@ -120,20 +121,13 @@ func (r *Router) recoverPlan(ctx context.Context, c *Caller, req *Request, ev *a
 		}
 		p.Risk = pr
 	}
-	p.ApprovalReady = ch.needApproval
+	p.ApprovalReady = st.needApproval
+	if st.limited != "" {
+		p.RateLimit = st.limited
+	}
 	if err != nil {
 		return err
 	}
-	// The rate limit, looked at: the real call would take a token here.
-	ok, err := r.limits.wouldTake(ctx, ch.c.Sub, ch.d.ID)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		p.RateLimit = "limited"
-		return rateLimited(ch.c, ch.d)
-	}
-	p.RateLimit = "ok"
 	p.Allowed = true
 	return nil
 }

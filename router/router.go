@@ -22,8 +22,7 @@ import (
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
-	"github.com/capgate/capgate/store"
-	"github.com/capgate/capgate/telemetry"
+	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
 )
@@ -44,15 +43,15 @@ type Credentials interface {
 }
 
 type Flows interface {
-	BeginFlow(ctx context.Context, sub, capabilityID, accountHint string, state []byte) (*store.Flow, error)
-	TakeFlow(ctx context.Context, id, sub string) (*store.Flow, error)
+	BeginFlow(ctx context.Context, sub, capabilityID, accountHint string, state []byte) (*state.Flow, error)
+	TakeFlow(ctx context.Context, id, sub string) (*state.Flow, error)
 }
 
 // Idempotency claims a key before the call runs (one row, taken
 // atomically), renews the claim's lease while it runs, then completes or
 // releases the claim.
 type Idempotency interface {
-	ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHash string, lease, keep time.Duration) (claim string, rec *store.IdempotencyRecord, err error)
+	ClaimIdempotency(ctx context.Context, sub, toolID, key, inputHash string, lease, keep time.Duration) (claim string, rec *state.IdempotencyRecord, err error)
 	RenewIdempotency(ctx context.Context, sub, toolID, key, claim string, lease time.Duration) error
 	RetakeIdempotency(ctx context.Context, sub, toolID, key, inputHash string, lease time.Duration) (claim string, err error)
 	CompleteIdempotency(ctx context.Context, sub, toolID, key, claim string, result []byte, ttl time.Duration) error
@@ -62,9 +61,11 @@ type Idempotency interface {
 // Approvals: ApprovalFor looks without using; UseApproval uses one
 // atomically, right before the call runs.
 type Approvals interface {
-	RequestApproval(ctx context.Context, sub, toolID, inputHash string, input []byte, ttl time.Duration) (*store.Approval, error)
-	ApprovalFor(ctx context.Context, sub, toolID, inputHash string) (*store.Approval, error)
-	UseApproval(ctx context.Context, sub, toolID, inputHash string) (*store.Approval, error)
+	RequestApproval(ctx context.Context, sub, toolID, inputHash string, input []byte, ttl time.Duration) (*state.Approval, error)
+	ApprovalFor(ctx context.Context, sub, toolID, inputHash string) (*state.Approval, error)
+	UseApproval(ctx context.Context, sub, toolID, inputHash string) (*state.Approval, error)
+	// Approval reads one as it stands (a held call watches its decision).
+	Approval(ctx context.Context, id string) (*state.Approval, error)
 }
 
 // Policy is the operator's word on who may do what.
@@ -106,11 +107,16 @@ type Options struct {
 	Now    func() time.Time
 	// Metrics and Tracer observe every call, whatever its front door;
 	// nil is off.
-	Metrics *telemetry.Metrics
-	Tracer  *telemetry.Tracer
+	Metrics Metrics
+	Tracer  Tracer
 
-	CallTimeout    time.Duration // default 2m
-	ApprovalTTL    time.Duration // default 10m
+	CallTimeout time.Duration // default 2m
+	ApprovalTTL time.Duration // default 10m
+	// ApprovalWait holds a call that needs an operator's approval for up
+	// to this long ([policy] approval_wait), looking every ApprovalPoll
+	// (default 500ms) for the decision; 0 refuses it at once.
+	ApprovalWait   time.Duration
+	ApprovalPoll   time.Duration
 	IdempotencyTTL time.Duration // default 24h
 	// IdempotencyLease is how long a key's claim holds unless renewed; the
 	// replica running the call renews it every third of that, so a claim
@@ -136,6 +142,7 @@ type Router struct {
 	base     *grantSet            // policy grants for every caller
 	subjects map[string]*grantSet // base plus the subject's own
 	anon     *grantSet
+	chain    []gate // the gates every call passes, in order (chain.go)
 	schemas  schemaCache
 	limits   limiter
 	caps     capsCache
@@ -235,8 +242,17 @@ func New(opts Options) (*Router, error) {
 	if opts.Audit == nil {
 		opts.Audit = discard{}
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
+	}
+	if opts.Tracer == nil {
+		opts.Tracer = noTracer{}
+	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = 2 * time.Minute
+	}
+	if opts.ApprovalPoll <= 0 {
+		opts.ApprovalPoll = 500 * time.Millisecond
 	}
 	if opts.ApprovalTTL <= 0 {
 		opts.ApprovalTTL = 10 * time.Minute
@@ -250,7 +266,7 @@ func New(opts Options) (*Router, error) {
 	if opts.IdempotencyWait <= 0 {
 		opts.IdempotencyWait = 5 * time.Second
 	}
-	r := &Router{opts: opts, subjects: map[string]*grantSet{}}
+	r := &Router{opts: opts, subjects: map[string]*grantSet{}, chain: newChain()}
 	r.admitter, _ = opts.Audit.(audit.Admitter)
 	r.health, _ = opts.Audit.(audit.Health)
 	r.limits.init(opts.Policy.RateLimit, opts.Now, opts.RateBuckets, opts.Logger)

@@ -20,6 +20,7 @@ import (
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/store"
@@ -48,10 +49,10 @@ func newEnv(t *testing.T, policy Policy) *env {
 	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
 	dir := t.TempDir()
 	e := &env{secret: []byte(secretText), auditPath: filepath.Join(dir, "audit.jsonl")}
-	reg, err := registry.Build(context.Background(), registry.BuildOptions{
+	reg, err := sources.Build(context.Background(), sources.BuildOptions{
 		ExtPaths: []string{packs},
-		Bridges:  []registry.Bridge{{Options: bridge.Options{Namespace: "gog", Command: []string{testkit.Build(t, testkit.BridgeFixture)}}}},
-		MCP: []registry.MCPServer{{
+		Bridges:  []sources.Bridge{{Options: bridge.Options{Namespace: "gog", Command: []string{testkit.Build(t, testkit.BridgeFixture)}}}},
+		MCP: []sources.MCPServer{{
 			Options: mcp.Options{Name: "fx", Command: testkit.Build(t, testkit.MCPFixture)}, Prefix: "fx",
 			Tools: map[string]registry.Override{
 				"echo": {Level: risk.Low}, "t_00": {Level: risk.Low}, "t_01": {Level: risk.High}, "t_02": {Level: risk.Critical},

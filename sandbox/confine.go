@@ -21,7 +21,13 @@ type Policy struct {
 	Overrides map[string]Overrides
 	Trust     Declared
 	Deny      []string
+	// RunAs is the user every tool runs as ([sandbox] run_as; nil:
+	// capgate's own). app sets it when capgate is root.
+	RunAs *User
 }
+
+// User is a user to run tools as, by numeric ids.
+type User struct{ UID, GID int }
 
 // Confinement is how one process starts: its effective guarantees, the
 // paths it must never read, and its own files, which it may.
@@ -31,6 +37,8 @@ type Confinement struct {
 	Own        []string
 	// AllowUnsafe runs it even where its guarantees cannot be enforced.
 	AllowUnsafe bool
+	// RunAs is the user it runs as (nil: capgate's own).
+	RunAs *User
 	// Observe, set per call, is told of each socket and new process the
 	// kernel refuses it (Spec.Observe).
 	Observe func(Key)
@@ -42,7 +50,7 @@ type Confinement struct {
 func (p Policy) For(key string, decl Declared, own ...string) (Confinement, []string) {
 	over := p.Overrides[key]
 	g, notes := Derive(decl, over, p.Trust)
-	return Confinement{Guarantees: g, Deny: slices.Clone(p.Deny), Own: own, AllowUnsafe: over.AllowUnsafe}, notes
+	return Confinement{Guarantees: g, Deny: slices.Clone(p.Deny), Own: own, AllowUnsafe: over.AllowUnsafe, RunAs: p.RunAs}, notes
 }
 
 // ObservedBy is c as one call runs it: each socket and new process the
@@ -65,19 +73,12 @@ func Refusal(err error, overrideKey, format string, args ...any) *tool.Error {
 	return e
 }
 
-// Confined reports whether c guarantees anything. A process that
-// guarantees nothing starts directly, as it did before the launcher: the
-// launcher's plan for no guarantee still narrows writes to the work dir,
-// which would change what an undeclared tool may do, and it needs Landlock
-// for the deny paths, which would stop every tool on older kernels.
-func (c Confinement) Confined() bool {
-	for _, v := range c.Guarantees.Set {
-		if v {
-			return true
-		}
-	}
-	return false
-}
+// Confined reports whether c guarantees anything beyond the baseline. A
+// process that guarantees nothing still starts through the launcher, with
+// the baseline: capgate's own files out of reach, no capabilities,
+// no_new_privs, RunAs; where the kernel lacks Landlock it starts without
+// the deny paths rather than not at all (BaselineMissing says so).
+func (c Confinement) Confined() bool { return confined(c.Guarantees) }
 
 // describe shows c with miss, what this kernel lacks for it.
 func (c Confinement) describe(miss []Missing) *tool.Guarantees {
@@ -103,8 +104,7 @@ func (c Confinement) describe(miss []Missing) *tool.Guarantees {
 	return out
 }
 
-// direct is the unconfined start, ended when ctx is: exactly what the
-// sources did before.
+// direct is the start without the launcher, ended when ctx is (off Linux).
 func direct(ctx context.Context, argv []string, dir string, env []string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = dir, env

@@ -5,25 +5,30 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/capgate/capgate/tool"
 )
 
 // Command builds the command that runs argv confined by c, ended when ctx
-// is: through the launcher when c guarantees anything, else directly.
+// is: always through the launcher, which gives even a tool that declares
+// nothing the baseline.
 // protocol holds capgate's own "K=V" values for the tool (a bridge's
 // context-token key): they reach it whatever its env guarantees. cleanup
 // is to be called once the command has ended. A tool whose guarantees
 // cannot be enforced here fails with *UnenforceableError, unless
 // AllowUnsafe.
 func (c Confinement) Command(ctx context.Context, argv []string, dir string, env, protocol []string) (cmd *exec.Cmd, cleanup func(), err error) {
-	if !c.Confined() {
-		return direct(ctx, argv, dir, append(slices.Clone(env), protocol...)), func() {}, nil
-	}
 	path, err := program(argv[0], dir)
+	if err == nil {
+		// Checked here, as a direct start would: the trampoline could
+		// only exit 126.
+		_, err = os.Stat(path)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: %s: %w", argv[0], err)
 	}
@@ -42,8 +47,12 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 		secrets[name] = v
 		g.SecretsAllowed = append(g.SecretsAllowed, name)
 	}
-	launch, cleanup, err := Command(Spec{Path: path, Args: argv[1:], Dir: dir, Env: env, Secrets: secrets,
-		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe, Observe: c.Observe})
+	spec := Spec{Path: path, Args: argv[1:], Dir: dir, Env: env, Secrets: secrets,
+		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe, Observe: c.Observe}
+	if u := c.RunAs; u != nil {
+		spec.Credential = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}
+	}
+	launch, cleanup, err := Command(spec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -55,7 +64,7 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 func (c Confinement) Describe() *tool.Guarantees {
 	var miss []Missing
 	if c.Confined() {
-		feat, _ := probed().forLaunch(nil)
+		feat, _ := probed().forLaunch()
 		miss = feat.missing(c.Guarantees, c.Deny)
 	}
 	return c.describe(miss)

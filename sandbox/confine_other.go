@@ -33,3 +33,8 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 	}
 	return direct(ctx, argv, dir, append(slices.Clone(env), protocol...)), func() {}, nil
 }
+
+// BaselineMissing says what this platform lacks for the baseline.
+func BaselineMissing() string {
+	return "the Linux launcher (not on " + runtime.GOOS + "): every tool runs with capgate's own rights"
+}

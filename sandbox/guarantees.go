@@ -70,6 +70,16 @@ type Guarantees struct {
 	Pure           bool // declared purity: pure, which set every key
 }
 
+// confined reports whether g guarantees anything beyond the baseline.
+func confined(g Guarantees) bool {
+	for _, v := range g.Set {
+		if v {
+			return true
+		}
+	}
+	return false
+}
+
 // Has reports whether k is guaranteed.
 func (g Guarantees) Has(k Key) bool { return g.Set[k] }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Spec is one program to start confined to its guarantees.
@@ -27,9 +29,9 @@ type Spec struct {
 	Own        []string // the tool's own files (its pack's dir): readable under every guarantee
 	WritePaths []string // operator-listed paths the tool may write (filesystem write)
 	Deny       []string // never readable, whatever else allows: capgate's data dir, key files, config
-	// Credential runs the tool as another user (nil: capgate's own). A
-	// non-root credential gets a user namespace for no_network, as an
-	// unprivileged capgate would.
+	// Credential runs the tool as another user (nil: capgate's own): the
+	// trampoline switches to it after dropping the bounding set, so root's
+	// capabilities never reach the tool (Policy.RunAs).
 	Credential *syscall.Credential
 	// Trampoline is the binary whose main calls Main first; "" is
 	// os.Executable(), capgate itself.
@@ -75,8 +77,19 @@ type plan struct {
 
 	NoSocket bool `json:"no_socket"` // seccomp refuses socket() but AF_UNIX
 	NoFork   bool `json:"no_fork"`   // seccomp refuses new processes
-	// Notify hands both to capgate (fd 3), which refuses and records them.
+	// NoUnix refuses socket() of every family a network namespace does
+	// not isolate (AF_UNIX, AF_VSOCK, ...): no_network with a namespace.
+	NoUnix bool `json:"no_unix"`
+	// Notify hands both to capgate (fd 4), which refuses and records them.
 	Notify bool `json:"notify"`
+
+	// The baseline, for every tool: the user to switch to (after dropping
+	// every capability, the bounding set included), and capgate's pidfd
+	// (fd 3, -1: none), checked once the parent-death signal is set again.
+	SetUser bool `json:"set_user"`
+	UID     int  `json:"uid"`
+	GID     int  `json:"gid"`
+	Alive   int  `json:"alive"`
 }
 
 // Command builds the *exec.Cmd that starts spec's program confined to its
@@ -97,9 +110,10 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		return nil, nil, fmt.Errorf("sandbox: program %q: not an absolute path", spec.Path)
 	}
 	g := spec.Guarantees
-	feat, unprivileged := f.forLaunch(spec.Credential)
-	miss := feat.missing(g, spec.Deny)
-	if len(miss) > 0 && !spec.AllowUnsafe {
+	feat, unprivileged := f.forLaunch()
+	// A tool that declares nothing runs with the baseline where the kernel
+	// has it; serve says once what it lacks (BaselineMissing).
+	if miss := feat.missing(g, spec.Deny); len(miss) > 0 && confined(g) && !spec.AllowUnsafe {
 		return nil, nil, &UnenforceableError{Missing: miss}
 	}
 	self := spec.Trampoline
@@ -130,31 +144,41 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 			return nil, nil, err
 		}
 	}
-	attr := &syscall.SysProcAttr{Credential: spec.Credential}
+	// The kernel kills the trampoline, then the tool, when capgate dies
+	// (the trampoline sets it again after switching users, which clears
+	// it). A PID namespace would take the tool's own children too, but the
+	// trampoline cannot be its init: Landlock's all-threads syscalls (psx)
+	// hang in a process that is PID 1.
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if c := spec.Credential; c != nil {
+		p.SetUser, p.UID, p.GID = true, int(c.Uid), int(c.Gid)
+	}
 	if g.Has(NoNetwork) {
 		switch {
 		case feat.NetNS:
 			attr.Cloneflags |= syscall.CLONE_NEWNET
-			if unprivileged {
-				attr.Cloneflags |= syscall.CLONE_NEWUSER
-				uid, gid := os.Getuid(), os.Getgid()
-				if c := spec.Credential; c != nil {
-					uid, gid = int(c.Uid), int(c.Gid)
-				}
-				// Inside, the tool keeps its own ids; it gains nothing
-				// outside the namespace.
-				attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
-				attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
-				attr.GidMappingsEnableSetgroups = false
-				if c := spec.Credential; c != nil {
-					c2 := *c
-					c2.NoSetGroups = true
-					attr.Credential = &c2
-				}
-			}
+			p.NoUnix = true
 		default:
 			p.NoTCP, p.NoSocket = p.Landlock, true
 		}
+	}
+	// An unprivileged capgate starts every tool in a user namespace where
+	// the kernel allows one: there the trampoline holds the CAP_SETPCAP it
+	// needs to empty the bounding set.
+	if unprivileged && (attr.Cloneflags != 0 || feat.UserNS) {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		// Inside, the tool keeps capgate's ids; it gains nothing outside
+		// the namespace, and the trampoline drops what it has inside.
+		uid, gid := os.Getuid(), os.Getgid()
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+		// Its capabilities in the namespace would not survive the exec of
+		// the trampoline (its uid is not 0 there) but for this one, which
+		// the trampoline drops with the rest once it has emptied the
+		// bounding set.
+		attr.AmbientCaps = []uintptr{unix.CAP_SETPCAP}
+		p.SetUser = false // an unprivileged capgate runs tools as itself
 	}
 	p.NoFork = g.Has(NoSubprocess)
 	var sup *supervisor
@@ -169,32 +193,56 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		cleanup = func() { sup.stop(); removeTmp() }
 	}
 
+	cmd := exec.Command(self)
+	cmd.Args = []string{"capgate-sandbox", spec.Path}
+	cmd.Dir = spec.Dir
+	cmd.SysProcAttr = attr
+	p.Alive = -1
+	if self := selfPidfd(); self != nil {
+		p.Alive = aliveFD
+		cmd.ExtraFiles = append(cmd.ExtraFiles, self) // fd 3 in the trampoline
+	} else {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
+	}
+	if sup != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, sup.child) // fd 4
+	}
 	js, err := json.Marshal(p)
 	if err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("sandbox: encoding the plan: %w", err)
 	}
-	cmd := exec.Command(self)
-	cmd.Args = []string{"capgate-sandbox", spec.Path}
 	cmd.Env = []string{specEnv + "=" + string(js)}
-	cmd.Dir = spec.Dir
-	cmd.SysProcAttr = attr
-	if sup != nil {
-		cmd.ExtraFiles = []*os.File{sup.child} // fd 3 in the trampoline
-	}
 	return cmd, cleanup, nil
 }
 
-// forLaunch is what f can enforce for a tool started with cred: a tool
-// that is not root outside needs a user namespace for its network one.
-func (f Features) forLaunch(cred *syscall.Credential) (feat Features, unprivileged bool) {
-	unprivileged = !f.Privileged || (cred != nil && cred.Uid != 0)
+// forLaunch is what f can enforce for a tool capgate starts: the clone
+// happens as capgate, so an unprivileged capgate needs a user namespace
+// for its network one (the switch to Credential comes after).
+func (f Features) forLaunch() (feat Features, unprivileged bool) {
+	unprivileged = !f.Privileged
 	feat = f
 	if unprivileged {
 		feat.NetNS = feat.NetNS && feat.UserNS
 	}
 	return feat, unprivileged
 }
+
+// aliveFD is where the trampoline finds capgate's pidfd.
+const aliveFD = 3
+
+// selfPidfd is capgate's own pidfd, opened once and handed to every
+// trampoline: readable once capgate has exited, it closes the race between
+// capgate dying and the parent-death signal being set again. nil where the
+// kernel has no pidfd_open (the signal alone then).
+var selfPidfd = sync.OnceValue(func() *os.File {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return nil
+	}
+	unix.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), "capgate-pidfd")
+})
 
 // missing is Check plus the deny paths, which hold capgate's keys:
 // unprovable, they fail closed too.
@@ -233,15 +281,21 @@ func buildEnv(spec Spec, tmp string) []string {
 }
 
 // filesystem decides the Landlock rules. Reads: the system dirs, the
-// program's own dir and, unless no_filesystem_read, the listed read paths;
-// with writes allowed, everything. Writes: none under no_filesystem_write,
-// else the work dir, the private temp dir and the listed write paths. Deny
-// paths are carved out of all of it.
+// program's own dir, its own files and, unless no_filesystem_read, the
+// listed read paths and its work dir; with writes allowed, everything.
+// Writes: none under no_filesystem_write; under a declared write the work
+// dir, the private temp dir and the listed write paths; undeclared (the
+// baseline), everything. Deny paths are carved out of all of it, and its
+// own files (its pack) out of every write.
 func (p *plan) filesystem(spec Spec, tmp string) error {
 	g := spec.Guarantees
 	deny, err := resolveAll(spec.Deny)
 	if err != nil {
 		return fmt.Errorf("sandbox: deny path: %w", err)
+	}
+	own, err := resolveAll(spec.Own)
+	if err != nil {
+		return fmt.Errorf("sandbox: own path: %w", err)
 	}
 	reads := append(append(slices.Clone(SystemDirs), filepath.Dir(spec.Path)), spec.Own...)
 	var writes []string
@@ -249,6 +303,11 @@ func (p *plan) filesystem(spec Spec, tmp string) error {
 	case g.Has(NoFilesystemRead):
 	case g.Has(NoFilesystemWrite):
 		reads = append(reads, spec.ReadPaths...)
+		if spec.Dir != "" {
+			reads = append(reads, spec.Dir)
+		}
+	case !confined(g):
+		reads, writes = []string{"/"}, []string{"/"}
 	default:
 		reads = []string{"/"}
 		writes = append([]string{tmp}, spec.WritePaths...)
@@ -265,7 +324,7 @@ func (p *plan) filesystem(spec Spec, tmp string) error {
 	if err != nil {
 		return err
 	}
-	wd, wf, err := carve(writes, deny)
+	wd, wf, err := carve(writes, append(slices.Clip(deny), own...))
 	if err != nil {
 		return err
 	}

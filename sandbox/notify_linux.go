@@ -23,7 +23,7 @@ import (
 // capgate stops answering, the kernel fails the syscall (ENOSYS): closed.
 
 // notifyFD is where the trampoline finds its end of the socketpair.
-const notifyFD = 3
+const notifyFD = 4
 
 // The kernel's struct seccomp_notif and seccomp_notif_resp.
 type seccompNotif struct {

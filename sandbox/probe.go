@@ -98,3 +98,12 @@ func hasSysAdmin() bool {
 	}
 	return data[0].Effective&(1<<unix.CAP_SYS_ADMIN) != 0
 }
+
+// BaselineMissing says what this kernel lacks for the baseline every tool
+// gets (capgate's own files out of reach): "" when it has it all.
+func BaselineMissing() string {
+	if probed().LandlockABI < 1 {
+		return "Landlock: tools that declare nothing can read and write capgate's data dir, config and keys where file modes allow"
+	}
+	return ""
+}

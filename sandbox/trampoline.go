@@ -47,14 +47,15 @@ func fail(err error) {
 }
 
 // apply confines this process as planned and execs the tool. seccomp
-// filters and no_new_privs bind the calling thread, so the thread is locked
-// and execs itself; Landlock binds every thread.
+// filters, capabilities and no_new_privs bind the calling thread, so the
+// thread is locked and execs itself; Landlock and the user switch bind
+// every thread. The order matters: the bounding set can only be dropped
+// while capgate's capabilities remain, and Landlock's rules are opened
+// before the switch to run_as can hide their paths.
 func (p plan) apply() error {
 	runtime.LockOSThread()
-	if p.Dir != "" {
-		if err := os.Chdir(p.Dir); err != nil {
-			return fmt.Errorf("working directory: %w", err)
-		}
+	if err := dropBounding(); err != nil {
+		return fmt.Errorf("capabilities: %w", err)
 	}
 	if p.Landlock {
 		cfg := landlock.V7.BestEffort()
@@ -84,8 +85,24 @@ func (p plan) apply() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	if p.NoSocket || p.NoFork {
-		if err := loadSeccomp(p.NoSocket, p.NoFork, p.Notify); err != nil {
+	if p.SetUser {
+		if err := switchUser(p.UID, p.GID); err != nil {
+			return fmt.Errorf("run_as %d:%d: %w", p.UID, p.GID, err)
+		}
+	}
+	if err := dropCaps(); err != nil {
+		return fmt.Errorf("capabilities: %w", err)
+	}
+	if err := p.tieToCapgate(); err != nil {
+		return err
+	}
+	if p.Dir != "" {
+		if err := os.Chdir(p.Dir); err != nil {
+			return fmt.Errorf("working directory: %w", err)
+		}
+	}
+	if p.NoSocket || p.NoUnix || p.NoFork {
+		if err := loadSeccomp(p.NoSocket, p.NoUnix, p.NoFork, p.Notify); err != nil {
 			return fmt.Errorf("seccomp: %w", err)
 		}
 	}
@@ -95,8 +112,11 @@ func (p plan) apply() error {
 
 const errnoRet = uint32(seccomp.ActionErrno)
 
-// loadSeccomp refuses sockets of every family but AF_UNIX (no_network's
-// fallback) and new processes (no_subprocess): fork, vfork and clone
+// loadSeccomp refuses sockets of every family (no_network's fallback),
+// or with a network namespace those of every family it does not isolate
+// (noUnix: all but AF_INET, AF_INET6 and AF_NETLINK, so AF_UNIX and
+// AF_VSOCK reach nothing outside), and new processes (no_subprocess):
+// fork, vfork and clone
 // without CLONE_THREAD get EPERM; clone3, whose flags sit in memory a filter
 // cannot read, gets ENOSYS so libc falls back to clone. io_uring, which can
 // open sockets and bypass the filter, is refused too. A syscall of another
@@ -106,7 +126,7 @@ const errnoRet = uint32(seccomp.ActionErrno)
 // With notify, socket() and the new processes go to capgate instead
 // (seccomp user notification, see notify_linux.go), which answers EPERM
 // and records each.
-func loadSeccomp(noSocket, noFork, notify bool) error {
+func loadSeccomp(noSocket, noUnix, noFork, notify bool) error {
 	eperm := seccomp.Action(errnoRet | uint32(unix.EPERM))
 	enosys := seccomp.Action(errnoRet | uint32(unix.ENOSYS))
 	sockets, forks := seccomp.Action(errnoRet|uint32(unix.EAFNOSUPPORT)), eperm
@@ -114,11 +134,16 @@ func loadSeccomp(noSocket, noFork, notify bool) error {
 		sockets, forks = seccomp.ActionUserNotify, seccomp.ActionUserNotify
 	}
 	var groups []seccomp.SyscallGroup
-	if noSocket {
+	switch {
+	case noSocket:
+		groups = append(groups, seccomp.SyscallGroup{Action: sockets, Names: []string{"socket"}})
+	case noUnix:
 		groups = append(groups, seccomp.SyscallGroup{
 			Action: sockets,
 			NamesWithCondtions: []seccomp.NameWithConditions{{Name: "socket", Conditions: seccomp.ArgumentConditions{
-				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}}},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET6},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_NETLINK}}}},
 		})
 	}
 	if noFork {

@@ -9,6 +9,7 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources"
 	srcmcp "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/token"
 )
@@ -22,7 +23,7 @@ func BenchmarkFastCall(b *testing.B) {
 	addr := testkit.FreeAddr(b)
 	testkit.ServeMCPFixture(b, "-http", addr)
 	_, url := serveSetup(b, setup{
-		registry: registry.BuildOptions{MCP: []registry.MCPServer{{
+		registry: sources.BuildOptions{MCP: []sources.MCPServer{{
 			Options: srcmcp.Options{Name: "fx", URL: "http://" + addr + "/mcp"}, Prefix: "fx",
 			Tools: map[string]registry.Override{"t_00": {Level: risk.Low}},
 		}}},

@@ -109,6 +109,7 @@ func (m *MCP) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.serve(w, r, 
 // serve is ServeHTTP with a body limit, and the fast call or (fast false)
 // not.
 func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int64) {
+	m.live.touch(r.Header.Get(mcpserver.HeaderKeySessionID)) // not idle: see expire.go
 	if r.Method == http.MethodPost {
 		body, ok := httpadmit.ReadBody(w, r, limit)
 		if !ok {

@@ -160,6 +160,12 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 		// Not ready from now on; still serving until the balancer has
 		// seen it.
 		s.draining.Store(true)
+		// Each connection closes after its current answer from now on, so
+		// that none is left for Shutdown to poll for (every 500 ms) once
+		// the drain ends.
+		for _, srv := range servers {
+			srv.SetKeepAlivesEnabled(false)
+		}
 		if d := s.limits.DrainDelay; d > 0 {
 			s.logger.Info("draining: /readyz fails, calls are still served", "for", d)
 			select {

@@ -16,7 +16,12 @@ import (
 // through mcp-go's per-request machinery. It grows and shrinks with
 // mcp-go's own table.
 type liveSessions struct {
-	m sync.Map // session id → *liveSession
+	m     sync.Map // session id → *liveSession
+	count atomic.Int64
+	// The bounds (expire.go): forget drops a session; nil: unbounded.
+	lim    SessionLimits
+	forget func(*liveSession)
+	armed  atomic.Bool // a sweep is due
 }
 
 // sessionInfo is what mcp-go's streamable-HTTP sessions say of a client.
@@ -27,7 +32,9 @@ type sessionInfo interface {
 }
 
 type liveSession struct {
-	sessionInfo // nil for a session of another transport (stdio)
+	sessionInfo              // nil for a session of another transport (stdio)
+	id, sub     string       // the session's id, and the subject that opened it
+	last        atomic.Int64 // unix nanos of its latest request
 	// leveled: the client sent logging/setLevel. Until it does, capgate
 	// relays no upstream log message to it (the spec leaves the choice to
 	// the server), so a plain call has nothing to stream.
@@ -40,14 +47,22 @@ type inflightCall struct{ cancel context.CancelFunc }
 
 // hook registers the mirror's upkeep on mcp-go's hooks.
 func (l *liveSessions) hook(h *mcpserver.Hooks) {
-	h.AddOnRegisterSession(func(_ context.Context, s mcpserver.ClientSession) {
+	h.AddOnRegisterSession(func(ctx context.Context, s mcpserver.ClientSession) {
 		if s.SessionID() != "" {
 			info, _ := s.(sessionInfo)
-			l.m.Store(s.SessionID(), &liveSession{sessionInfo: info})
+			ls := &liveSession{sessionInfo: info, id: s.SessionID()}
+			if c := CallerFrom(ctx); c != nil {
+				ls.sub = c.Sub
+			}
+			if _, loaded := l.m.Swap(s.SessionID(), ls); !loaded {
+				l.opened(ls)
+			}
 		}
 	})
 	h.AddOnUnregisterSession(func(_ context.Context, s mcpserver.ClientSession) {
-		l.m.Delete(s.SessionID())
+		if _, ok := l.m.LoadAndDelete(s.SessionID()); ok {
+			l.count.Add(-1)
+		}
 	})
 	h.AddAfterSetLevel(func(ctx context.Context, _ any, _ *mcp.SetLevelRequest, _ *mcp.EmptyResult) {
 		if s := l.of(ctx); s != nil {

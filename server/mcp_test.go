@@ -21,6 +21,7 @@ import (
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/skills"
+	"github.com/capgate/capgate/sources"
 	srcmcp "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/token"
@@ -36,7 +37,7 @@ const testSecret = "server-test-secret-abcdef0123456789"
 // SQLite store, an audit file, the built-in risk table, the grants and the
 // skills of workspace (the temp dir when "").
 type setup struct {
-	registry  registry.BuildOptions
+	registry  sources.BuildOptions
 	sources   []tool.Source
 	grants    []string
 	workspace string
@@ -53,8 +54,8 @@ type testServer struct {
 
 // fixtureServer is the MCP fixture as upstream fx, with the risk of the
 // tools the tests call set to LOW.
-func fixtureServer(t testing.TB) registry.MCPServer {
-	return registry.MCPServer{
+func fixtureServer(t testing.TB) sources.MCPServer {
+	return sources.MCPServer{
 		Options: srcmcp.Options{Name: "fx", Command: testkit.Build(t, testkit.MCPFixture)}, Prefix: "fx",
 		Tools: map[string]registry.Override{"echo": {Level: risk.Low}, "slow": {Level: risk.Low}, "t_00": {Level: risk.Low}},
 	}
@@ -65,7 +66,7 @@ func fixtureServer(t testing.TB) registry.MCPServer {
 func open(t *testing.T) (*testServer, string) {
 	t.Helper()
 	return serveSetup(t, setup{
-		registry: registry.BuildOptions{MCP: []registry.MCPServer{fixtureServer(t)}},
+		registry: sources.BuildOptions{MCP: []sources.MCPServer{fixtureServer(t)}},
 		grants:   []string{"rye.fetch.tool.mcp.fx.*", "rye.execute.tool.mcp.fx.echo", "rye.execute.tool.mcp.fx.slow"},
 	})
 }
@@ -87,7 +88,7 @@ func serveSetup(t testing.TB, su setup) (*testServer, string) {
 	} else {
 		bo := su.registry
 		bo.BridgeKey = func(ns string) ([]byte, error) { return token.BridgeKey(secret, ns) }
-		reg, err = registry.Build(ctx, bo)
+		reg, err = sources.Build(ctx, bo)
 	}
 	if err != nil {
 		t.Fatal(err)

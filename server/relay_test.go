@@ -14,7 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/conformance"
-	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/sources"
 	srcmcp "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/token"
 )
@@ -24,7 +24,7 @@ import (
 func openConformance(t testing.TB, url string, grants ...string) string {
 	t.Helper()
 	_, front := serveSetup(t, setup{
-		registry: registry.BuildOptions{MCP: []registry.MCPServer{{Options: srcmcp.Options{Name: "cf", URL: url}}}},
+		registry: sources.BuildOptions{MCP: []sources.MCPServer{{Options: srcmcp.Options{Name: "cf", URL: url}}}},
 		grants:   grants,
 	})
 	return front

@@ -59,6 +59,9 @@ type Options struct {
 	// Discovery is how callers find tools ([discovery]); the zero value
 	// lists every tool.
 	Discovery toolsearch.Discovery
+	// Sessions bound the MCP sessions held ([server]
+	// session_idle_timeout, max_sessions); zero values take the defaults.
+	Sessions SessionLimits
 }
 
 // Server is capgate's front door over a router and its registry.
@@ -93,6 +96,7 @@ func New(opts Options) *Server {
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
 	s.MCP.SetDiscovery(opts.Discovery)
+	s.MCP.live.limit(opts.Sessions, s.MCP.forget)
 	return s
 }
 

@@ -14,8 +14,9 @@ import (
 // sessionIDs mints the Mcp-Session-Id of protocol 2025-11-25 sessions, each
 // bound to the subject that opened it: an id is random bytes and a MAC of
 // them and the subject, under a key derived from the secret every replica
-// shares (Options.Secret). capgate keeps no table of sessions, so nothing
-// grows with them, and every replica, or the same one after a restart,
+// shares (Options.Secret). The ids need no table of their own (the
+// sessions mcp-go holds are bounded: expire.go), and every replica, or the
+// same one after a restart,
 // accepts the id: mcp-go v1.2.1 serves a non-initialize POST whose id
 // Validate accepts but that it never registered with a fresh session of
 // its own, initialized, that knows nothing the client said at initialize

@@ -364,21 +364,8 @@ func oneLine(s string) string {
 const noSampling = "needs a client that supports sampling: its skills run on the client's model, and this client did not declare capabilities.sampling"
 
 // clientSampling reports whether the client declared sampling, and
-// sampling with tools: on 2026-07-28 in this request's _meta, before that
-// at initialize.
-func clientSampling(ctx context.Context) (sampling, tools bool) {
-	var caps *mcp.ClientCapabilities
-	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		caps = info.ClientCapabilities
-	} else if s, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithClientInfo); ok {
-		c := s.GetClientCapabilities()
-		caps = &c
-	}
-	if caps == nil || caps.Sampling == nil {
-		return false, false
-	}
-	return true, caps.Sampling.Tools != nil
-}
+// sampling with tools.
+var clientSampling = mcpconv.ClientSampling
 
 // withoutUseSkill is a skill prompt's description for a client that
 // cannot sample: the prompt is there, use_skill is not, and this says why.

@@ -19,6 +19,7 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/token"
 )
 
@@ -73,7 +74,7 @@ func skillServer(t *testing.T) (*testServer, string) {
 	fx := fixtureServer(t)
 	fx.Tools = map[string]registry.Override{"echo": {Level: risk.Low}, "t_00": {Level: risk.Low}}
 	return serveSetup(t, setup{
-		registry: registry.BuildOptions{MCP: []registry.MCPServer{fx}},
+		registry: sources.BuildOptions{MCP: []sources.MCPServer{fx}},
 		grants: []string{"rye.execute.tool.mcp.fx.*", "rye.execute.directive.echoer", "rye.execute.directive.looper",
 			"rye.execute.directive.secret", "rye.execute.directive.needs-key", "rye.execute.directive.mailer",
 			"rye.execute.tool.bridge.gog.email.*", "rye.execute.directive.team", "rye.execute.directive.helper"},

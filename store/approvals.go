@@ -6,37 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capgate/capgate/router/state"
 )
 
-// Approval is an operator's approval of one call: bound to the caller
-// (Sub), the tool and the exact input (InputHash), short-lived, and used at
-// most once. It is pending until approved.
-type Approval struct {
-	ID        string // "apr_" + 32 hex: 128 random bits
-	Sub       string
-	ToolID    string
-	InputHash string
-	CreatedAt time.Time
-	ExpiresAt time.Time
-	// ApprovedAt and UsedAt are zero while not approved, not used.
-	ApprovedAt time.Time
-	UsedAt     time.Time
-	ApprovedBy string
-	// Input is the canonical input the call would run with, what the
-	// operator approves, cut to MaxApprovalInput bytes; InputSize is its
-	// whole length (InputHash is of the whole).
-	Input     []byte
-	InputSize int
-}
+// Approval is an operator's approval of one call (router/state).
+type Approval = state.Approval
 
 // MaxApprovalInput bounds the input kept with an approval for display.
-const MaxApprovalInput = 16 << 10
-
-// InputTruncated reports whether Input is only the start of the input.
-func (a *Approval) InputTruncated() bool { return len(a.Input) < a.InputSize }
-
-// Approved reports whether an operator has approved a.
-func (a *Approval) Approved() bool { return !a.ApprovedAt.IsZero() }
+const MaxApprovalInput = state.MaxApprovalInput
 
 // ErrApproval is matched (errors.Is) by every refusal of Approve; the
 // reasons below tell them apart, and *ApprovalError carries the details.
@@ -49,6 +27,7 @@ var (
 	ErrApprovalExpired  = errors.New("approval expired")
 	ErrApprovalApproved = errors.New("approval already approved")
 	ErrApprovalUsed     = errors.New("approval already used")
+	ErrApprovalDenied   = errors.New("approval denied")
 )
 
 // ApprovalError says why Approve refused, in words for an operator.
@@ -71,6 +50,8 @@ func (e *ApprovalError) Error() string {
 		return fmt.Sprintf("approval %s was already approved by %s at %s", e.ID, a.ApprovedBy, a.ApprovedAt.Format(time.RFC3339))
 	case e.Reason == ErrApprovalUsed:
 		return fmt.Sprintf("approval %s was already used at %s", e.ID, a.UsedAt.Format(time.RFC3339))
+	case e.Reason == ErrApprovalDenied:
+		return fmt.Sprintf("approval %s was denied by %s at %s", e.ID, a.DeniedBy, a.DeniedAt.Format(time.RFC3339))
 	}
 	return fmt.Sprintf("approval %s: %v", e.ID, e.Reason)
 }
@@ -82,19 +63,20 @@ func (e *ApprovalError) Unwrap() []error {
 	return []error{ErrApproval, e.Reason}
 }
 
-const approvalCols = `id, sub, tool_id, input_hash, created_at, expires_at, approved_at, approved_by, used_at, input, input_size`
+const approvalCols = `id, sub, tool_id, input_hash, created_at, expires_at, approved_at, approved_by, used_at, input, input_size, denied_at, denied_by, note`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanApproval(row scanner) (*Approval, error) {
 	var a Approval
-	var created, expires, approved, used sql.NullInt64
-	var by sql.NullString
+	var created, expires, approved, used, denied sql.NullInt64
+	var by, deniedBy, note sql.NullString
 	var size sql.NullInt64
 	if err := row.Scan(&a.ID, &a.Sub, &a.ToolID, &a.InputHash, &created, &expires, &approved, &by, &used,
-		&a.Input, &size); err != nil {
+		&a.Input, &size, &denied, &deniedBy, &note); err != nil {
 		return nil, err
 	}
+	a.DeniedAt, a.DeniedBy, a.Note = fromMS(denied), deniedBy.String, note.String
 	a.InputSize = int(size.Int64)
 	a.CreatedAt, a.ExpiresAt = fromMS(created), fromMS(expires)
 	a.ApprovedAt, a.UsedAt = fromMS(approved), fromMS(used)
@@ -162,40 +144,83 @@ func (s *Store) RequestApproval(ctx context.Context, sub, toolID, inputHash stri
 
 // Approve approves the pending approval id on behalf of by. Only a
 // pending, unexpired approval can be approved; any other is an
-// *ApprovalError saying why (not found, expired, already approved, used).
+// *ApprovalError saying why (not found, expired, already approved, denied,
+// used).
 func (s *Store) Approve(ctx context.Context, id, by string) (*Approval, error) {
+	return s.decide(ctx, id, by, "", true)
+}
+
+// ApproveNote is Approve with the operator's note kept beside it.
+func (s *Store) ApproveNote(ctx context.Context, id, by, note string) (*Approval, error) {
+	return s.decide(ctx, id, by, note, true)
+}
+
+// Deny denies the pending approval id on behalf of by, with an optional
+// note for the caller. The caller's call fails with approval_denied, and
+// so does the same call again while the denial lives (until it expires).
+// It refuses as Approve does.
+func (s *Store) Deny(ctx context.Context, id, by, note string) (*Approval, error) {
+	return s.decide(ctx, id, by, note, false)
+}
+
+// decide approves or denies the pending approval id: one conditional
+// update, so that of an approve and a deny racing, one wins.
+func (s *Store) decide(ctx context.Context, id, by, note string, approve bool) (*Approval, error) {
+	verb, set := "approve", `approved_at = ?, approved_by = ?`
+	if !approve {
+		verb, set = "deny", `denied_at = ?, denied_by = ?`
+	}
 	if by == "" {
-		return nil, errors.New("store: approve: say who approves")
+		return nil, fmt.Errorf("store: %s: say who decides", verb)
+	}
+	var noteArg any
+	if note != "" {
+		noteArg = note
 	}
 	now := s.nowMS()
-	a, err := scanApproval(s.ops.QueryRowContext(ctx, `UPDATE approvals SET approved_at = ?, approved_by = ?
-		WHERE id = ? AND approved_at IS NULL AND used_at IS NULL AND expires_at > ?
-		RETURNING `+approvalCols, now, by, id, now))
+	a, err := scanApproval(s.ops.QueryRowContext(ctx, `UPDATE approvals SET `+set+`, note = ?
+		WHERE id = ? AND approved_at IS NULL AND denied_at IS NULL AND used_at IS NULL AND expires_at > ?
+		RETURNING `+approvalCols, now, by, noteArg, id, now))
 	if err == nil {
 		return a, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("store: approve: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", verb, err)
 	}
 	// Refused: find out why. An approval only moves forward (pending,
-	// approved, used; live, expired), so what is read now still explains
-	// the refusal.
+	// approved or denied, used; live, expired), so what is read now still
+	// explains the refusal.
 	a, err = scanApproval(s.ops.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, &ApprovalError{ID: id, Reason: ErrApprovalNotFound}
 	case err != nil:
-		return nil, fmt.Errorf("store: approve: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", verb, err)
 	case !a.UsedAt.IsZero():
 		return nil, &ApprovalError{ID: id, Reason: ErrApprovalUsed, Approval: a}
 	case ms(a.ExpiresAt) <= now:
 		return nil, &ApprovalError{ID: id, Reason: ErrApprovalExpired, Approval: a}
+	case a.Denied():
+		return nil, &ApprovalError{ID: id, Reason: ErrApprovalDenied, Approval: a}
 	case a.Approved():
 		return nil, &ApprovalError{ID: id, Reason: ErrApprovalApproved, Approval: a}
 	}
 	// Pending and live after all: the clock went back. Say so rather
 	// than guess.
-	return nil, fmt.Errorf("store: approve %s: refused, then found pending; is the clock moving backwards?", id)
+	return nil, fmt.Errorf("store: %s %s: refused, then found pending; is the clock moving backwards?", verb, id)
+}
+
+// Approval returns the approval id as it stands, live or not;
+// ErrNotFound when there is none (unknown, or pruned).
+func (s *Store) Approval(ctx context.Context, id string) (*Approval, error) {
+	a, err := scanApproval(s.ops.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: approval: %w", err)
+	}
+	return a, nil
 }
 
 // ApprovalFor returns, without using it, the approval UseApproval would

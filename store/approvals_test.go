@@ -534,3 +534,63 @@ func TestApprovalInput(t *testing.T) {
 		t.Fatalf("a long input: %d listed, %+v", len(list), err)
 	}
 }
+
+// TestApprovalDeny: a denied approval cannot be approved or used, a retry
+// of the call finds the denial (not a new request) while it lives, and of
+// an approve and a deny racing exactly one wins.
+func TestApprovalDeny(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	s := mustOpen(t, t.TempDir(), c)
+	a, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", []byte(`{"path":"/"}`), 15*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Deny(ctx, a.ID, "ops-oliver", "not the root, please")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Denied() || d.Approved() || d.DeniedBy != "ops-oliver" || d.Note != "not the root, please" || !d.DeniedAt.Equal(c.Now()) {
+		t.Fatalf("denied %+v", d)
+	}
+	if _, err := s.Approve(ctx, a.ID, "ops-other"); !errors.Is(err, ErrApprovalDenied) || !strings.Contains(err.Error(), "denied by ops-oliver") {
+		t.Errorf("approve after deny: %v", err)
+	}
+	if _, err := s.Deny(ctx, a.ID, "ops-other", ""); !errors.Is(err, ErrApprovalDenied) {
+		t.Errorf("second deny: %v", err)
+	}
+	if _, err := s.UseApproval(ctx, "alice", "mcp:fs:delete", "hash1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("use of a denied approval: %v, want ErrNotFound", err)
+	}
+	again, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", nil, 15*time.Minute)
+	if err != nil || again.ID != a.ID || !again.Denied() {
+		t.Errorf("request while denied: %+v, %v; want the denial %s", again, err, a.ID)
+	}
+	if got, err := s.Approval(ctx, a.ID); err != nil || !got.Denied() {
+		t.Errorf("Approval(%s): %+v, %v", a.ID, got, err)
+	}
+	if _, err := s.Approval(ctx, "apr_00000000000000000000000000000000"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Approval of an unknown id: %v", err)
+	}
+	// Once the denial expires, the same call asks anew.
+	c.Advance(16 * time.Minute)
+	next, err := s.RequestApproval(ctx, "alice", "mcp:fs:delete", "hash1", nil, 15*time.Minute)
+	if err != nil || next.ID == a.ID || next.Denied() {
+		t.Errorf("request after the denial expired: %+v, %v; want a new pending approval", next, err)
+	}
+
+	// Approve and deny racing: one wins, the other is told why.
+	for i := range 20 {
+		p, err := s.RequestApproval(ctx, "bob", "mcp:fs:delete", fmt.Sprint("race", i), nil, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		go func() { _, err := s.ApproveNote(ctx, p.ID, "ops-a", "ok"); errs <- err }()
+		go func() { _, err := s.Deny(ctx, p.ID, "ops-b", "no"); errs <- err }()
+		e1, e2 := <-errs, <-errs
+		if (e1 == nil) == (e2 == nil) {
+			t.Fatalf("race %d: approve/deny errors %v, %v; want exactly one to win", i, e1, e2)
+		}
+	}
+}

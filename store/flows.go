@@ -6,20 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capgate/capgate/router/state"
 )
 
-// Flow is an auth flow under way: begun by Sub for CapabilityID, to be
-// completed once, by the same Sub, before ExpiresAt. State is the caller's
-// (a PKCE verifier, a redirect target ...).
-type Flow struct {
-	ID           string // "caf_" + 32 hex: 128 random bits
-	Sub          string
-	CapabilityID string
-	AccountHint  string
-	State        []byte
-	CreatedAt    time.Time
-	ExpiresAt    time.Time
-}
+// Flow is an auth flow under way (router/state).
+type Flow = state.Flow
 
 // BeginFlow starts an auth flow for sub, valid for FlowTTL.
 func (s *Store) BeginFlow(ctx context.Context, sub, capabilityID, accountHint string, state []byte) (*Flow, error) {

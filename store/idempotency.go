@@ -6,22 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capgate/capgate/router/state"
 )
 
-// IdempotencyRecord is the outcome of a call made with an idempotency key:
-// a retry with the same key and input gets Result again; with another input
-// it is refused. While the call that claimed the key runs, InProgress is
-// true and Result nil; Dead says its holder stopped renewing its lease
-// (LeaseUntil passed), so whether the call ran is unknown.
-type IdempotencyRecord struct {
-	InputHash  string
-	Result     []byte
-	InProgress bool
-	Dead       bool
-	LeaseUntil time.Time
-	CreatedAt  time.Time
-	ExpiresAt  time.Time
-}
+// IdempotencyRecord is the outcome of a call made with an idempotency key
+// (router/state).
+type IdempotencyRecord = state.IdempotencyRecord
 
 // Idempotency returns the live, completed record of (sub, toolID, key), or
 // ErrNotFound when there is none, it has expired or its call still runs.

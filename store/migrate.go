@@ -96,6 +96,14 @@ var opsMigrations = []migration{
 		// runs (ClaimIdempotency): past lease_until, its holder is dead.
 		`ALTER TABLE idempotency ADD COLUMN lease_until INTEGER`,
 	}},
+	{6, []string{
+		// An operator may deny a pending approval (the console): the
+		// caller's next try, or its held call, fails with approval_denied.
+		// note is the operator's optional word to the caller.
+		`ALTER TABLE approvals ADD COLUMN denied_at INTEGER`,
+		`ALTER TABLE approvals ADD COLUMN denied_by TEXT`,
+		`ALTER TABLE approvals ADD COLUMN note TEXT`,
+	}},
 }
 
 // vaultMigrations build vault.db.

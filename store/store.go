@@ -38,17 +38,18 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/capgate/capgate/router/state"
 )
 
 // Errors the callers match with errors.Is.
 var (
 	// ErrNotFound: no such credential, idempotency record (or an expired
-	// one) or usable approval.
-	ErrNotFound = errors.New("store: not found")
+	// one) or usable approval (router/state's, which the router matches).
+	ErrNotFound = state.ErrNotFound
 	// ErrFlowInvalid: TakeFlow of a flow that is unknown, expired, already
-	// taken or began by another subject. The four are not told apart, so a
-	// caller learns nothing about other subjects' flows.
-	ErrFlowInvalid = errors.New("store: auth flow unknown, expired, used or not yours")
+	// taken or began by another subject (router/state's).
+	ErrFlowInvalid = state.ErrFlowInvalid
 	// ErrExists: PutIdempotency found a live record under the key; the
 	// first writer's record stands.
 	ErrExists = errors.New("store: a live record already exists")

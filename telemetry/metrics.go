@@ -24,6 +24,7 @@ const (
 	MetricSourcesAvailable  = "capgate_sources_available"
 	MetricSources           = "capgate_sources"
 	MetricCallsInFlight     = "capgate_calls_in_flight"
+	MetricSessions          = "capgate_mcp_sessions"
 )
 
 // durationBuckets are the semantic conventions' advice for
@@ -45,6 +46,8 @@ type MetricsOptions struct {
 	// Sources says how many tool sources listed their tools at the last
 	// refresh, and how many there are. nil: the gauges are not exported.
 	Sources func() (available, total int)
+	// Sessions says how many MCP sessions are held. nil: not exported.
+	Sessions func() int
 }
 
 // NewMetrics makes the metrics and their registry.
@@ -82,6 +85,11 @@ func NewMetrics(o MetricsOptions) *Metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricSources,
 				Help: "Tool sources configured."},
 				func() float64 { _, n := o.Sources(); return float64(n) }))
+	}
+	if o.Sessions != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricSessions,
+			Help: "MCP sessions (protocol 2025-11-25) held: bounded by [server] max_sessions, idle ones forgotten."},
+			func() float64 { return float64(o.Sessions()) }))
 	}
 	return m
 }

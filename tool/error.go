@@ -24,6 +24,7 @@ const (
 	CodePermissionDenied   Code = "permission_denied"
 	CodeAcknowledgeNeeded  Code = "acknowledge_required"
 	CodeApprovalRequired   Code = "approval_required"
+	CodeApprovalDenied     Code = "approval_denied"
 	CodeTokenInvalid       Code = "token_invalid"
 	CodeRateLimited        Code = "rate_limited"
 	// CodeInternal is what any error that is not an *Error reads as: a bug

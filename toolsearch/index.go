@@ -77,7 +77,7 @@ type Index struct {
 	tools []*tool.Descriptor // rowid-1 → tool
 	opts  Options
 	db    *sql.DB
-	rank  string // the ranking query
+	rank  *sql.Stmt // the ranking query
 	// present holds the synonyms some tool uses: a synonym widens a query
 	// only with a word of the catalog.
 	present map[string]bool
@@ -164,8 +164,10 @@ func (ix *Index) load() error {
 		}
 	}
 	o := ix.opts
-	ix.rank = fmt.Sprintf(`SELECT rowid, bm25(tools, %g, %g, %g, %g) FROM tools WHERE tools MATCH ?`,
-		o.Name, o.Description, o.Params, o.Source)
+	bm25 := fmt.Sprintf(`bm25(tools, %g, %g, %g, %g)`, o.Name, o.Description, o.Params, o.Source)
+	if ix.rank, err = ix.db.Prepare(`SELECT rowid, ` + bm25 + ` FROM tools WHERE tools MATCH ? ORDER BY ` + bm25 + ` LIMIT ?`); err != nil {
+		return fmt.Errorf("tool search: preparing the ranking: %w", err)
+	}
 	return nil
 }
 
@@ -194,18 +196,45 @@ func (ix *Index) Search(query string, limit int, allow func(*tool.Descriptor) bo
 	if ix.closed {
 		return nil, ErrClosed
 	}
+	// Each word's best tools first; all of them only when the caller's
+	// filter left fewer than limit of those.
+	ranked, cut, err := ix.rankAll(concepts, depth)
+	if err != nil {
+		return nil, err
+	}
+	out := ix.pick(ranked, limit, allow)
+	if len(out) < limit && cut {
+		if ranked, _, err = ix.rankAll(concepts, -1); err != nil {
+			return nil, err
+		}
+		out = ix.pick(ranked, limit, allow)
+	}
+	return out, nil
+}
+
+// depth is how many of each word's best tools are scored first: a tool
+// outside every word's first depth is very unlikely to make the answer.
+const depth = 100
+
+// rankAll scores the concepts' tools, each concept's best depth of them
+// (-1: all), and returns them best first; cut says some concept had more.
+func (ix *Index) rankAll(concepts []concept, depth int) (ranked []int, cut bool, err error) {
 	total := make(map[int]float64)
 	matched := make(map[int]int) // how many of the query's words a tool matched
 	best := make(map[int]float64)
 	for _, c := range concepts {
 		clear(best)
-		if err := ix.score(c.word, 1, best); err != nil {
-			return nil, err
+		n, err := ix.score(c.word, 1, depth, best)
+		if err != nil {
+			return nil, false, err
 		}
+		cut = cut || (depth > 0 && n == depth)
 		if c.synonyms != "" {
-			if err := ix.score(c.synonyms, ix.opts.SynonymWeight, best); err != nil {
-				return nil, err
+			n, err := ix.score(c.synonyms, ix.opts.SynonymWeight, depth, best)
+			if err != nil {
+				return nil, false, err
 			}
+			cut = cut || (depth > 0 && n == depth)
 		}
 		for id, s := range best {
 			total[id] += s
@@ -219,12 +248,17 @@ func (ix *Index) Search(query string, limit int, allow func(*tool.Descriptor) bo
 			total[id] *= math.Pow(float64(matched[id])/float64(len(concepts)), ix.opts.Coord)
 		}
 	}
-	ranked := make([]int, 0, len(total))
+	ranked = make([]int, 0, len(total))
 	for id := range total {
 		ranked = append(ranked, id)
 	}
 	// Best first; ties in catalog order, so that every replica answers alike.
 	slices.SortFunc(ranked, func(a, b int) int { return cmp.Or(cmp.Compare(total[b], total[a]), cmp.Compare(a, b)) })
+	return ranked, cut, nil
+}
+
+// pick is the first limit of ranked that allow accepts.
+func (ix *Index) pick(ranked []int, limit int, allow func(*tool.Descriptor) bool) []*tool.Descriptor {
 	var out []*tool.Descriptor
 	for _, id := range ranked {
 		d := ix.tools[id-1]
@@ -235,32 +269,34 @@ func (ix *Index) Search(query string, limit int, allow func(*tool.Descriptor) bo
 			break
 		}
 	}
-	return out, nil
+	return out
 }
 
-// score runs one FTS5 query and keeps, per tool, the higher of best's
+// score runs one FTS5 query for the best depth tools (-1: all) and
+// keeps, per tool, the higher of best's
 // score and this one's times weight. FTS5's bm25 is negative, lower
 // better: its score is its negation.
-func (ix *Index) score(match string, weight float64, best map[int]float64) error {
-	rows, err := ix.db.Query(ix.rank, match)
+func (ix *Index) score(match string, weight float64, depth int, best map[int]float64) (n int, err error) {
+	rows, err := ix.rank.Query(match, depth)
 	if err != nil {
-		return fmt.Errorf("tool search: %w", err)
+		return 0, fmt.Errorf("tool search: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id int
 		var bm float64
 		if err := rows.Scan(&id, &bm); err != nil {
-			return fmt.Errorf("tool search: %w", err)
+			return n, fmt.Errorf("tool search: %w", err)
 		}
+		n++
 		if s := -bm * weight; s > best[id] {
 			best[id] = s
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("tool search: %w", err)
+		return n, fmt.Errorf("tool search: %w", err)
 	}
-	return nil
+	return n, nil
 }
 
 // Close frees the index, once the searches in flight are done.
@@ -271,6 +307,7 @@ func (ix *Index) Close() error {
 		return nil
 	}
 	ix.closed = true
+	_ = ix.rank.Close()
 	return ix.db.Close()
 }
 

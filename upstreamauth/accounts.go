@@ -184,3 +184,52 @@ func (b *Broker) userTokenHeader(ctx context.Context, sub string, srv *Server, s
 	}
 	return h, nil
 }
+
+// Linked is one subject's account on one server, for an operator's list.
+type Linked struct {
+	Sub string
+	Account
+}
+
+// AllLinked lists every subject's linked account on every server, up to
+// limit per server, the most recently linked first: the operator's view
+// (the console's accounts page). Token exchange holds nothing to list.
+func (b *Broker) AllLinked(ctx context.Context, limit int) ([]Linked, error) {
+	names := make([]string, 0, len(b.servers))
+	for n := range b.servers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []Linked
+	for _, n := range names {
+		srv := b.servers[n]
+		var capID, ref string
+		switch srv.Mode {
+		case ModeTokenExchange:
+			continue
+		case ModeUserToken:
+			capID, ref = userTokenKey(srv)
+		default:
+			up, err := b.upstreamOf(ctx, srv)
+			if err != nil {
+				// Not discovered yet: nobody can have linked it.
+				continue
+			}
+			capID, ref = tokenKey(up)
+		}
+		subs, err := b.opts.Store.CredentialSubjects(ctx, capID, ref, limit)
+		if err != nil {
+			return nil, storeError(srv, err)
+		}
+		for _, sub := range subs {
+			a, err := b.Status(ctx, sub, n)
+			if err != nil {
+				return nil, err
+			}
+			if a.Linked {
+				out = append(out, Linked{Sub: sub, Account: a})
+			}
+		}
+	}
+	return out, nil
+}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/tool"
 	"github.com/capgate/capgate/upstreamauth"
@@ -170,7 +170,7 @@ type accountsView struct {
 
 // openAccounts opens the store and broker when cfg has a server with
 // auth, and sets its hooks on bo; nil when none has.
-func openAccounts(ctx context.Context, cfg *config.Config, bo *registry.BuildOptions) (*accountsView, error) {
+func openAccounts(ctx context.Context, cfg *config.Config, bo *sources.BuildOptions) (*accountsView, error) {
 	var names []string
 	for name, sc := range cfg.MCP.Servers {
 		if sc.Auth != "" && sc.Auth != "none" {

@@ -121,6 +121,9 @@ func (o *oauthServe) invoke(t *testing.T, sub, note string) (who, code, authURL 
 		t.Fatalf("/rpc answered %s", raw)
 	}
 	if resp.Error != nil {
+		if resp.Error.Data.Code != "capability_auth_required" {
+			t.Logf("/rpc as %s: %s", sub, raw)
+		}
 		return "", resp.Error.Data.Code, resp.Error.Data.AuthURL
 	}
 	if resp.Result.Structured.Note != note {
@@ -283,6 +286,26 @@ func TestUpstreamOAuthLinkAndCall(t *testing.T) {
 		t.Errorf("upstream sessions used with two users' tokens: %v", mixed)
 	}
 
+	// The upstream refuses alice's held token (401): capgate refreshes it
+	// once and the call goes through; when the refreshed one is refused
+	// too, alice is asked to sign in again.
+	o.up.Invalidate(o.heldToken(t, "alice"))
+	if who, code, _ := o.invoke(t, "alice", "after-401"); who != "alice-upstream" {
+		t.Fatalf("alice after a 401: %q %q", who, code)
+	}
+	o.up.Refuse("alice-upstream", true)
+	if _, code, authURL := o.invoke(t, "alice", "refused"); code != "capability_auth_required" || !linkRe.MatchString(authURL) {
+		t.Fatalf("alice refused after the refresh: %q %q", code, authURL)
+	}
+	o.up.Refuse("alice-upstream", false)
+	link = linkRe.FindString(o.cli(t, "accounts", "link", "tracker", "--sub", "alice"))
+	if status, _ := o.as.Visit(t, "alice-upstream", link); status != 200 {
+		t.Fatalf("alice linking again: %d", status)
+	}
+	if who, code, _ := o.invoke(t, "alice", "relinked"); who != "alice-upstream" {
+		t.Fatalf("alice after linking again: %q %q", who, code)
+	}
+
 	// What a held grant looks like in the store, for the leak check.
 	secrets := o.up.Tokens()
 	secrets = append(secrets, o.storedSecrets(t, "alice", "bob", "carol")...)
@@ -328,6 +351,25 @@ func (o *oauthServe) invokeQuiet(t *testing.T, sub string) (string, string, stri
 func (o *oauthServe) invokeQuietNote(t *testing.T, sub string) (string, string) {
 	who, code, _ := o.invoke(t, sub, "after")
 	return who, code
+}
+
+// heldToken is the access token the store holds for sub.
+func (o *oauthServe) heldToken(t *testing.T, sub string) string {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(o.Dir, "data"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	raw, err := st.Credential(context.Background(), sub, "oauth "+o.as.Issuer, o.up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		AccessToken string `json:"access_token"`
+	}
+	json.Unmarshal(raw, &g)
+	return g.AccessToken
 }
 
 // storedSecrets reads the tokens the store holds for subs and the PKCE

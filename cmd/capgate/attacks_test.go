@@ -23,6 +23,7 @@ import (
 
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
 )
 
 // send sends req and returns the status and body.
@@ -341,5 +342,33 @@ func TestAuditTruncationDetected(t *testing.T) {
 	cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+s.Secret)
 	if out, err := cmd.CombinedOutput(); ctx.Err() != nil || err == nil || !strings.Contains(string(out), "has no MAC") {
 		t.Errorf("serve on the cut log: %v %s, want it refused naming the head", err, out)
+	}
+}
+
+// TestSessionsBounded: 300 initialize calls against a real serve with
+// max_sessions = 50 leave at most 50 sessions held (capgate_mcp_sessions),
+// and once they are idle past session_idle_timeout none is held.
+func TestSessionsBounded(t *testing.T) {
+	metricsAddr := testkit.FreeAddr(t)
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf("metrics_listen = %q\nsession_idle_timeout = \"1s\"\nmax_sessions = 50\n", metricsAddr)})
+	tok := cg.Token(t, token.Claims{Sub: "alice"})
+	held := func() float64 {
+		return series(scrape(t, "http://"+metricsAddr+"/metrics"), "capgate_mcp_sessions", nil).GetGauge().GetValue()
+	}
+	for i := range 300 {
+		testkit.OpenSession(t, cg.URL, tok, "{}")
+		if i == 40 && held() != 41 {
+			t.Fatalf("after 41 initialize calls %v sessions are held, want 41 (the gauge proves nothing)", held())
+		}
+	}
+	if n := held(); n > 50 {
+		t.Errorf("after 300 initialize calls %v sessions are held, want 50 at most", n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for held() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v sessions still held 30 s after they went idle (session_idle_timeout 1s)", held())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

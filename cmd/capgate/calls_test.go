@@ -28,7 +28,9 @@ func callsPack(t *testing.T) (config, log string) {
 	t.Helper()
 	root := t.TempDir() // extensions.paths holds packs, one per directory
 	dir := filepath.Join(root, "calls")
-	log = filepath.Join(root, "calls.log")
+	// Apart from the pack: no tool creates files beside its own pack,
+	// which the sandbox carves out of its writes.
+	log = filepath.Join(t.TempDir(), "calls.log")
 	script := `#!/bin/sh
 input=$(cat)
 printf '%s\n' "$input" >> ` + shellQuote(log) + `

@@ -114,7 +114,8 @@ func onceRuns(t *testing.T, log string) map[string]*onceRun {
 func oncePack(t *testing.T) (config, log string) {
 	t.Helper()
 	root := t.TempDir()
-	log = filepath.Join(root, "runs.log")
+	// Apart from the pack, which the sandbox keeps read-only to its tools.
+	log = filepath.Join(t.TempDir(), "runs.log")
 	script := `#!/bin/sh
 input=$(cat)
 echo "$$ start $input" >> ` + shellQuote(log) + `
@@ -245,12 +246,14 @@ wait = "2s"
 		}
 		killed := time.Now()
 		kill(victim)
-		// That the tool dies with its replica is issue 30 item 1, the
-		// sandbox launcher's parent-death signal: measured here, while the
-		// retries go on.
+		// The tool dies with its replica (the sandbox launcher's
+		// parent-death signal), watched while the retries go on.
 		goneAfter := make(chan time.Duration, 1)
 		go func() {
-			testkit.Poll(10*time.Second, func() bool { return processGone(pid) })
+			if !testkit.Poll(10*time.Second, func() bool { return processGone(pid) }) {
+				goneAfter <- -1
+				return
+			}
 			goneAfter <- time.Since(killed)
 		}()
 		a := <-first
@@ -287,7 +290,11 @@ wait = "2s"
 			}
 		}
 		t.Logf("retries over 8 s: %v; slowest answer %v", answers, worst.Round(time.Millisecond))
-		t.Logf("tool process %d gone %v after its replica r%d was killed", pid, (<-goneAfter).Round(time.Millisecond), victim+1)
+		if after := <-goneAfter; after < 0 {
+			t.Errorf("the tool's process %d outlived its killed replica r%d by 10 s", pid, victim+1)
+		} else {
+			t.Logf("tool process %d gone %v after its replica r%d was killed", pid, after.Round(time.Millisecond), victim+1)
+		}
 		if last.Reason != "idempotency_outcome_unknown" {
 			t.Errorf("8 s after the kill (1 s lease), a retry says %+v, want outcome unknown", last)
 		}
@@ -295,7 +302,9 @@ wait = "2s"
 		if len(r.pids) != 1 {
 			t.Errorf("the killed call's key started %d times (pids %v), want once", len(r.pids), r.pids)
 		}
-		t.Logf("the killed call's tool finished %d times (0 once it dies with its replica)", r.done)
+		if r.done != 0 {
+			t.Errorf("the killed call's 4-second tool finished %d times: it outlived its replica", r.done)
+		}
 		// A new key runs, on the replica left.
 		if a := keyedCall(client, lb.addr, tok, "ext:once:slow", `{"n":"slow-2"}`, "slow-2"); a.Code != "" || a.Output == "" {
 			t.Errorf("a new key after the kill: %+v", a)

@@ -8,11 +8,20 @@ import (
 	"io"
 	"os"
 
+	"github.com/capgate/capgate/app"
+	"github.com/capgate/capgate/internal/proc"
 	"github.com/spf13/cobra"
 )
 
 func main() {
 	trampoline()
+	// No process of capgate's user may read its memory or its
+	// /proc/<pid>/environ; its secrets may come from files instead.
+	_ = proc.HardenSelf()
+	if err := app.SecretFiles(app.SecretNames, os.LookupEnv, os.Setenv, os.Unsetenv); err != nil {
+		fmt.Fprintln(os.Stderr, "capgate:", err)
+		os.Exit(exitUsage)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -78,6 +87,6 @@ caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
 	root.SetVersionTemplate(versionLine())
 	root.AddCommand(newVersionCmd(), newConfigCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd(), newTokenCmd(),
 		newServeCmd(), newConnectCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd(), newAuditCmd(), newBenchCmd(), newSkillCmd(),
-		newVerifyCmd(), newReloadCmd(), newAccountsCmd())
+		newVerifyCmd(), newReloadCmd(), newConsoleCmd(), newAccountsCmd())
 	return root
 }

@@ -173,7 +173,9 @@ func replicaPack(t *testing.T) (config, log string) {
 	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, "rep")
-	log = filepath.Join(root, "runs.log")
+	// Apart from the pack: no tool creates files beside its own pack,
+	// which the sandbox carves out of its writes.
+	log = filepath.Join(t.TempDir(), "runs.log")
 	script := `#!/bin/sh
 input=$(cat)
 if [ "$1" = ping ]; then echo '{"ok": true}'; exit 0; fi

@@ -127,14 +127,25 @@ capabilities = { subprocess = "none" }
 		t.Errorf("the loosening override was not reported:\n%s", logs)
 	}
 
-	// A stdio MCP server declaring filesystem none cannot read capgate's
-	// token key; the same server undeclared can.
-	read := `{"try":"read=` + keyFile + `"}`
-	if out := invoke("mcp:sealed:attempt", "--input-json", read); !strings.Contains(out, "denied") || strings.Contains(out, strings.TrimSpace(string(key))) {
-		t.Errorf("filesystem none read the token key:\n%s", out)
+	// A stdio MCP server declaring filesystem none cannot read a file
+	// beside its pack, nor capgate's token key; the same server
+	// undeclared reads the file, and the baseline keeps the key from it.
+	notes := filepath.Join(filepath.Dir(pack), "notes.txt")
+	writeFile(t, notes, "beside-the-pack")
+	if err := os.Chmod(notes, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if out := invoke("mcp:open:attempt", "--input-json", read); !strings.Contains(out, "ok "+strings.TrimSpace(string(key))) {
-		t.Errorf("the undeclared server could not read the key (the test proves nothing):\n%s", out)
+	for _, p := range []string{notes, keyFile} {
+		read := `{"try":"read=` + p + `"}`
+		if out := invoke("mcp:sealed:attempt", "--input-json", read); !strings.Contains(out, "denied") || strings.Contains(out, strings.TrimSpace(string(key))) {
+			t.Errorf("filesystem none read %s:\n%s", p, out)
+		}
+	}
+	if out := invoke("mcp:open:attempt", "--input-json", `{"try":"read=`+notes+`"}`); !strings.Contains(out, "ok beside-the-pack") {
+		t.Errorf("the undeclared server could not read a file beside the pack (the test proves nothing):\n%s", out)
+	}
+	if out := invoke("mcp:open:attempt", "--input-json", `{"try":"read=`+keyFile+`"}`); !strings.Contains(out, "denied") || strings.Contains(out, strings.TrimSpace(string(key))) {
+		t.Errorf("the undeclared server read capgate's key:\n%s", out)
 	}
 
 	// A bridge provider declaring subprocess none cannot spawn /bin/true

@@ -284,3 +284,89 @@ hidden = true
 		t.Errorf("%d allowed call_tool records of slack__slack_post_message; want 2 (http, stdio)", via)
 	}
 }
+
+// TestToolSearchSavings measures what search mode saves a client with
+// the whole corpus behind one capgate (300 tools of 22 servers): the
+// bytes of tools/list in list mode, against search mode's tools/list plus
+// an average search_tools answer (the corpus's queries, default limit),
+// through a real capgate serve over HTTP. Target: at least 85% less.
+func TestToolSearchSavings(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "toolsearch", "testdata", "corpus", "*.json"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("corpus: %v %d", err, len(files))
+	}
+	var names, grants []string
+	for _, f := range files {
+		n := strings.TrimSuffix(filepath.Base(f), ".json")
+		names = append(names, n)
+		grants = append(grants, fmt.Sprintf("%q", "rye.execute.tool.mcp."+n+".*"))
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "toolsearch", "testdata", "queries.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queries []struct{ Query string }
+	if err := json.Unmarshal(b, &queries); err != nil {
+		t.Fatal(err)
+	}
+	servers := corpusServers(t, names...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	size := func(v any) int {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b)
+	}
+	measure := func(mode string) (list, tools int, answers []int) {
+		cfg := fmt.Sprintf("[discovery]\nmode = %q\n\n[policy.subjects.all]\ngrants = [%s]\n\n%s", mode, strings.Join(grants, ", "), servers)
+		cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "search-savings-secret-7a6b5c", Config: cfg})
+		defer cg.Stop(t)
+		tok := cg.Token(t, token.Claims{Sub: "all", ChatType: "private"})
+		tr, err := transport.NewStreamableHTTP(cg.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := client.NewClient(tr)
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		init := mcp.InitializeRequest{}
+		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+		if _, err := c.Initialize(ctx, init); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode == "search" {
+			for _, q := range queries {
+				r, text := callText(ctx, t, c, "search_tools", map[string]any{"query": q.Query})
+				if r.IsError {
+					t.Fatalf("search_tools %q: %s", q.Query, text)
+				}
+				answers = append(answers, size(r))
+			}
+		}
+		return size(res), len(res.Tools), answers
+	}
+	listBytes, listed, _ := measure("list")
+	searchBytes, searchListed, answers := measure("search")
+	if listed < 300 || searchListed != 2 {
+		t.Fatalf("list mode listed %d tools, search mode %d", listed, searchListed)
+	}
+	sum := 0
+	for _, a := range answers {
+		sum += a
+	}
+	avg := sum / len(answers)
+	saved := 1 - float64(searchBytes+avg)/float64(listBytes)
+	t.Logf("tools/list, list mode: %d tools, %d bytes; search mode: %d bytes + an average search_tools answer of %d bytes (%d queries) = %d bytes: %.1f%% less",
+		listed, listBytes, searchBytes, avg, len(answers), searchBytes+avg, 100*saved)
+	if saved < 0.85 {
+		t.Errorf("search mode saves %.1f%%; the target is 85%%", 100*saved)
+	}
+}

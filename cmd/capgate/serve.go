@@ -15,6 +15,7 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/sandbox"
 )
 
 func newServeCmd() *cobra.Command {
@@ -71,6 +72,9 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				return usageError("--log-format %q: use text or json", logFormat)
 			}
 			logger := slog.New(handler)
+			if m := sandbox.BaselineMissing(); m != "" {
+				logger.Warn("sandbox baseline not enforced on this kernel", "missing", m)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// An HTTP serve holds its data dir (pid file, socket) alone. A
@@ -99,6 +103,12 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				}
 				return nil
 			}
+			consoleAddr := ""
+			if srv.Console != nil {
+				if consoleAddr, err = srv.ServeConsole(ctx); err != nil {
+					return &exitError{code: exitDenied, err: err}
+				}
+			}
 			err = srv.Serve(ctx, func(addr, socket string) {
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", version(), len(srv.Server.Registry().Snapshot().Tools), cfg.Path)
@@ -109,6 +119,9 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				}
 				if m := srv.MetricsAddr(); m != "" {
 					fmt.Fprintf(out, "  metrics         http://%s/metrics\n", m)
+				}
+				if consoleAddr != "" {
+					fmt.Fprintf(out, "  console         http://%s/ (sign in: %s console login --config %s)\n", consoleAddr, selfCommand(), configPath)
 				}
 				fmt.Fprintf(out, "  token key       %s\n", srv.SecretSource)
 				if srv.HS256 {

@@ -15,6 +15,7 @@ import (
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -45,7 +46,7 @@ merged catalog.`,
 		if accounts, err = openAccounts(cmd.Context(), cfg, &bo); err != nil {
 			return nil, nil, err
 		}
-		r, err := registry.Build(context.Background(), bo)
+		r, err := sources.Build(context.Background(), bo)
 		if err != nil {
 			return nil, nil, usageError("%v", err)
 		}

@@ -16,7 +16,9 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/sandbox"
+	"github.com/capgate/capgate/sources"
+	"github.com/capgate/capgate/tool"
 )
 
 func newVerifyCmd() *cobra.Command {
@@ -31,7 +33,9 @@ operator should not ship:
 
   - every problem capgate config check reports;
   - allow_unsafe_execution in [capability_overrides] (unless --allow-unsafe);
-  - a tool whose guarantees this kernel cannot enforce;
+  - a tool whose guarantees this kernel cannot enforce, a kernel that cannot
+    enforce the baseline every tool gets, and a tool that declares nothing;
+  - a source that does not answer (an upstream MCP server down);
   - the development token key: HS256 accepted and the key's variable
     (auth.secret_env) unset here, so serve would use <data_dir>/token.secret;
   - anonymous access ([auth.anonymous]);
@@ -128,19 +132,41 @@ func permissionProblems(cfg *config.Config) []string {
 	return out
 }
 
+// declareWhere says where d's capabilities are declared.
+func declareWhere(d *tool.Descriptor) string {
+	switch d.Kind {
+	case tool.KindExt:
+		return fmt.Sprintf("commands.%s.capabilities in pack %s's extension.yaml", d.Name, d.Source)
+	case tool.KindBridge:
+		return fmt.Sprintf("capabilities in the [capabilities.providers] table of namespace %s", d.Source)
+	}
+	return fmt.Sprintf("[mcp.servers.%s] capabilities", d.Source)
+}
+
 // toolProblems starts the sources and reports each tool a lock does not
 // pin under require_lock, and each whose guarantees are not enforced here
 // (unless the operator allows it to run unsafe and allowUnsafe).
 func toolProblems(log io.Writer, cfg *config.Config, allowUnsafe bool) []string {
 	bo := app.RegistryOptions(cfg)
 	bo.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	r, err := registry.Build(context.Background(), bo)
+	r, err := sources.Build(context.Background(), bo)
 	if err != nil {
 		return []string{fmt.Sprintf("%s: the sources: %v", cfg.Path, err)}
 	}
 	defer r.Close()
 	var out []string
+	if m := sandbox.BaselineMissing(); m != "" {
+		out = append(out, fmt.Sprintf("%s: sandbox: the baseline of every tool is not enforced on this kernel: %s", cfg.Path, m))
+	}
+	failures := r.Failures()
+	for _, key := range slices.Sorted(maps.Keys(failures)) {
+		out = append(out, fmt.Sprintf("%s: %s: the source is down: %v", cfg.Path, key, failures[key]))
+	}
 	for _, d := range r.Snapshot().Tools {
+		if g := d.Guarantees; g != nil && len(g.Keys) == 0 && !g.Pure {
+			out = append(out, fmt.Sprintf("%s: %s: declares nothing it cannot do, so it runs with the baseline alone: declare %s",
+				cfg.Path, d.ID, declareWhere(d)))
+		}
 		if d.Quarantined != "" {
 			out = append(out, fmt.Sprintf("%s: policy.require_lock: %s is quarantined: %s", cfg.Path, d.ID, d.Quarantined))
 		}

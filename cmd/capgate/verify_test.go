@@ -119,5 +119,13 @@ func TestVerifyProd(t *testing.T) {
 	}, want: []string{"the config is writable by others (mode 0666)"}})
 	run("guarantees unenforceable here", setup{env: secret, wrap: testkit.Build(t, testkit.NoLandlock),
 		want: []string{"ext:probe:p: guarantees not enforceable on this kernel: no_filesystem_write needs Landlock"}})
+	run("baseline unenforceable here", setup{env: secret, wrap: testkit.Build(t, testkit.NoLandlock),
+		want: []string{"sandbox: the baseline of every tool is not enforced on this kernel"}})
+	run("a tool that declares nothing", setup{env: secret,
+		config: fmt.Sprintf("\n[mcp.servers.open]\ncommand = %q\n", testkit.Build(t, testkit.MCPFixture)),
+		want:   []string{"mcp:open:echo: declares nothing it cannot do", "declare [mcp.servers.open] capabilities"}})
+	run("an upstream down", setup{env: secret,
+		config: fmt.Sprintf("\n[mcp.servers.down]\nurl = \"http://%s/mcp\"\n", testkit.FreeAddr(t)),
+		want:   []string{"mcp:down: the source is down"}})
 	run("a config capgate would refuse", setup{config: "\n[nonsense]\nx = 1\n", env: secret, want: []string{"nonsense"}})
 }

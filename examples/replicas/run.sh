@@ -80,6 +80,13 @@ frontend capgate
     default_backend replicas
 backend replicas
     balance roundrobin
+    # Retry only a connection that failed before the request was sent, on
+    # another replica. Never retry-on empty-response: a replica that died
+    # mid-call may have run the tool, and a resent POST would run it again.
+    # Clients send idempotency keys instead (docs/replicas.md).
+    retries 3
+    retry-on conn-failure
+    option redispatch 1
     option httpchk
     # HTTP/1.1 with a Host: capgate refuses a loopback request naming no host.
     http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host 127.0.0.1

@@ -149,3 +149,20 @@ func ToResult(res *tool.Result) (*mcp.CallToolResult, error) {
 	}
 	return out, nil
 }
+
+// ClientSampling reports whether the client of the request in ctx declared
+// sampling, and sampling with tools: on 2026-07-28 in this request's
+// _meta, before that at initialize.
+func ClientSampling(ctx context.Context) (sampling, tools bool) {
+	var caps *mcp.ClientCapabilities
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		caps = info.ClientCapabilities
+	} else if s, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithClientInfo); ok {
+		c := s.GetClientCapabilities()
+		caps = &c
+	}
+	if caps == nil || caps.Sampling == nil {
+		return false, false
+	}
+	return true, caps.Sampling.Tools != nil
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"slices"
 	"strings"
@@ -88,7 +89,14 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 		cmd.Dir, cmd.Env = spec.Dir, append(slices.Clip(env), spec.Protocol...) // never nil: env is not
 	}
 	defer cleanup()
-	cmd.Stdin = bytes.NewReader(spec.Stdin)
+	// The whole input is in place before the command starts: it never
+	// runs on a part of it, whenever capgate stops.
+	in, err := inputFile(spec.Stdin)
+	if err != nil {
+		return nil, "", &StartError{Err: err}
+	}
+	defer in.Close()
+	cmd.Stdin = in
 	// A command that writes past the cap is killed at once: its answer is
 	// refused anyway, and draining it would keep it running to the timeout.
 	out := &capped{max: spec.MaxOutput, full: func() { _ = KillGroup(cmd.Process) }}
@@ -99,7 +107,10 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 	cmd.Cancel = func() error { return KillGroup(cmd.Process) }
 	cmd.WaitDelay = time.Second
 
-	runErr := cmd.Run()
+	runErr := Start(cmd)
+	if runErr == nil {
+		runErr = cmd.Wait()
+	}
 	if cmd.Process != nil {
 		_ = KillGroup(cmd.Process)
 	}
@@ -122,6 +133,16 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 		return nil, stderr, &StartError{Err: runErr}
 	}
 	return out.buf.Bytes(), stderr, nil
+}
+
+// inputFile holds b whole, read from its start: an anonymous memory file
+// where the kernel has one (handed to the command as its stdin itself),
+// else a pipe fed by a goroutine.
+func inputFile(b []byte) (io.ReadCloser, error) {
+	if f, err := memFile(b); err == nil {
+		return f, nil
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
 // capped keeps up to max bytes; when more comes it calls full once and

@@ -87,6 +87,14 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	}
 	if s.Dir == "" {
 		s.Dir = tb.TempDir()
+		// A root serve runs its tools as nobody ([sandbox] run_as): they
+		// must enter the test's temp dirs (this one's siblings hold its
+		// packs and scripts), which the testing package makes 0700.
+		if c.User == nil && os.Geteuid() == 0 {
+			if err := os.Chmod(filepath.Dir(s.Dir), 0o755); err != nil {
+				tb.Fatal(err)
+			}
+		}
 	}
 	if s.Secret == "" {
 		s.Secret = DefaultSecret

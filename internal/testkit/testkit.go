@@ -39,6 +39,11 @@ func Build(tb testing.TB, pkg string) string {
 		if err != nil {
 			tb.Fatal(err)
 		}
+		// Tools run as another user when capgate is root (run_as):
+		// they must reach the programs built here.
+		if err := os.Chmod(d, 0o755); err != nil {
+			tb.Fatal(err)
+		}
 		workDir = d
 	}
 	out := filepath.Join(workDir, filepath.Base(pkg))

@@ -77,6 +77,11 @@ var (
 	commandRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 )
 
+// CapabilitiesFile is where namel3ss packs declare guarantees.
+const CapabilitiesFile = "capabilities.yaml"
+
+func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
+
 // Pack is one loaded extension pack; it is a tool.Source.
 type Pack struct {
 	Dir      string
@@ -151,6 +156,12 @@ func Load(dir string, opts Options) (*Pack, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
+	}
+	// A namel3ss pack declares its guarantees in capabilities.yaml, which
+	// capgate does not read: refused, never ignored, so that no author
+	// believes guarantees hold that nothing enforces.
+	if other := filepath.Join(dir, CapabilitiesFile); exists(other) {
+		return nil, fmt.Errorf("%s: capgate does not read this file, so its guarantees would not hold: move each command's declaration to commands.NAME.capabilities in %s (filesystem, network, env, subprocess, secrets) and remove it", other, file)
 	}
 	var m Manifest
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -331,7 +342,8 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	conf := p.confine[c.Tool.Name].ObservedBy(c.Denied)
+	var denials sandbox.Denials
+	conf := p.confine[c.Tool.Name].ObservedBy(denials.Observe(c.Denied))
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
 		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf,
@@ -359,7 +371,12 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		e.Hint = "extensions.max_output_bytes in capgate.toml sets the limit"
 		return nil, e
 	case errors.As(err, &exit):
-		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d (its stderr is in capgate's log)", id, exit.Status)
+		e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d (its stderr is in capgate's log)", id, exit.Status)
+		if msg, hint := denials.Explain(conf.Guarantees, id, fmt.Sprintf("commands.%s.capabilities of %s", c.Tool.Name, filepath.Join(p.Dir, ManifestFile))); msg != "" {
+			e.Message += "; " + msg
+			e.Hint = hint
+		}
+		return nil, e
 	default:
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s %v", id, err)
 	}

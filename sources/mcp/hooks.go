@@ -75,7 +75,9 @@ func (s *Source) unauthorized(ctx context.Context, again bool) (context.Context,
 		}
 		return ctx, true, err
 	}
-	return context.WithValue(ctx, headersKey{}, h), true, nil
+	// Over what the request had (Mcp-Method, Mcp-Name): only the
+	// credential changes.
+	return withMoreHeaders(ctx, h), true, nil
 }
 
 // legacyKey prefixes the SessionKey of a session at Protocol kept for

@@ -38,7 +38,7 @@ func startStdio(ctx context.Context, command string, env, args []string, cwd str
 		return nil, fmt.Errorf("stdout pipe: %w", err)
 	}
 	// stderr goes nowhere (the null device), as mcp-go's drain did.
-	if err := cmd.Start(); err != nil {
+	if err := proc.Start(cmd); err != nil {
 		cleanup()
 		return nil, fmt.Errorf("start %s: %w", command, err)
 	}

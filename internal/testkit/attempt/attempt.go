@@ -10,12 +10,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
 // Try makes one attempt, "kind=arg" (write=PATH, writetmp=, read=PATH,
-// tcp=ADDR, udp=ADDR, spawn=PROGRAM, env=NAME, id), and says
-// "ok <detail>" or "denied <error>".
+// tcp=ADDR, udp=ADDR, unix=PATH or @ABSTRACT, vsock=, spawn=PROGRAM,
+// env=NAME, parentenv, caps, id), and says "ok <detail>" or "denied <error>". caps
+// is ok only when the process holds a capability in any set, the
+// bounding set included.
 func Try(a string) string {
 	kind, arg, _ := strings.Cut(a, "=")
 	detail, err := attempt(kind, arg)
@@ -52,6 +55,45 @@ func attempt(kind, arg string) (string, error) {
 		defer c.Close()
 		_, err = c.Write([]byte("hostile"))
 		return "", err
+	case "unix": // connect to a Unix socket: a path, or @name for an abstract one
+		if strings.HasPrefix(arg, "@") {
+			arg = "\x00" + arg[1:]
+		}
+		c, err := net.DialTimeout("unix", arg, 2*time.Second)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		b := make([]byte, 16)
+		n, err := c.Read(b)
+		return string(b[:n]), err
+	case "vsock": // open an AF_VSOCK socket (family 40)
+		fd, err := syscall.Socket(40, syscall.SOCK_STREAM, 0)
+		if err != nil {
+			return "", err
+		}
+		syscall.Close(fd)
+		return "", nil
+	case "parentenv": // the environment of the process that started this one
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", os.Getppid()))
+		return strings.ReplaceAll(string(b), "\x00", " "), err
+	case "caps":
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return "", err
+		}
+		var held []string
+		for _, line := range strings.Split(string(b), "\n") {
+			name, v, ok := strings.Cut(line, ":\t")
+			if ok && strings.HasPrefix(name, "Cap") && strings.Trim(v, "0") != "" {
+				held = append(held, name+"="+v)
+			}
+		}
+		if len(held) == 0 {
+			return "", fmt.Errorf("no capabilities")
+		}
+		return strings.Join(held, " "), nil
 	case "spawn":
 		return "", exec.Command(arg).Run()
 	case "env":

@@ -3,13 +3,15 @@
 // env=NAME, id) and it prints one line per attempt, "<attempt> ok <detail>"
 // or "<attempt> denied <error>", so a test sees what the kernel allowed.
 // With --json first it writes one JSON object instead, attempt → result,
-// as an extension command must.
+// as an extension command must. With --fail first it prints the lines and
+// exits 254 when any attempt was denied, as a tool that gives up would.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/capgate/capgate/internal/testkit/attempt"
 )
@@ -24,7 +26,17 @@ func main() {
 		json.NewEncoder(os.Stdout).Encode(out)
 		return
 	}
+	fail := len(args) > 0 && args[0] == "--fail"
+	if fail {
+		args = args[1:]
+	}
+	denied := false
 	for _, a := range args {
-		fmt.Printf("%s %s\n", a, attempt.Try(a))
+		r := attempt.Try(a)
+		denied = denied || strings.HasPrefix(r, "denied")
+		fmt.Printf("%s %s\n", a, r)
+	}
+	if fail && denied {
+		os.Exit(254)
 	}
 }

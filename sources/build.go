@@ -1,4 +1,8 @@
-package registry
+// Package sources starts the three kinds of tool source (extension packs,
+// bridge providers, upstream MCP servers) a config names and builds the
+// registry over them. It is the one place that knows the kinds: registry
+// and router see only tool.Source.
+package sources
 
 import (
 	"cmp"
@@ -9,6 +13,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/ext"
 	"github.com/capgate/capgate/sources/mcp"
@@ -58,15 +63,15 @@ type MCPServer struct {
 	Prefix string
 	// Default applies to every tool of the server; Tools, by the
 	// upstream's tool name, to one.
-	Default Override
-	Tools   map[string]Override
+	Default registry.Override
+	Tools   map[string]registry.Override
 }
 
 // Build starts the sources bo names (extension packs, bridge providers,
 // upstream MCP servers, connected concurrently) and returns the registry
 // over them. An upstream that cannot be reached at start is not an error:
 // it is retried in the background and its tools appear when it answers.
-func Build(ctx context.Context, bo BuildOptions) (*Registry, error) {
+func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 	if bo.Logger == nil {
 		bo.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -111,10 +116,10 @@ func Build(ctx context.Context, bo BuildOptions) (*Registry, error) {
 		}
 		sources = append(sources, b)
 	}
-	opts := Options{
+	opts := registry.Options{
 		Prefixes:    map[string]string{},
-		Defaults:    map[string]Override{},
-		Overrides:   map[string]Override{},
+		Defaults:    map[string]registry.Override{},
+		Overrides:   map[string]registry.Override{},
 		RequireLock: bo.RequireLock,
 		Logger:      bo.Logger,
 	}
@@ -148,13 +153,13 @@ func Build(ctx context.Context, bo BuildOptions) (*Registry, error) {
 	}
 	wg.Wait()
 	if bo.LockPath != "" {
-		lock, err := ReadLock(bo.LockPath)
+		lock, err := registry.ReadLock(bo.LockPath)
 		if err != nil {
 			return nil, err
 		}
 		opts.Lock = lock
 	}
-	r, err := New(ctx, sources, opts)
+	r, err := registry.New(ctx, sources, opts)
 	if err != nil {
 		for _, u := range upstreams {
 			u.Close()

@@ -1,4 +1,4 @@
-package registry
+package sources
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/mcp"
@@ -22,7 +23,7 @@ const (
 	bridgeFixture = testkit.BridgeFixture
 )
 
-func build(t *testing.T, bo BuildOptions) *Registry {
+func build(t *testing.T, bo BuildOptions) *registry.Registry {
 	t.Helper()
 	r, err := Build(context.Background(), bo)
 	if err != nil {
@@ -32,7 +33,7 @@ func build(t *testing.T, bo BuildOptions) *Registry {
 	return r
 }
 
-func call(t *testing.T, r *Registry, id, input string) (*tool.Result, error) {
+func call(t *testing.T, r *registry.Registry, id, input string) (*tool.Result, error) {
 	t.Helper()
 	return r.Call(context.Background(), id, tool.Call{Input: json.RawMessage(input)})
 }
@@ -41,14 +42,14 @@ func call(t *testing.T, r *Registry, id, input string) (*tool.Result, error) {
 // pack directory, a bridge provider and an upstream MCP server, all real
 // processes, and calls a tool of each.
 func TestThreeSourceKinds(t *testing.T) {
-	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
+	packs, _ := filepath.Abs("ext/testdata/packs")
 	r := build(t, BuildOptions{
 		ExtPaths: []string{packs},
 		Bridges:  []Bridge{{Key: "capabilities.providers.gog", Options: bridge.Options{Namespace: "gog", Command: []string{testkit.Build(t, bridgeFixture)}}}},
 		MCP: []MCPServer{{
 			Key: "mcp.servers.fx", Options: mcp.Options{Name: "fx", Command: testkit.Build(t, mcpFixture)}, Prefix: "fx",
-			Default: Override{Level: risk.Med},
-			Tools: map[string]Override{
+			Default: registry.Override{Level: risk.Med},
+			Tools: map[string]registry.Override{
 				"echo":   {Level: risk.Low, Name: "say"},
 				"mutate": {Hidden: true},
 			},
@@ -88,7 +89,7 @@ func TestUpstreamKilledAndRestarted(t *testing.T) {
 	addr := testkit.FreeAddr(t)
 	start := func() func() { return testkit.ServeMCPFixture(t, "-http", addr) }
 	kill := start()
-	packs, _ := filepath.Abs("../sources/ext/testdata/packs")
+	packs, _ := filepath.Abs("ext/testdata/packs")
 	r := build(t, BuildOptions{ExtPaths: []string{packs}, MCP: []MCPServer{{
 		Options: mcp.Options{Name: "up", URL: "http://" + addr + "/mcp", Timeout: 3 * time.Second}, Prefix: "up",
 	}}})
@@ -141,7 +142,7 @@ func TestServerEverything(t *testing.T) {
 	r := build(t, BuildOptions{MCP: []MCPServer{{
 		Options: mcp.Options{Name: "everything", Command: bin, Args: []string{"stdio"}}, Prefix: "everything",
 	}}})
-	tools := r.Snapshot().List(Filter{Kinds: []tool.Kind{tool.KindMCP}, AvailableOnly: true})
+	tools := r.Snapshot().List(registry.Filter{Kinds: []tool.Kind{tool.KindMCP}, AvailableOnly: true})
 	// 13, plus the three it offers to clients that can answer sampling and
 	// elicitation, as capgate says it can (it relays them to its caller).
 	if len(tools) != 16 {
@@ -164,13 +165,13 @@ func TestServerEverything(t *testing.T) {
 // change echo's description (it sends tools/list_changed): echo becomes
 // quarantined and cannot be called; the rest still can.
 func TestUpstreamChangeIsQuarantined(t *testing.T) {
-	lock := filepath.Join(t.TempDir(), LockFile)
+	lock := filepath.Join(t.TempDir(), registry.LockFile)
 	bo := BuildOptions{MCP: []MCPServer{{Options: mcp.Options{Name: "fx", Command: testkit.Build(t, mcpFixture)}, Prefix: "fx"}}}
 	first, err := Build(context.Background(), bo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteLock(lock, first.Snapshot().Tools); err != nil {
+	if err := registry.WriteLock(lock, first.Snapshot().Tools); err != nil {
 		t.Fatal(err)
 	}
 	first.Close()

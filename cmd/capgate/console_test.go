@@ -1,0 +1,434 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/zitadel/oidc/v3/example/server/exampleop"
+	"github.com/zitadel/oidc/v3/example/server/storage"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
+)
+
+// chromiumPath finds Debian's chromium; without it the browser tests skip,
+// except in CI, where .ci/run installs it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not installed (apt-get install chromium)")
+	}
+	t.Skip("chromium is not installed (apt-get install chromium)")
+	return ""
+}
+
+// browser starts a headless chromium and returns a context for one fresh
+// browser profile (its own cookies); more profiles come from newTab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	var copts []chromedp.ContextOption
+	if os.Getenv("CAPGATE_CDP_DEBUG") != "" {
+		copts = append(copts, chromedp.WithLogf(t.Logf), chromedp.WithErrorf(t.Logf))
+	}
+	bctx, cancel2 := chromedp.NewContext(actx, copts...)
+	t.Cleanup(cancel2)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return bctx
+}
+
+// profile is a new incognito-like browser context: its own cookies.
+func profile(t *testing.T, bctx context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	// The first run opens the tab, and lives as long as its context: no
+	// deadline on this one.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("opening a tab: %v", err)
+	}
+	return ctx
+}
+
+// browse runs browser steps with a deadline.
+func browse(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// read runs one browser action that returns a value, with a deadline.
+func read[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// js evaluates a JavaScript expression in the page.
+func js[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	return read(t, ctx, expr, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+}
+
+type css = chromedp.CSS
+
+// screenshot saves the page as a PNG test artifact: in $CAPGATE_ARTIFACTS
+// (CI keeps them) or the test's temp dir. With CAPGATE_UPDATE_SCREENSHOTS
+// set, the approvals page also replaces docs/console-approvals.png, which
+// the README shows.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png := read(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	dir := os.Getenv("CAPGATE_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "console-"+name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if name == "approvals" && os.Getenv("CAPGATE_UPDATE_SCREENSHOTS") != "" {
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "console-approvals.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// hostile is what an attacker puts into everything the console shows.
+const hostile = `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2"><a href="javascript:window.__pwned=3">click</a>`
+
+// consolePack writes the extension pack "ops": wipe (CRITICAL, its
+// description hostile) echoes a line per run into the returned log.
+func consolePack(t *testing.T) (dir, log string) {
+	t.Helper()
+	root := t.TempDir()
+	dir = filepath.Join(root, "ops")
+	log = filepath.Join(root, "runs.log")
+	script := "#!/bin/sh\ninput=$(cat)\nprintf '%s\\n' \"$input\" >> " + shellQuote(log) + "\necho '{\"wiped\": true}'\n"
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "bin", "run"), script)
+	if err := os.Chmod(filepath.Join(dir, "bin", "run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "extension.yaml"), `id: ops
+name: Ops
+description: Dangerous operations
+commands:
+  wipe:
+    description: 'Wipe a volume `+strings.ReplaceAll(hostile, "'", "''")+`'
+    run: ["./bin/run"]
+    input_schema: {type: object, properties: {volume: {type: string}, url: {type: string}}, required: [volume]}
+    risk: CRITICAL
+`)
+	return root, log
+}
+
+// TestConsoleBrowser drives the operator console of a real `capgate serve`
+// in a real chromium: sign-in by link (single use), every page, a held
+// CRITICAL call that completes after the Approve click and one that fails
+// with approval_denied after Deny, a POST without the CSRF token, a viewer
+// who cannot approve, an anonymous visitor, and hostile payloads in a
+// tool's description, a call's input and a caller's subject that neither
+// run nor link.
+func TestConsoleBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve and chromium")
+	}
+	bctx := browser(t)
+	packs, runs := consolePack(t)
+	consoleAddr := testkit.FreeAddr(t)
+	s := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
+[extensions]
+paths = [%q]
+
+[policy]
+grants = ["rye.execute.tool.ext.ops.*"]
+approval_wait = "30s"
+
+[console]
+listen = %q
+approvers = ["ops-alice"]
+viewers = ["ops-victor"]
+`, packs, consoleAddr)})
+	base := "http://" + consoleAddr
+	if !strings.Contains(s.Banner, "console         "+base+"/") {
+		t.Errorf("banner does not name the console at %s:\n%s", base, s.Banner)
+	}
+	login := func(sub string) string {
+		t.Helper()
+		cmd := exec.Command(s.Bin, "console", "login", "--config", s.ConfigPath, "--sub", sub)
+		cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET="+s.Secret)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("console login --sub %s: %v", sub, err)
+		}
+		link := strings.TrimSpace(string(out))
+		if !strings.HasPrefix(link, base+"/login?t=") {
+			t.Fatalf("console login printed %q", link)
+		}
+		return link
+	}
+
+	// An anonymous visitor is sent to the sign-in page, and may not post.
+	anon := profile(t, bctx)
+	browse(t, anon, "anonymous visit", chromedp.Navigate(base+"/approvals"))
+	loc := read(t, anon, "location", chromedp.Location())
+	text := read(t, anon, "sign-in page", chromedp.Text(css("main")))
+	if !strings.HasSuffix(loc, "/signin") || !strings.Contains(text, "capgate console login") {
+		t.Errorf("anonymous visitor at %s sees %q; want the sign-in page", loc, text)
+	}
+	screenshot(t, anon, "signin")
+	if resp, err := http.PostForm(base+"/approvals/apr_00000000000000000000000000000000/approve", url.Values{"csrf": {"x"}}); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("anonymous POST: %d, want 401", resp.StatusCode)
+	}
+
+	// The approver signs in with a link, which then is spent.
+	alice := profile(t, bctx)
+	link := login("ops-alice")
+	browse(t, alice, "sign in", chromedp.Navigate(link), chromedp.WaitVisible(css(`#queue`)))
+	if loc := read(t, alice, "location", chromedp.Location()); !strings.HasSuffix(loc, "/approvals") {
+		t.Fatalf("after the link: at %s, want /approvals", loc)
+	}
+	again := profile(t, bctx)
+	browse(t, again, "reuse the link", chromedp.Navigate(link))
+	if text := read(t, again, "reused link", chromedp.Text(css("main"))); !strings.Contains(text, "not valid") {
+		t.Errorf("a used link: %q, want it refused", text)
+	}
+
+	// A CRITICAL call is held; it appears in the open page without a reload.
+	hostileSub := `mallory"><script>window.__pwned=4</script>`
+	tok := s.Token(t, token.Claims{Sub: hostileSub, ChatType: "private", ExpiresAt: time.Now().Add(time.Hour)})
+	srv := &served{addr: s.Addr}
+	held := make(chan rpcAnswer, 1)
+	go func() {
+		held <- srv.invokeRaw(t, tok, "ext:ops:wipe", `{"volume":"vol-1","url":"javascript:window.__pwned=5","note":"`+strings.ReplaceAll(hostile, `"`, `\"`)+`"}`, "")
+	}()
+	browse(t, alice, "the held call appears", chromedp.WaitVisible(css(`#queue article.approval`)))
+	text = read(t, alice, "the approval card", chromedp.Text(css(`#queue article.approval`)))
+	if js[bool](t, alice, `window.__pwned !== undefined`) ||
+		js[int](t, alice, `document.querySelectorAll('a[href^="javascript:"], [onerror], script:not([src])').length`) != 0 {
+		t.Errorf("a hostile payload ran or made live elements")
+	}
+	for _, want := range []string{"wipe", "CRITICAL", "unrestricted", hostileSub, "vol-1", "<script>window.__pwned=1</script>", "javascript:window.__pwned=5"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("approval card lacks %q (shown as text):\n%s", want, text)
+		}
+	}
+	screenshot(t, alice, "approvals")
+
+	// A POST without the CSRF token is refused, even with the session cookie.
+	got, err := chromedp.Call(alice, network.GetCookies, network.GetCookiesParams{URLs: []string{base}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cookies := got.Cookies
+	if len(cookies) != 1 || !cookies[0].HTTPOnly || cookies[0].SameSite != network.CookieSameSiteStrict {
+		t.Fatalf("session cookies %+v; want one, HttpOnly, SameSite=Strict", cookies)
+	}
+	id := strings.TrimPrefix(read(t, alice, "approval id", chromedp.AttributeValue(css(`#queue article.approval`), "id")).Value, "apr-")
+	req, _ := http.NewRequest("POST", base+"/approvals/"+id+"/approve", strings.NewReader("note=forged"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(&http.Cookie{Name: cookies[0].Name, Value: cookies[0].Value})
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("POST without the CSRF token: %d, want 403", resp.StatusCode)
+	}
+
+	// A viewer sees the queue, without the buttons, and may not approve,
+	// even with a form carrying the viewer's own CSRF token.
+	victor := profile(t, bctx)
+	browse(t, victor, "viewer signs in", chromedp.Navigate(login("ops-victor")), chromedp.WaitVisible(css(`#queue article.approval`)))
+	if n := js[int](t, victor, `document.querySelectorAll('#queue button').length`); n != 0 {
+		t.Errorf("the viewer sees %d decision buttons", n)
+	}
+	status := js[int](t, victor, fmt.Sprintf(`(async () => {
+		const csrf = document.querySelector('input[name=csrf]').value;
+		const r = await fetch('/approvals/%s/approve', {method: 'POST', body: new URLSearchParams({csrf})});
+		return r.status; })()`, id))
+	if status != http.StatusForbidden {
+		t.Errorf("viewer's approve: %d, want 403", status)
+	}
+
+	// Approve: the held call goes on and the tool runs once.
+	browse(t, alice, "approve", chromedp.SetValue(css(`#note-`+id), "ok, vol-1 only"), chromedp.Click(css(`#queue button.approve`)))
+	select {
+	case a := <-held:
+		if a.Code != "" || !strings.Contains(a.Output, "wiped") {
+			t.Fatalf("held call after approval: %+v", a)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the held call did not complete after the approval")
+	}
+	if b, _ := os.ReadFile(runs); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("runs after one approved call: %q", b)
+	}
+
+	// Deny: the held call fails with approval_denied, naming the note.
+	go func() { held <- srv.invokeRaw(t, tok, "ext:ops:wipe", `{"volume":"vol-2"}`, "") }()
+	pending := `#queue article.approval:not(.approved):not(.denied)`
+	browse(t, alice, "the second call appears", chromedp.WaitVisible(css(pending+` button.deny`)))
+	browse(t, alice, "deny", chromedp.SendKeys(css(pending+` input[name=note]`), "not vol-2"),
+		chromedp.Click(css(pending+` button.deny`)))
+	select {
+	case a := <-held:
+		if a.Code != "approval_denied" || !strings.Contains(a.Message, "not vol-2") {
+			t.Fatalf("held call after the denial: %+v, want approval_denied with the note", a)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the held call did not end after the denial")
+	}
+	if b, _ := os.ReadFile(runs); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("runs after a denied call: %q", b)
+	}
+
+	// The audit page lists the calls and the operator's actions; filters
+	// narrow it; verify says the chain is intact.
+	browse(t, alice, "audit", chromedp.Navigate(base+"/audit?type=operator_action"))
+	text = read(t, alice, "audit table", chromedp.Text(css("table")))
+	if !strings.Contains(text, "ops-alice") || !strings.Contains(text, "approve") || !strings.Contains(text, "deny") {
+		t.Errorf("audit of operator actions:\n%s", text)
+	}
+	screenshot(t, alice, "audit")
+	browse(t, alice, "audit by decision", chromedp.Navigate(base+"/audit?tool=ext:ops:wipe&decision=allow&type=tool_call"))
+	if n := js[int](t, alice, `document.querySelectorAll('tbody tr').length`); n != 1 {
+		t.Errorf("audit rows of allowed wipe calls: %d, want 1", n)
+	}
+	browse(t, alice, "a record", chromedp.Click(css(`tbody tr a`)), chromedp.WaitVisible(css("pre.record")))
+	if text := read(t, alice, "record", chromedp.Text(css("pre.record"))); !strings.Contains(text, `"tool": "ext:ops:wipe"`) {
+		t.Errorf("record detail:\n%s", text)
+	}
+	browse(t, alice, "verify", chromedp.Navigate(base+"/audit/verify"))
+	if text := read(t, alice, "verify page", chromedp.Text(css("main"))); !strings.Contains(text, "Intact") || !strings.Contains(text, "lines intact") {
+		t.Errorf("verify page: %q", text)
+	}
+
+	// Catalog, accounts and live render, the hostile description as text.
+	browse(t, alice, "catalog", chromedp.Navigate(base+"/catalog"))
+	text = read(t, alice, "catalog table", chromedp.Text(css("table")))
+	if js[bool](t, alice, `window.__pwned !== undefined || document.querySelectorAll('a[href^="javascript:"], [onerror]').length > 0`) ||
+		!strings.Contains(text, "<script>window.__pwned=1</script>") || !strings.Contains(text, "CRITICAL") {
+		t.Errorf("catalog:\n%s", text)
+	}
+	screenshot(t, alice, "catalog")
+	browse(t, alice, "accounts", chromedp.Navigate(base+"/accounts"))
+	if text := read(t, alice, "accounts page", chromedp.Text(css("main"))); !strings.Contains(text, "No upstream server here needs each user to sign in") {
+		t.Errorf("accounts page: %q", text)
+	}
+	browse(t, alice, "live", chromedp.Navigate(base+"/live"))
+	if text := read(t, alice, "live page", chromedp.Text(css("main"))); !strings.Contains(text, "Ready.") || !strings.Contains(text, "ext:ops") || !strings.Contains(text, "approval_denied: 1") {
+		t.Errorf("live page: %q", text)
+	}
+	screenshot(t, alice, "live")
+
+	// The console answers no foreign Host (DNS rebinding).
+	req, _ = http.NewRequest("GET", base+"/signin", nil)
+	req.Host = "attacker.example"
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("foreign Host: %d, want 403", resp.StatusCode)
+	}
+	// And every page carries a CSP without inline script.
+	resp, err := http.Get(base + "/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("CSP %q", csp)
+	}
+}
+
+// TestConsoleOIDCSignIn: an operator signs in to the console of a real
+// `capgate serve` through a real OpenID provider (zitadel's example OP,
+// with its login form) by authorization code with PKCE, in chromium; a
+// user the provider knows but the console does not is refused.
+func TestConsoleOIDCSignIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve and chromium")
+	}
+	bctx := browser(t)
+	consoleAddr := testkit.FreeAddr(t)
+	base := "http://" + consoleAddr
+	op := httptest.NewUnstartedServer(nil)
+	issuer := "http://" + op.Listener.Addr().String()
+	storage.RegisterClients(storage.WebClient("capgate-console", "console-client-secret", base+"/oidc/callback"))
+	op.Config.Handler = exampleop.SetupServer(issuer, storage.NewStorage(storage.NewUserStore(issuer)), nil, false)
+	op.Start()
+	t.Cleanup(op.Close)
+
+	testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
+[auth.oidc]
+issuer = %q
+
+[console]
+listen = %q
+approvers = ["id1"]
+client_id = "capgate-console"
+client_secret_env = "CONSOLE_CLIENT_SECRET"
+`, issuer, consoleAddr), Env: []string{"CONSOLE_CLIENT_SECRET=console-client-secret"}})
+
+	signIn := func(user string) context.Context {
+		ctx := profile(t, bctx)
+		browse(t, ctx, "sign in as "+user, chromedp.Navigate(base+"/signin"),
+			chromedp.Click(css(`a[href="/oidc/start"]`)),
+			chromedp.WaitVisible(css(`#username`)),
+			chromedp.SendKeys(css(`#username`), user), chromedp.SendKeys(css(`#password`), "verysecure"),
+			chromedp.Click(css(`button[type=submit]`)),
+			chromedp.WaitVisible(css(`main h1`)))
+		return ctx
+	}
+	ops := signIn("test-user@127.0.0.1")
+	if loc := read(t, ops, "location", chromedp.Location()); !strings.HasPrefix(loc, base+"/approvals") {
+		t.Fatalf("after OpenID sign-in: at %s, want the approvals page", loc)
+	}
+	if who := read(t, ops, "who", chromedp.Text(css(`header .who span`))); who != "id1 (approver)" {
+		t.Errorf("signed in as %q, want id1 (approver)", who)
+	}
+	other := signIn("test-user2")
+	if text := read(t, other, "refused", chromedp.Text(css("main"))); !strings.Contains(text, "id2 is signed in, but is not one of the console's viewers") {
+		t.Errorf("a user who is neither approver nor viewer sees %q", text)
+	}
+}
