@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/rpc"
 )
 
@@ -18,19 +20,32 @@ import (
 const DefaultRPCURL = "http://127.0.0.1:8787/rpc"
 
 func newCapabilityCmd() *cobra.Command {
-	var url string
+	var url, configPath string
 	cmd := &cobra.Command{
 		Use:   "capability",
 		Short: "Call a capgate capability RPC endpoint",
 		Long: `capability speaks the capability RPC of a running capgate. The caller's token
 comes from ASH_CONTEXT_TOKEN (or CAPGATE_TOKEN); the endpoint from --url, else
-CAPGATE_URL, else ` + DefaultRPCURL + `. An endpoint may be unix:///path/rpc.sock.`,
+CAPGATE_URL, else the [server] listen of --config's capgate.toml (or
+CAPGATE_LISTEN), else ` + DefaultRPCURL + `. An endpoint may be unix:///path/rpc.sock.`,
 	}
 	cmd.PersistentFlags().StringVar(&url, "url", "", "the RPC endpoint (default $CAPGATE_URL or "+DefaultRPCURL+")")
+	cmd.PersistentFlags().StringVar(&configPath, "config", "", "find the running capgate by this capgate.toml's [server] listen")
 	call := func(cmd *cobra.Command, method string, params map[string]any) error {
 		endpoint := url
 		if endpoint == "" {
 			endpoint = os.Getenv("CAPGATE_URL")
+		}
+		if endpoint == "" && configPath != "" {
+			cfg, err := config.Load(configPath)
+			if err != nil {
+				return usageError("%v", err)
+			}
+			addr := cfg.Server.Listen
+			if a, _ := listenOverride(""); a != "" {
+				addr = a
+			}
+			endpoint = "http://" + dialable(addr) + "/rpc"
 		}
 		if endpoint == "" {
 			endpoint = DefaultRPCURL
@@ -144,4 +159,17 @@ CAPGATE_URL, else ` + DefaultRPCURL + `. An endpoint may be unix:///path/rpc.soc
 	auth.AddCommand(begin, complete)
 	cmd.AddCommand(list, invoke, auth)
 	return cmd
+}
+
+// dialable is a listen address as a client dials it: a wildcard host
+// (":8787", "0.0.0.0:8787", "[::]:8787") is this machine's loopback.
+func dialable(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -221,5 +222,53 @@ func TestQuickstartTokenLasts(t *testing.T) {
 	}
 	if _, errb, code := s.as(t, strings.TrimSpace(tok), "list"); code != 0 {
 		t.Errorf("the banner's token against its serve: %d %s", code, errb)
+	}
+}
+
+// TestListenOverride: CAPGATE_LISTEN moves a real serve off [server]
+// listen; `capability list --config` finds it there (and at [server]
+// listen without the override) instead of assuming :8787; and a serve
+// whose port is taken exits 2 naming where the address came from.
+func TestListenOverride(t *testing.T) {
+	moved := testkit.FreeAddr(t)
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: "\n[policy]\ngrants = [\"rye.fetch.*\"]\n", Env: []string{"CAPGATE_LISTEN=" + moved}})
+	s := fromCapgate(cg)
+	if !strings.Contains(cg.Banner, "http://"+moved+"/rpc") {
+		t.Fatalf("banner with CAPGATE_LISTEN=%s:\n%s", moved, cg.Banner)
+	}
+	tok := s.mint(t, "alice", "private")
+	env := []string{"ASH_CONTEXT_TOKEN=" + tok, "CAPGATE_URL=", "CAPGATE_LISTEN=" + moved}
+	if out, errb, code := s.run(t, env, "capability", "list", "--config", s.config); code != 0 || !strings.Contains(out, "capabilities") {
+		t.Errorf("capability list --config with CAPGATE_LISTEN: %d %s %s", code, out, errb)
+	}
+
+	// Another serve of the same config on the port the first holds.
+	data := filepath.Join(t.TempDir(), "data")
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		from string
+	}{
+		{[]string{"CAPGATE_LISTEN=" + moved}, nil, "CAPGATE_LISTEN"},
+		{nil, []string{"--listen", moved}, "--listen"},
+	} {
+		cfg := filepath.Join(t.TempDir(), "capgate.toml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = \"-\"\n", testkit.FreeAddr(t), data)), 0o600)
+		_, errb, code := s.run(t, append(tc.env, "CAPGATE_TOKEN_SECRET=serve-test-secret-value-9f8e7d"), append([]string{"serve", "--config", cfg}, tc.args...)...)
+		if code != 2 || !strings.Contains(errb, tc.from+` = "`+moved+`"`) || !strings.Contains(errb, "already in use") ||
+			!strings.Contains(errb, "[server] listen") {
+			t.Errorf("serve on a taken port via %s: exit %d\n%s", tc.from, code, errb)
+		}
+	}
+	cfg := filepath.Join(t.TempDir(), "capgate.toml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = \"-\"\n", moved, data)), 0o600)
+	_, errb, code := s.run(t, []string{"CAPGATE_TOKEN_SECRET=serve-test-secret-value-9f8e7d", "CAPGATE_LISTEN="}, "serve", "--config", cfg)
+	if code != 2 || !strings.Contains(errb, cfg+`: [server] listen = "`+moved+`": the address is already in use`) {
+		t.Errorf("serve on a taken [server] listen: exit %d\n%s", code, errb)
+	}
+	// Without an override, --config finds it at [server] listen.
+	out, errb, code := s.run(t, []string{"ASH_CONTEXT_TOKEN=" + tok, "CAPGATE_URL=", "CAPGATE_LISTEN="}, "capability", "list", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "capabilities") {
+		t.Errorf("capability list --config at [server] listen: %d %s %s", code, out, errb)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,6 +24,7 @@ func newServeCmd() *cobra.Command {
 	var cpuProfile string
 	var logFormat string
 	var skillsDirs []string
+	var listen string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the catalog behind the router",
@@ -41,6 +43,10 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			cfg, err := config.Load(configPath)
 			if err != nil {
 				return usageError("%v", err)
+			}
+			listenFrom := "[server] listen"
+			if a, from := listenOverride(listen); a != "" {
+				cfg.Server.Listen, listenFrom = a, from
 			}
 			if skillsDirs, err = skillDirs(cfg, skillsDirs); err != nil {
 				return usageError("%v", err)
@@ -125,12 +131,19 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 					fmt.Fprintf(out, "  a dev token     none: HS256 is off (auth.jwks_file); present a token your issuer signs\n")
 				}
 			})
+			if errors.Is(err, syscall.EADDRINUSE) {
+				// Someone else has the port: the config (or its override)
+				// must name another, so it is a configuration error.
+				return usageError("%s: %s = %q: the address is already in use; choose another in [server] listen, "+
+					"or for this run with serve --listen ADDR or CAPGATE_LISTEN", cfg.Path, listenFrom, cfg.Server.Listen)
+			}
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&listen, "listen", "", "the address to listen on instead of [server] listen ($CAPGATE_LISTEN too; the flag wins)")
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml to serve")
 	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve one MCP client over stdin and stdout")
 	cmd.Flags().StringVar(&logFormat, "log-format", "text", "the log's format on stderr: text or json (one line per call, never a token or an argument)")
@@ -146,4 +159,20 @@ func selfCommand() string {
 		return "go run ./cmd/capgate"
 	}
 	return "capgate"
+}
+
+// listenEnv overrides [server] listen for serve and for the CLI commands
+// that find a running capgate through its config.
+const listenEnv = "CAPGATE_LISTEN"
+
+// listenOverride is the address --listen (flag) or $CAPGATE_LISTEN gives
+// instead of [server] listen, and which one said it; "" for neither.
+func listenOverride(flag string) (addr, from string) {
+	if flag != "" {
+		return flag, "--listen"
+	}
+	if v := strings.TrimSpace(os.Getenv(listenEnv)); v != "" {
+		return v, listenEnv
+	}
+	return "", ""
 }
