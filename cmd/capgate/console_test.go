@@ -140,7 +140,8 @@ func consolePack(t *testing.T) (dir, log string) {
 	t.Helper()
 	root := t.TempDir()
 	dir = filepath.Join(root, "ops")
-	log = filepath.Join(root, "runs.log")
+	// Away from the pack: a tool never writes beside its own files.
+	log = filepath.Join(t.TempDir(), "runs.log")
 	script := "#!/bin/sh\ninput=$(cat)\nprintf '%s\\n' \"$input\" >> " + shellQuote(log) + "\necho '{\"wiped\": true}'\n"
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
