@@ -358,13 +358,14 @@ risk = "LOW"
 	if strings.Contains(text, mcpSecret) {
 		t.Errorf("ask's result holds the secret: %s", text)
 	}
-	logs := s.logs()
+	// serve's stderr is read as it comes: wait for the lines rather than
+	// read it once as the answers arrive.
 	for _, want := range []string{"withheld an upstream progress message", "refused an upstream request of the client"} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("capgate's log lacks %q:\n%s", want, logs)
+		if !testkit.Poll(5*time.Second, func() bool { return strings.Contains(s.logs(), want) }) {
+			t.Errorf("capgate's log lacks %q:\n%s", want, s.logs())
 		}
 	}
-	if strings.Contains(logs, mcpSecret) {
+	if logs := s.logs(); strings.Contains(logs, mcpSecret) {
 		t.Error("capgate's log holds the secret")
 	}
 }
