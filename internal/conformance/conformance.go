@@ -254,8 +254,17 @@ func StartFixture(tb testing.TB) (url string) {
 	stderr := &lockedWriter{}
 	cmd := exec.Command(bin, "-http", addr)
 	cmd.Stderr = stderr
+	serveUntilCleanup(tb, cmd, addr, "the fixture", 10*time.Second, stderr)
+	return "http://" + addr + "/mcp"
+}
+
+// serveUntilCleanup starts cmd, kills and reaps it at cleanup, and waits
+// until it listens on addr: a test server's life, whichever server it is.
+// what names it in failures, which show its output.
+func serveUntilCleanup(tb testing.TB, cmd *exec.Cmd, addr, what string, timeout time.Duration, out *lockedWriter) {
+	tb.Helper()
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("conformance: starting the fixture: %v", err)
+		tb.Fatalf("conformance: starting %s: %v", what, err)
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
@@ -263,19 +272,19 @@ func StartFixture(tb testing.TB) (url string) {
 		cmd.Process.Kill()
 		<-exited
 	})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
-			return "http://" + addr + "/mcp"
+			return
 		}
 		select {
 		case <-exited:
-			tb.Fatalf("conformance: the fixture exited before listening on %s: %s", addr, stderr.String())
+			tb.Fatalf("conformance: %s exited before listening on %s: %s", what, addr, out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("conformance: the fixture did not listen on %s", addr)
+			tb.Fatalf("conformance: %s did not listen on %s: %s", what, addr, out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -80,31 +80,8 @@ func StartReference(tb testing.TB) string {
 	cmd.Dir = everythingDir
 	cmd.Env = append(os.Environ(), "PORT="+port)
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("conformance: starting the reference server: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	tb.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
-			return "http://localhost:" + port + "/mcp"
-		}
-		select {
-		case <-exited:
-			tb.Fatalf("conformance: the reference server exited before listening on %s: %s", addr, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("conformance: the reference server did not listen on %s: %s", addr, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	serveUntilCleanup(tb, cmd, addr, "the reference server", 60*time.Second, out)
+	return "http://localhost:" + port + "/mcp"
 }
 
 // RunRequirements runs the scenarios that revision requires (frozen at its
