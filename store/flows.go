@@ -42,17 +42,25 @@ func (s *Store) BeginFlow(ctx context.Context, sub, capabilityID, accountHint st
 // begun by another sub; in the last case the flow stays for its owner.
 // One statement deletes the row, so of concurrent takers exactly one wins.
 func (s *Store) TakeFlow(ctx context.Context, id, sub string) (*Flow, error) {
-	f := &Flow{ID: id, Sub: sub}
-	var created, expires sql.NullInt64
-	err := s.ops.QueryRowContext(ctx, `DELETE FROM auth_flows
+	return s.scanFlow(s.ops.QueryRowContext(ctx, `DELETE FROM auth_flows
 		WHERE id = ? AND sub = ? AND expires_at > ?
-		RETURNING capability_id, account_hint, state, created_at, expires_at`,
-		id, sub, s.nowMS()).Scan(&f.CapabilityID, &f.AccountHint, &f.State, &created, &expires)
+		RETURNING `+flowCols, id, sub, s.nowMS()), id, "take flow")
+}
+
+// flowCols are the columns scanFlow reads, in its order.
+const flowCols = `sub, capability_id, account_hint, state, created_at, expires_at`
+
+// scanFlow reads one flow row (flowCols); no row is ErrFlowInvalid. op
+// names the operation in other errors.
+func (s *Store) scanFlow(row *sql.Row, id, op string) (*Flow, error) {
+	f := &Flow{ID: id}
+	var created, expires sql.NullInt64
+	err := row.Scan(&f.Sub, &f.CapabilityID, &f.AccountHint, &f.State, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrFlowInvalid
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: take flow: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", op, err)
 	}
 	f.CreatedAt, f.ExpiresAt = fromMS(created), fromMS(expires)
 	return f, nil
@@ -63,19 +71,8 @@ func (s *Store) TakeFlow(ctx context.Context, id, sub string) (*Flow, error) {
 // (128 random bits) is the browser's only credential. ErrFlowInvalid when
 // it is unknown or expired.
 func (s *Store) FlowByID(ctx context.Context, id string) (*Flow, error) {
-	f := &Flow{ID: id}
-	var created, expires sql.NullInt64
-	err := s.ops.QueryRowContext(ctx, `SELECT sub, capability_id, account_hint, state, created_at, expires_at
-		FROM auth_flows WHERE id = ? AND expires_at > ?`, id, s.nowMS()).
-		Scan(&f.Sub, &f.CapabilityID, &f.AccountHint, &f.State, &created, &expires)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrFlowInvalid
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: flow: %w", err)
-	}
-	f.CreatedAt, f.ExpiresAt = fromMS(created), fromMS(expires)
-	return f, nil
+	return s.scanFlow(s.ops.QueryRowContext(ctx, `SELECT `+flowCols+`
+		FROM auth_flows WHERE id = ? AND expires_at > ?`, id, s.nowMS()), id, "flow")
 }
 
 // TakeFlowByID consumes the live flow id, whoever began it, and returns
@@ -83,18 +80,7 @@ func (s *Store) FlowByID(ctx context.Context, id string) (*Flow, error) {
 // browser carries no capgate token. Like TakeFlow, of concurrent takers
 // exactly one wins, and an unknown, expired or used flow is ErrFlowInvalid.
 func (s *Store) TakeFlowByID(ctx context.Context, id string) (*Flow, error) {
-	f := &Flow{ID: id}
-	var created, expires sql.NullInt64
-	err := s.ops.QueryRowContext(ctx, `DELETE FROM auth_flows
+	return s.scanFlow(s.ops.QueryRowContext(ctx, `DELETE FROM auth_flows
 		WHERE id = ? AND expires_at > ?
-		RETURNING sub, capability_id, account_hint, state, created_at, expires_at`,
-		id, s.nowMS()).Scan(&f.Sub, &f.CapabilityID, &f.AccountHint, &f.State, &created, &expires)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrFlowInvalid
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: take flow: %w", err)
-	}
-	f.CreatedAt, f.ExpiresAt = fromMS(created), fromMS(expires)
-	return f, nil
+		RETURNING `+flowCols, id, s.nowMS()), id, "take flow")
 }
