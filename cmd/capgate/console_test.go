@@ -47,19 +47,30 @@ func browser(t *testing.T) context.Context {
 		chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true),
-		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	)
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancel)
 	var copts []chromedp.ContextOption
 	if os.Getenv("CAPGATE_CDP_DEBUG") != "" {
 		copts = append(copts, chromedp.WithLogf(t.Logf), chromedp.WithErrorf(t.Logf))
 	}
-	bctx, cancel2 := chromedp.NewContext(actx, copts...)
-	t.Cleanup(cancel2)
-	if err := chromedp.Do(bctx); err != nil { // starts the browser
-		t.Fatalf("starting chromium: %v", err)
+	// Chromium now and then dies while starting on a loaded machine (its
+	// crash handler's complaints are all it prints); a second start is
+	// then the honest retry, and a second failure fails the test.
+	var bctx context.Context
+	for attempt := 1; ; attempt++ {
+		actx, cancel := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
+		t.Cleanup(cancel)
+		ctx, cancel2 := chromedp.NewContext(actx, copts...)
+		t.Cleanup(cancel2)
+		err := chromedp.Do(ctx) // starts the browser
+		if err == nil {
+			bctx = ctx
+			break
+		}
+		if attempt == 2 {
+			t.Fatalf("starting chromium: %v", err)
+		}
+		t.Logf("chromium did not start (%v); trying once more", err)
 	}
 	return bctx
 }
@@ -84,6 +95,22 @@ func browse(t *testing.T, ctx context.Context, what string, steps ...chromedp.Ac
 	defer cancel()
 	if err := chromedp.Do(tctx, steps...); err != nil {
 		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// submit runs steps that submit a form and waits for the page the form
+// leads to, so the next navigation does not race the form's own (which
+// aborts one of them: net::ERR_ABORTED).
+func submit(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := chromedp.RunResponse(tctx, steps...)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if resp.Status != http.StatusOK {
+		t.Fatalf("%s: the form led to HTTP %d (%s)", what, resp.Status, resp.URL)
 	}
 }
 
@@ -293,7 +320,7 @@ viewers = ["ops-victor"]
 	}
 
 	// Approve: the held call goes on and the tool runs once.
-	browse(t, alice, "approve", chromedp.SetValue(css(`#note-`+id), "ok, vol-1 only"), chromedp.Click(css(`#queue button.approve`)))
+	submit(t, alice, "approve", chromedp.SetValue(css(`#note-`+id), "ok, vol-1 only"), chromedp.Click(css(`#queue button.approve`)))
 	select {
 	case a := <-held:
 		if a.Code != "" || !strings.Contains(a.Output, "wiped") {
@@ -310,7 +337,7 @@ viewers = ["ops-victor"]
 	go func() { held <- srv.invokeRaw(t, tok, "ext:ops:wipe", `{"volume":"vol-2"}`, "") }()
 	pending := `#queue article.approval:not(.approved):not(.denied)`
 	browse(t, alice, "the second call appears", chromedp.WaitVisible(css(pending+` button.deny`)))
-	browse(t, alice, "deny", chromedp.SendKeys(css(pending+` input[name=note]`), "not vol-2"),
+	submit(t, alice, "deny", chromedp.SendKeys(css(pending+` input[name=note]`), "not vol-2"),
 		chromedp.Click(css(pending+` button.deny`)))
 	select {
 	case a := <-held:
