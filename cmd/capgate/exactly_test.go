@@ -115,7 +115,7 @@ func oncePack(t *testing.T) (config, log string) {
 	t.Helper()
 	root := t.TempDir()
 	// Apart from the pack, which the sandbox keeps read-only to its tools.
-	log = filepath.Join(t.TempDir(), "runs.log")
+	log = filepath.Join(testkit.ToolDir(t), "runs.log")
 	script := `#!/bin/sh
 input=$(cat)
 echo "$$ start $input" >> ` + shellQuote(log) + `
