@@ -81,6 +81,7 @@ const (
 	GateAcknowledge = "acknowledge"
 	GateApproval    = "approval"
 	GateChat        = "chat_policy"
+	GateSideEffects = "side_effects"
 	GateAuth        = "auth"
 	GateRateLimit   = "rate_limit"
 	GateInput       = "input"

@@ -78,6 +78,10 @@ type Policy struct {
 	// Anonymous, when set, is the identity of callers without a token.
 	Anonymous *Subject
 	RateLimit RateLimit
+	// SideEffects is [policy.side_effects]: a policy per side-effect tag,
+	// enforced by the side_effects gate for every caller. A tag not listed
+	// is allowed.
+	SideEffects map[risk.SideEffect]risk.EffectPolicy
 }
 
 // Subject is a caller's own grants and acknowledgements.
