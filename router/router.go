@@ -24,6 +24,7 @@ import (
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router/inflight"
 	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
@@ -115,6 +116,9 @@ type Options struct {
 	// nil is off.
 	Metrics Metrics
 	Tracer  Tracer
+	// InFlight lists the calls running now (the console's live page); it
+	// outlives a reload's new router. Nil tracks none.
+	InFlight *inflight.Tracker
 
 	CallTimeout time.Duration // default 2m
 	ApprovalTTL time.Duration // default 10m
