@@ -80,7 +80,7 @@ func (in Info) String() string {
 	switch {
 	case in.Revision == "":
 		// Say why, so nobody mistakes it for a released build.
-		b.WriteString("  revision  unknown (not recorded: built by go run, or without -buildvcs, or outside a git checkout)\n")
+		b.WriteString("  revision  unknown (not recorded: go run, -buildvcs=false, or not a plain git clone)\n")
 	default:
 		rev := in.Revision
 		if in.Modified {
