@@ -22,6 +22,7 @@ import (
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router/inflight"
 	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/tool"
 )
@@ -81,6 +82,7 @@ const (
 	GateAcknowledge = "acknowledge"
 	GateApproval    = "approval"
 	GateChat        = "chat_policy"
+	GateSideEffects = "side_effects"
 	GateAuth        = "auth"
 	GateRateLimit   = "rate_limit"
 	GateInput       = "input"
@@ -113,6 +115,13 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
+	if r.opts.InFlight != nil {
+		fc := inflight.Call{RequestID: req.RequestID, Tool: req.Tool, Protocol: req.Protocol, Started: start}
+		if c != nil {
+			fc.Sub = c.Sub
+		}
+		defer r.opts.InFlight.Done(r.opts.InFlight.Start(fc))
+	}
 	// The call's state holds its request, record and ticket: one
 	// allocation, which the gates (called through the chain) share.
 	st := &callState{c: c, request: req}

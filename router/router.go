@@ -22,6 +22,7 @@ import (
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router/inflight"
 	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
@@ -76,6 +77,10 @@ type Policy struct {
 	// Anonymous, when set, is the identity of callers without a token.
 	Anonymous *Subject
 	RateLimit RateLimit
+	// SideEffects is [policy.side_effects]: a policy per side-effect tag,
+	// enforced by the side_effects gate for every caller. A tag not listed
+	// is allowed.
+	SideEffects map[risk.SideEffect]risk.EffectPolicy
 }
 
 // Subject is a caller's own grants and acknowledgements.
@@ -109,6 +114,9 @@ type Options struct {
 	// nil is off.
 	Metrics Metrics
 	Tracer  Tracer
+	// InFlight lists the calls running now (the console's live page); it
+	// outlives a reload's new router. Nil tracks none.
+	InFlight *inflight.Tracker
 
 	CallTimeout time.Duration // default 2m
 	ApprovalTTL time.Duration // default 10m
