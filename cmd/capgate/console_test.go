@@ -1,10 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -19,10 +20,9 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/zitadel/oidc/v3/example/server/exampleop"
-	"github.com/zitadel/oidc/v3/example/server/storage"
 
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/internal/testkit/oauthas"
 	"github.com/capgate/capgate/token"
 )
 
@@ -471,22 +471,20 @@ viewers = ["ops-victor"]
 }
 
 // TestConsoleOIDCSignIn: an operator signs in to the console of a real
-// `capgate serve` through a real OpenID provider (zitadel's example OP,
-// with its login form) by authorization code with PKCE, in chromium; a
-// user the provider knows but the console does not is refused.
+// `capgate serve` through a real, certified OpenID provider (panva's
+// oidc-provider, internal/testkit/oauthas; the console registered with it
+// by dynamic client registration) by authorization code with PKCE, in
+// chromium; a user the provider knows but the console does not is
+// refused.
 func TestConsoleOIDCSignIn(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs capgate serve and chromium")
+		t.Skip("runs capgate serve, oidc-provider and chromium")
 	}
 	bctx := browser(t)
+	as := oauthas.Start(t)
 	consoleAddr := testkit.FreeAddr(t)
 	base := "http://" + consoleAddr
-	op := httptest.NewUnstartedServer(nil)
-	issuer := "http://" + op.Listener.Addr().String()
-	storage.RegisterClients(storage.WebClient("capgate-console", "console-client-secret", base+"/oidc/callback"))
-	op.Config.Handler = exampleop.SetupServer(issuer, storage.NewStorage(storage.NewUserStore(issuer)), nil, false)
-	op.Start()
-	t.Cleanup(op.Close)
+	clientID, secret := registerClient(t, as.Issuer, base+"/oidc/callback")
 
 	testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
 [auth.oidc]
@@ -494,32 +492,55 @@ issuer = %q
 
 [console]
 listen = %q
-approvers = ["id1"]
-client_id = "capgate-console"
+approvers = ["ops-oidc-alice"]
+client_id = %q
 client_secret_env = "CONSOLE_CLIENT_SECRET"
-`, issuer, consoleAddr), Env: []string{"CONSOLE_CLIENT_SECRET=console-client-secret"}})
+`, as.Issuer, consoleAddr, clientID), Env: []string{"CONSOLE_CLIENT_SECRET=" + secret}})
 
+	// The provider's login page signs in whoever its test_user cookie
+	// names (oauthas); the console's own flow is unchanged by that.
 	signIn := func(user string) context.Context {
 		ctx := profile(t, bctx)
+		if _, err := chromedp.Call(ctx, network.SetCookie, network.SetCookieParams{Name: "test_user", Value: user, URL: as.Issuer}); err != nil {
+			t.Fatal(err)
+		}
 		browse(t, ctx, "sign in as "+user, chromedp.Navigate(base+"/signin"),
 			chromedp.Click(css(`a[href="/oidc/start"]`)),
-			chromedp.WaitVisible(css(`#username`)),
-			chromedp.SendKeys(css(`#username`), user), chromedp.SendKeys(css(`#password`), "verysecure"),
-			chromedp.Click(css(`button[type=submit]`)),
 			chromedp.WaitVisible(css(`main h1`)))
 		return ctx
 	}
-	ops := signIn("test-user@127.0.0.1")
+	ops := signIn("ops-oidc-alice")
 	if loc := read(t, ops, "location", chromedp.Location()); !strings.HasPrefix(loc, base+"/approvals") {
 		t.Fatalf("after OpenID sign-in: at %s, want the approvals page", loc)
 	}
-	if who := read(t, ops, "who", chromedp.Text(css(`header .who span`))); who != "id1 (approver)" {
-		t.Errorf("signed in as %q, want id1 (approver)", who)
+	if who := read(t, ops, "who", chromedp.Text(css(`header .who span`))); who != "ops-oidc-alice (approver)" {
+		t.Errorf("signed in as %q, want ops-oidc-alice (approver)", who)
 	}
-	other := signIn("test-user2")
-	if text := read(t, other, "refused", chromedp.Text(css("main"))); !strings.Contains(text, "id2 is signed in, but is not one of the console's viewers") {
+	other := signIn("someone-else")
+	if text := read(t, other, "refused", chromedp.Text(css("main"))); !strings.Contains(text, "someone-else is signed in, but is not one of the console's viewers") {
 		t.Errorf("a user who is neither approver nor viewer sees %q", text)
 	}
+}
+
+// registerClient registers a confidential web client with the
+// authorization server at issuer (RFC 7591) and returns its id and secret.
+func registerClient(t *testing.T, issuer, redirect string) (id, secret string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"redirect_uris": []string{redirect}, "grant_types": []string{"authorization_code"},
+		"response_types": []string{"code"}, "token_endpoint_auth_method": "client_secret_basic"})
+	resp, err := http.Post(issuer+"/reg", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reg struct {
+		ClientID     string `json:"client_id"`
+		ClientSecret string `json:"client_secret"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&reg); err != nil || resp.StatusCode != http.StatusCreated || reg.ClientID == "" {
+		t.Fatalf("registering the console with %s: %d %v %+v", issuer, resp.StatusCode, err, reg)
+	}
+	return reg.ClientID, reg.ClientSecret
 }
 
 // mcpAt is an MCP client of the capgate at addr, as tok, initialized at
