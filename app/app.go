@@ -20,6 +20,7 @@ import (
 	"github.com/capgate/capgate/console"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/router/inflight"
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/skills"
 	"github.com/capgate/capgate/sources"
@@ -65,6 +66,7 @@ type App struct {
 	ReplicaID string
 
 	logger   *slog.Logger
+	inFlight inflight.Tracker // calls running now, across reloads (console)
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopKeys func() // ends a remote JWKS's refresh
