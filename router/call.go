@@ -13,9 +13,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/harden"
@@ -447,29 +447,27 @@ func (r *Router) Visible(c *Caller, d *tool.Descriptor) bool { return c != nil &
 // id's strings, a new id gets its own. The bound is only for catalogs
 // whose ids churn; it is approximate under concurrent misses.
 type toolCaps struct {
-	m sync.Map // tool id → *capStrings
-	n atomic.Int64
+	m *lru.Cache[string, *capStrings]
 }
 
 type capStrings struct{ fetch, execute string }
 
 const maxToolCaps = 1 << 14
 
+func newToolCaps() toolCaps {
+	m, _ := lru.New[string, *capStrings](maxToolCaps)
+	return toolCaps{m: m}
+}
+
 func (t *toolCaps) get(id string) *capStrings {
-	if v, ok := t.m.Load(id); ok {
-		return v.(*capStrings)
+	if cs, ok := t.m.Get(id); ok {
+		return cs
 	}
 	cs := &capStrings{
 		fetch:   permissions.Required(permissions.Fetch, permissions.Tool, id),
 		execute: permissions.Required(permissions.Execute, permissions.Tool, id),
 	}
-	if v, loaded := t.m.LoadOrStore(id, cs); loaded {
-		return v.(*capStrings)
-	}
-	if t.n.Add(1) > maxToolCaps {
-		t.m.Clear()
-		t.n.Store(0)
-	}
+	t.m.Add(id, cs)
 	return cs
 }
 
