@@ -62,6 +62,7 @@ type fastCallMessage struct {
 	requestID                                                    []byte // of notifications/cancelled
 	progressToken, protocolVersion, clientCapabilities, logLevel []byte
 	mode                                                         []byte // capgate/mode: planning is not for the fast call
+	unknown                                                      bool   // a member the fast call does not know
 }
 
 // posted is a POSTed body, its top-level members (messageNames) picked
@@ -83,24 +84,27 @@ func (p *posted) members() (top *[4][]byte, ok bool) {
 }
 
 // read picks the message out of the body; false when it is not a
-// JSON-RPC message the fast call can read with confidence, or when it has
-// a member the fast call does not know (at the top, in params or in
-// _meta): fail closed, so a parameter added to MCP later reaches mcp-go
-// until the fast call is taught it.
+// JSON-RPC message the fast call can read with confidence. A member the
+// fast call does not know (at the top, in params or in _meta) leaves
+// msg.unknown set: the call is left to mcp-go (fail closed, so a parameter
+// added to MCP later reaches mcp-go until the fast call is taught it).
 func (msg *fastCallMessage) read(p *posted) bool {
 	var params [7][]byte
 	var meta [6][]byte
 	top, ok := p.members()
-	if !ok || p.others {
+	if !ok {
 		return false
 	}
-	if ok, others := rawjson.PickOthers(top[3], paramsNames, params[:]); !ok || others {
+	ok, others := rawjson.PickOthers(top[3], paramsNames, params[:])
+	if !ok {
 		return false
 	}
+	msg.unknown = p.others || others
 	if params[5] != nil {
-		if ok, others := rawjson.PickOthers(params[5], metaNames, meta[:]); !ok || others {
+		if ok, others = rawjson.PickOthers(params[5], metaNames, meta[:]); !ok {
 			return false
 		}
+		msg.unknown = msg.unknown || others
 	}
 	msg.jsonrpc, msg.id, msg.method, msg.params = top[0], top[1], top[2], top[3]
 	msg.name, msg.arguments, msg.requestState, msg.inputResponses, msg.task, msg.meta =
@@ -170,7 +174,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 		}
 	}
 	name, ok := plainString(msg.name)
-	if string(msg.jsonrpc) != `"2.0"` || string(msg.method) != `"tools/call"` || !plainID(msg.id) ||
+	if msg.unknown || string(msg.jsonrpc) != `"2.0"` || string(msg.method) != `"tools/call"` || !plainID(msg.id) ||
 		!ok || !plainName(name) || present(msg.requestState) || present(msg.inputResponses) ||
 		present(msg.task) || present(msg.progressToken) || present(msg.logLevel) || msg.mode != nil ||
 		(present(msg.arguments) && msg.arguments[0] != '{') {
