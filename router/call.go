@@ -180,7 +180,10 @@ func (r *Router) observe(ctx context.Context, ev *audit.Event) {
 	if ev.Code != "" {
 		r.opts.Metrics.Denied(ev.Code, ev.Gate)
 		if ev.Gate == GateSandbox {
-			r.opts.Metrics.SandboxDenied(ev.Kind + ":" + ev.ResolvedSource)
+			// kind:source, as kernelDenied counts it.
+			if kind, source, _, err := tool.ParseID(ev.Tool); err == nil {
+				r.opts.Metrics.SandboxDenied(string(kind) + ":" + source)
+			}
 		}
 	}
 	if !r.opts.Logger.Enabled(ctx, slog.LevelInfo) {

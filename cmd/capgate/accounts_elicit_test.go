@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -207,7 +208,47 @@ func TestUpstreamOAuthURLElicitation(t *testing.T) {
 		}
 	})
 
-	secrets := append(o.up.Tokens(), o.storedSecrets(t, "alice", "bob", "carol")...)
+	secrets := o.storedSecrets(t, "alice", "bob", "carol")
+
+	// A relayed resources/read carries the caller's token too, and the
+	// upstream's 401 gets the same one refresh as a tools/call; when the
+	// refreshed token is refused too, the caller is sent to sign in again.
+	t.Run("resources/read 401", func(t *testing.T) {
+		u := &linkingUser{t: t, as: o.as, account: "alice-upstream"}
+		c := o.elicitClient(t, "alice", "", urlCaps, u)
+		testkit.WaitFor(t, 30*time.Second, "whoami://me listed", func() bool {
+			res, err := c.ListResources(context.Background(), mcp.ListResourcesRequest{})
+			return err == nil && len(res.Resources) > 0 && res.Resources[0].URI == "whoami://me"
+		})
+		read := func() (string, error) {
+			res, err := c.ReadResource(context.Background(), mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: "whoami://me"}})
+			if err != nil {
+				o.keep([]byte(err.Error()))
+				return "", err
+			}
+			raw, _ := json.Marshal(res)
+			o.keep(raw)
+			if len(res.Contents) != 1 {
+				return "", fmt.Errorf("%d contents", len(res.Contents))
+			}
+			tc, _ := res.Contents[0].(mcp.TextResourceContents)
+			return tc.Text, nil
+		}
+		if got, err := read(); got != "you are alice-upstream" {
+			t.Fatalf("alice's read: %q %v", got, err)
+		}
+		o.up.Invalidate(o.heldToken(t, "alice"))
+		if got, err := read(); got != "you are alice-upstream" {
+			t.Errorf("alice's read after the upstream's 401: %q %v", got, err)
+		}
+		secrets = append(secrets, o.storedSecrets(t, "alice")...)
+		o.up.Refuse("alice-upstream", true)
+		if got, err := read(); err == nil || !linkRe.MatchString(err.Error()) {
+			t.Errorf("alice's read refused after the refresh: %q %v, want an error with a link", got, err)
+		}
+	})
+
+	secrets = append(secrets, o.up.Tokens()...)
 	o.mu.Lock()
 	seen := map[string]string{"serve's log": o.Logs(), "the responses": strings.Join(o.out, "\n")}
 	o.mu.Unlock()

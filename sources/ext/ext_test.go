@@ -219,6 +219,10 @@ func TestManifestErrors(t *testing.T) {
 			[]string{`extension.yaml: commands.get.purity: "clean" is not pure`}},
 		{"id: x\ncommands:\n  get: {run: [a], purity: pure, capabilities: {network: none}}\n",
 			[]string{`extension.yaml: commands.get.purity: pure guarantees everything`}},
+		{"id: x\ncapabilities: {network: never}\ncommands:\n  get: {run: [a]}\n",
+			[]string{`extension.yaml: capabilities.network: "never" is not one of none|outbound`}},
+		{"id: x\ncapabilities: {secrets: [API_KEY]}\ncommands:\n  get: {run: [a]}\n",
+			[]string{`extension.yaml: capabilities.secrets: declare secrets per command`}},
 	}
 	for _, tt := range tests {
 		dir := t.TempDir()
