@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -214,15 +216,50 @@ func recoverPanics(logger *slog.Logger, next http.Handler) http.Handler {
 
 // rejectRebinding refuses, as mcp-go does, a request that came in on a
 // loopback address naming another host: a web page whose DNS name was
-// rebound to 127.0.0.1 must not reach a local capgate.
+// rebound to 127.0.0.1 must not reach a local capgate. Health probes get
+// two more Hosts no browser page can send: none at all (HTTP/1.0, as
+// haproxy checks by default) and an address of this machine (an IP
+// literal names no DNS name to rebind). Every other route stays strict.
 func rejectRebinding(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && localLoopback(a) && !isLoopback(r.Host) {
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && localLoopback(a) && !isLoopback(r.Host) &&
+			!(isProbe(r) && (r.Host == "" || ownAddress(r.Host))) {
 			http.Error(w, fmt.Sprintf("Forbidden: invalid Host header %q", r.Host), http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isProbe says whether r asks /healthz or /readyz, which answer nothing
+// but ok or not.
+func isProbe(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
+// ownAddress says whether host (a host, or host:port) is an IP address of
+// one of this machine's interfaces.
+func ownAddress(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		return false
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap().WithZone("")
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if own, ok := netip.AddrFromSlice(n.IP); ok && own.Unmap() == ip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // readyz answers 200 when this capgate can serve calls: not draining, its

@@ -175,7 +175,7 @@ func replicaPack(t *testing.T) (config, log string) {
 	dir := filepath.Join(root, "rep")
 	// Apart from the pack: no tool creates files beside its own pack,
 	// which the sandbox carves out of its writes.
-	log = filepath.Join(t.TempDir(), "runs.log")
+	log = filepath.Join(testkit.ToolDir(t), "runs.log")
 	script := `#!/bin/sh
 input=$(cat)
 if [ "$1" = ping ]; then echo '{"ok": true}'; exit 0; fi
