@@ -241,3 +241,19 @@ func InputKey(ctx context.Context) (key string, together int) {
 	}
 	return r.key, r.together
 }
+
+type askableKey struct{}
+
+// WithAskable marks ctx with the capabilities the calling MCP client
+// declared (its ClientCapabilities as JSON: sampling, elicitation,
+// roots, ...), so that a source that declares capabilities upstream per
+// request declares only what its caller can answer.
+func WithAskable(ctx context.Context, caps json.RawMessage) context.Context {
+	return context.WithValue(ctx, askableKey{}, caps)
+}
+
+// Askable is what WithAskable put in ctx; ok is false when nothing was.
+func Askable(ctx context.Context) (caps json.RawMessage, ok bool) {
+	caps, ok = ctx.Value(askableKey{}).(json.RawMessage)
+	return caps, ok
+}
