@@ -257,3 +257,19 @@ func Askable(ctx context.Context) (caps json.RawMessage, ok bool) {
 	caps, ok = ctx.Value(askableKey{}).(json.RawMessage)
 	return caps, ok
 }
+
+type answersKey struct{}
+
+// WithAnswers marks ctx with answers the calling client sent with a call
+// that carries no requestState (MCP inputResponses, a JSON object by
+// key): a source that asks in rounds passes them on with its first
+// request, and its upstream takes what it recognises.
+func WithAnswers(ctx context.Context, responses json.RawMessage) context.Context {
+	return context.WithValue(ctx, answersKey{}, responses)
+}
+
+// Answers is what WithAnswers put in ctx, or nil.
+func Answers(ctx context.Context) json.RawMessage {
+	r, _ := ctx.Value(answersKey{}).(json.RawMessage)
+	return r
+}

@@ -68,6 +68,10 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	if metaAt >= 0 {
 		meta = body[metaAt:]
 	}
+	if answers := tool.Answers(ctx); modern && answers != nil {
+		body = append(body, `,"inputResponses":`...)
+		body = append(body, answers...)
+	}
 	body = append(body, "}}"...)
 	if modern {
 		ctx = withMoreHeaders(ctx, standardHeaders("tools/call", json.RawMessage(`{"name":`+strconv.Quote(call.Tool.Name)+`}`)))
