@@ -1,5 +1,6 @@
 // Package capgate holds what the whole module shares from its root: the
-// default risk classification, embedded in the binary, and the version.
+// default risk classification, embedded in the binary. Its version is in
+// internal/buildinfo, read from the build info.
 package capgate
 
 import _ "embed"
@@ -11,6 +12,3 @@ var DefaultRiskFile []byte
 
 // DefaultRiskFileName names the embedded file in messages.
 const DefaultRiskFileName = "capability_risk.yaml (built in)"
-
-// Version is set at build time with -ldflags "-X github.com/capgate/capgate.Version=v1.2.3".
-var Version = "dev"

@@ -14,12 +14,13 @@ import (
 	"slices"
 	"time"
 
-	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/console"
+	"github.com/capgate/capgate/internal/buildinfo"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/router/inflight"
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/skills"
 	"github.com/capgate/capgate/sources"
@@ -65,6 +66,7 @@ type App struct {
 	ReplicaID string
 
 	logger   *slog.Logger
+	inFlight inflight.Tracker // calls running now, across reloads (console)
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopKeys func() // ends a remote JWKS's refresh
@@ -144,7 +146,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 		a.Metrics = telemetry.NewMetrics(telemetry.MetricsOptions{Sources: func() (int, int) { return a.Server.Registry().SourcesUp() },
 			Sessions: func() int { return a.Server.MCP.Sessions() }})
 	}
-	if a.Tracer, err = telemetry.NewTracer(ctx, opts.LookupEnv, capgate.Version); err != nil {
+	if a.Tracer, err = telemetry.NewTracer(ctx, opts.LookupEnv, buildinfo.Version()); err != nil {
 		return nil, err
 	}
 	if a.Router, err = a.newRouter(cfg, a.Registry, table); err != nil {

@@ -146,6 +146,15 @@ func (a *App) consoleLive() console.Live {
 	if err := a.ready(ctx); err != nil {
 		l.Ready = err.Error()
 	}
+	for _, c := range a.inFlight.List() {
+		l.InFlight = append(l.InFlight, console.InFlight{RequestID: c.RequestID, Sub: c.Sub, Tool: c.Tool,
+			Protocol: c.Protocol, Started: c.Started})
+	}
+	if a.Server != nil && a.Server.MCP != nil {
+		for _, s := range a.Server.MCP.SessionList() {
+			l.Sessions = append(l.Sessions, console.Session{Sub: s.Sub, Protocol: s.Protocol, LastUsed: s.LastUsed})
+		}
+	}
 	snap := a.Server.Registry().Snapshot()
 	if snap == nil {
 		l.Ready = "the catalog is not loaded yet"

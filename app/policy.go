@@ -27,6 +27,13 @@ func Policy(cfg *config.Config) router.Policy {
 	for sub, v := range cfg.Policy.Subjects {
 		p.Subjects[sub] = router.Subject{Grants: v.Grants, Acknowledge: v.Acknowledge}
 	}
+	// Checked by config; a value it did not know would read as deny.
+	for tag, pol := range cfg.Policy.SideEffects {
+		if p.SideEffects == nil {
+			p.SideEffects = map[risk.SideEffect]risk.EffectPolicy{}
+		}
+		p.SideEffects[risk.SideEffect(tag)] = risk.EffectPolicy(pol)
+	}
 	if a := cfg.Auth.Anonymous; a != nil {
 		p.Anonymous = &router.Subject{Sub: a.Sub, Grants: a.Grants, Acknowledge: a.Acknowledge}
 	}

@@ -64,6 +64,7 @@ func (a *App) newRouter(cfg *config.Config, reg *registry.Registry, table *risk.
 		Registry: reg, Verifier: a.verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: a.master, Logger: a.logger,
 		RateBuckets: buckets, Metrics: routerMetrics(a.Metrics), Tracer: routerTracer(a.Tracer),
+		InFlight:         &a.inFlight,
 		ApprovalWait:     cfg.Policy.ApprovalWait.Std(),
 		IdempotencyLease: cfg.Idempotency.Lease.Std(), IdempotencyWait: cfg.Idempotency.Wait.Std(),
 		Repeatable: cfg.Idempotency.Repeatable,

@@ -1,12 +1,19 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
+	"path"
 	"slices"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
@@ -72,11 +79,20 @@ func subjectOf(ctx context.Context) string {
 // who linked most recently.
 func authHooks(b *upstreamauth.Broker, name string) mcp.Hooks {
 	return mcp.Hooks{
-		Headers: func(ctx context.Context, _ mcp.AskFunc) (http.Header, error) {
-			if sub := subjectOf(ctx); sub != "" {
-				return b.Header(ctx, sub, name, "")
+		Headers: func(ctx context.Context, ask mcp.AskFunc) (http.Header, error) {
+			sub := subjectOf(ctx)
+			if sub == "" {
+				return b.ListerHeader(ctx, name)
 			}
-			return b.ListerHeader(ctx, name)
+			h, err := b.Header(ctx, sub, name, "")
+			var te *tool.Error
+			if err == nil || ask == nil || !errors.As(err, &te) || te.AuthURL == "" || !elicitsURL(ctx) {
+				return h, err
+			}
+			if err := linkByElicitation(ctx, b, ask, sub, name, te); err != nil {
+				return nil, err
+			}
+			return b.Header(ctx, sub, name, "")
 		},
 		SessionKey: subjectOf,
 		Protocol:   upstreamHooks.Protocol,
@@ -91,6 +107,51 @@ func authHooks(b *upstreamauth.Broker, name string) mcp.Hooks {
 			return b.Header(ctx, sub, name, refused.Get("Authorization"))
 		},
 	}
+}
+
+// elicitsURL reports whether the client of the call in ctx declared
+// URL-mode elicitation: per request on 2026-07-28, at initialize before.
+func elicitsURL(ctx context.Context) bool {
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		c := info.ClientCapabilities
+		return c != nil && c.Elicitation != nil && c.Elicitation.URL != nil
+	}
+	if cs, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithClientInfo); ok {
+		c := cs.GetClientCapabilities()
+		return c.Elicitation != nil && c.Elicitation.URL != nil
+	}
+	return false
+}
+
+// linkByElicitation asks the calling client to open the sign-in link
+// need carries (URL-mode elicitation: an input request of the call on
+// 2026-07-28, elicitation/create on 2025-11-25) and, once the user
+// accepted, waits until the account is linked, here or on another
+// replica. Declined, cancelled or not finished in time: need, whose text
+// carries the link.
+func linkByElicitation(ctx context.Context, b *upstreamauth.Broker, ask mcp.AskFunc, sub, name string, need *tool.Error) error {
+	params, _ := json.Marshal(mcpgo.ElicitationParams{Mode: mcpgo.ElicitationModeURL, URL: need.AuthURL,
+		ElicitationID: path.Base(need.AuthURL),
+		Message:       fmt.Sprintf("mcp server %s acts as your own account: open the link to sign in there, then this call goes on.", name)})
+	raw, err := ask(ctx, string(mcpgo.MethodElicitationCreate), params)
+	if err != nil {
+		return need
+	}
+	var res struct {
+		Action string `json:"action"`
+	}
+	if json.Unmarshal(raw, &res) != nil || res.Action != string(mcpgo.ElicitationResponseActionAccept) {
+		e := *need
+		e.Message = fmt.Sprintf("mcp server %s needs you to sign in with your own account, and the sign-in was %s: open %s",
+			name, cmp.Or(res.Action, "not answered"), need.AuthURL)
+		return &e
+	}
+	if err := b.WaitLinked(ctx, sub, name); err != nil {
+		e := *need
+		e.Message = fmt.Sprintf("mcp server %s: the sign-in was not finished (%s): open %s", name, tool.ErrorMessage(err), need.AuthURL)
+		return &e
+	}
+	return nil
 }
 
 // WithAuth sets the hooks of bo's servers that have auth, and has a

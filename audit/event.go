@@ -12,10 +12,10 @@
 //	type, tool_name, runner, resolved_source, capability, allowed,
 //	guarantee_source, reason, protocol_version
 //
-// runner is local or service, capability a guarantee's capability
-// (network, filesystem_write, subprocess, ...), guarantee_source tool,
-// pack, user or policy, reason guarantee_blocked, protocol_version the
-// number 1. Then capgate's:
+// runner is local or service, resolved_source installed_pack or binding,
+// capability a guarantee's capability (network, filesystem_write,
+// subprocess, ...), guarantee_source tool, pack, user or policy, reason
+// guarantee_blocked, protocol_version the number 1. Then capgate's:
 //
 //	time, seq, replica, sub, chat_id, chat_type, tool, kind, protocol,
 //	required, layer, explanation, capability_id, decision, gate, code,

@@ -149,6 +149,13 @@ type Policy struct {
 	// or timed out. 0 (the default): the call fails at once with
 	// approval_required, and the caller repeats it once approved.
 	ApprovalWait Duration `toml:"approval_wait"`
+	// SideEffects is a policy per side-effect tag, for every caller and
+	// tool: "fs.delete" = "acknowledge" (the caller must acknowledge the
+	// tag, as a tier: the token's ack claim, [policy] acknowledge) or
+	// "deny" (refused, whoever calls); "allow" is the default. A tool's
+	// side effects are what it declares, the operator sets or capgate
+	// infers (capgate tools show).
+	SideEffects map[string]string `toml:"side_effects"`
 }
 
 // RateLimit is a token bucket per caller and tool; zero per_minute is off.

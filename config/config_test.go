@@ -319,3 +319,21 @@ func TestAuditRotationKeys(t *testing.T) {
 		}
 	}
 }
+
+// [policy.side_effects] takes known tags and allow, acknowledge or deny;
+// each bad entry is its own error naming the tag.
+func TestSideEffectPolicies(t *testing.T) {
+	c, err := parse(t, "[policy.side_effects]\n\"fs.delete\" = \"acknowledge\"\npayments = \"deny\"\n", nil)
+	if err != nil || c.Policy.SideEffects["fs.delete"] != "acknowledge" || c.Policy.SideEffects["payments"] != "deny" {
+		t.Fatalf("%+v %v", c, err)
+	}
+	_, err = parse(t, "[policy.side_effects]\n\"fs.remove\" = \"deny\"\n\"fs.delete\" = \"refuse\"\n", nil)
+	for _, want := range []string{
+		`capgate.toml: policy.side_effects."fs.delete": unknown side-effect policy "refuse": want allow, acknowledge or deny`,
+		`capgate.toml: policy.side_effects."fs.remove": unknown side effect "fs.remove"`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v\nwant %s", err, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,6 +112,15 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		}
 	}
 	grants("policy.grants", c.Policy.Grants)
+	for _, tag := range slices.Sorted(maps.Keys(c.Policy.SideEffects)) {
+		key := "policy.side_effects." + strconv.Quote(tag)
+		if _, err := risk.ParseSideEffect(tag); err != nil {
+			fail(key, "%v", err)
+		}
+		if _, err := risk.ParseEffectPolicy(c.Policy.SideEffects[tag]); err != nil {
+			fail(key, "%v", err)
+		}
+	}
 	tiers("policy.acknowledge", c.Policy.Acknowledge)
 	for _, sub := range slices.Sorted(maps.Keys(c.Policy.Subjects)) {
 		s := c.Policy.Subjects[sub]

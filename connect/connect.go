@@ -14,8 +14,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	capgate "github.com/capgate/capgate"
 	"github.com/capgate/capgate/harden"
+	"github.com/capgate/capgate/internal/buildinfo"
 	"github.com/capgate/capgate/internal/mcpconv"
 	mcpsrc "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/tool"
@@ -37,7 +37,7 @@ func Serve(ctx context.Context, url, tok string, in io.Reader, out io.Writer, lo
 		return fmt.Errorf("connecting to %s: %w", url, err)
 	}
 	mr := &mirror{src: src}
-	srv := mcpserver.NewMCPServer("capgate-connect", capgate.Version, mcpserver.WithToolCapabilities(true),
+	srv := mcpserver.NewMCPServer("capgate-connect", buildinfo.Version(), mcpserver.WithToolCapabilities(true),
 		mcpserver.WithToolFilter(withoutUseSkill),
 		mcpserver.WithResourceCapabilities(false, true), mcpserver.WithPromptCapabilities(true),
 		mcpserver.WithCompletions(), mcpserver.WithPromptCompletionProvider(mr), mcpserver.WithResourceCompletionProvider(mr))

@@ -66,15 +66,22 @@ type Accounts interface {
 // Live is this replica's state, for the live page.
 type Live struct {
 	Ready    string // "" when ready, else why not
-	Sessions int
+	Sessions []Session
 	InFlight []InFlight
 	Sources  []SourceState
 }
 
-// InFlight is a call running now.
+// Session is an MCP session held now (protocol 2025-11-25 and earlier;
+// 2026-07-28 has none).
+type Session struct {
+	Sub, Protocol string
+	LastUsed      time.Time
+}
+
+// InFlight is a call running now: held for an approval, or running.
 type InFlight struct {
-	Sub, Tool string
-	Started   time.Time
+	RequestID, Sub, Tool, Protocol string
+	Started                        time.Time
 }
 
 // SourceState is one tool source, up or down.

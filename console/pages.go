@@ -159,9 +159,17 @@ func (c *Console) approvalViews(r *http.Request, v *visitor) ([]approvalView, er
 func (c *Console) approvalsPage(w http.ResponseWriter, r *http.Request) {
 	v := visitorOf(r.Context())
 	list, err := c.approvalViews(r, v)
-	data := map[string]any{"Approvals": list}
+	// The stream starts from the queue as rendered: it sends nothing
+	// until the queue changes, so an operator's half-typed note is not
+	// swapped away just after the page loads.
+	shown := make([]Approval, len(list))
+	for i, a := range list {
+		shown[i] = a.Approval
+	}
+	data := map[string]any{"Approvals": list, "Since": fingerprint(shown)}
 	if err != nil {
 		data["Error"] = "the store: " + err.Error()
+		data["Since"] = ""
 	}
 	c.render(w, r, "approvals", v, data)
 }
@@ -189,12 +197,12 @@ func (c *Console) approvalsEvents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, "retry: 2000\n\n")
 	fl.Flush()
-	last := ""
+	last := r.URL.Query().Get("since")
 	tick := time.NewTicker(c.opts.PollInterval)
 	defer tick.Stop()
 	for n := 0; ; n++ {
-		// The first event goes at once: what changed between the page's
-		// rendering and this stream's start is fetched then.
+		// The first look is at once: what changed between the page's
+		// rendering (since) and this stream's start is fetched then.
 		if fp, err := c.queueFingerprint(r); err == nil && fp != last {
 			fmt.Fprintf(w, "id: %d\nevent: approvals\ndata: %s\n\n", n, fp)
 			fl.Flush()
@@ -214,11 +222,16 @@ func (c *Console) queueFingerprint(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return fingerprint(list), nil
+}
+
+// fingerprint names a queue's state: its approvals and their decisions.
+func fingerprint(list []Approval) string {
 	h := sha256.New()
 	for _, a := range list {
 		fmt.Fprintf(h, "%s %t %t\n", a.ID, a.Approved, a.Denied)
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // decide approves or denies an approval, records who did and returns to the

@@ -93,3 +93,29 @@ const (
 	FromSource    Provenance = "declared" // the source's own declaration
 	FromInference Provenance = "inferred"
 )
+
+// EffectPolicy is what the operator's [policy.side_effects] says of a
+// tool with a side effect, enforced like a tier's policy: allow, or
+// acknowledge (the caller must acknowledge the tag itself, as it
+// acknowledges a tier: the token's ack claim, [policy] acknowledge), or
+// deny (no call runs a tool with it, whoever calls).
+type EffectPolicy string
+
+const (
+	EffectAllow       EffectPolicy = "allow"
+	EffectAcknowledge EffectPolicy = "acknowledge"
+	EffectDeny        EffectPolicy = "deny"
+)
+
+// EffectPolicies lists the policies, least strict first.
+var EffectPolicies = []EffectPolicy{EffectAllow, EffectAcknowledge, EffectDeny}
+
+// ParseEffectPolicy reads a side-effect policy; an unknown one is an error
+// that lists the valid ones.
+func ParseEffectPolicy(s string) (EffectPolicy, error) {
+	p := EffectPolicy(s)
+	if slices.Contains(EffectPolicies, p) {
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown side-effect policy %q: want allow, acknowledge or deny", s)
+}

@@ -64,10 +64,12 @@ func (e *Evaluation) Set() (*permissions.Set, error) {
 // Broad grants (ending ".*" with two dots or fewer, or starting with a
 // wildcard) carry a warning whatever their tier. An acknowledgement of a
 // tier the table does not have is an error: it is always a typing mistake.
+// A side-effect tag may be acknowledged too ([policy.side_effects]
+// "fs.delete" = "acknowledge"); it acknowledges no tier.
 func (t *Table) Evaluate(grants, acknowledged []string) (*Evaluation, error) {
 	for _, a := range acknowledged {
-		if _, ok := t.Tier(a); !ok {
-			return nil, fmt.Errorf("acknowledged tier %q is not in %s; tiers are %s", a, t.Name, strings.Join(t.TierNames(), ", "))
+		if _, ok := t.Tier(a); !ok && !slices.Contains(SideEffects, SideEffect(a)) {
+			return nil, fmt.Errorf("acknowledged tier %q is not in %s; tiers are %s (or acknowledge a side-effect tag such as fs.delete)", a, t.Name, strings.Join(t.TierNames(), ", "))
 		}
 	}
 	e := &Evaluation{Acknowledged: acknowledged}

@@ -13,15 +13,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router/inflight"
 	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/tool"
 )
@@ -81,6 +82,7 @@ const (
 	GateAcknowledge = "acknowledge"
 	GateApproval    = "approval"
 	GateChat        = "chat_policy"
+	GateSideEffects = "side_effects"
 	GateAuth        = "auth"
 	GateRateLimit   = "rate_limit"
 	GateInput       = "input"
@@ -113,6 +115,13 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 		req.RequestID = NewInvocationID()
 	}
 	inv := Invocation{ID: req.RequestID}
+	if r.opts.InFlight != nil {
+		fc := inflight.Call{RequestID: req.RequestID, Tool: req.Tool, Protocol: req.Protocol, Started: start}
+		if c != nil {
+			fc.Sub = c.Sub
+		}
+		defer r.opts.InFlight.Done(r.opts.InFlight.Start(fc))
+	}
 	// The call's state holds its request, record and ticket: one
 	// allocation, which the gates (called through the chain) share.
 	st := &callState{c: c, request: req}
@@ -171,7 +180,10 @@ func (r *Router) observe(ctx context.Context, ev *audit.Event) {
 	if ev.Code != "" {
 		r.opts.Metrics.Denied(ev.Code, ev.Gate)
 		if ev.Gate == GateSandbox {
-			r.opts.Metrics.SandboxDenied(ev.Kind + ":" + ev.ResolvedSource)
+			// kind:source, as kernelDenied counts it.
+			if kind, source, _, err := tool.ParseID(ev.Tool); err == nil {
+				r.opts.Metrics.SandboxDenied(string(kind) + ":" + source)
+			}
 		}
 	}
 	if !r.opts.Logger.Enabled(ctx, slog.LevelInfo) {
@@ -438,29 +450,27 @@ func (r *Router) Visible(c *Caller, d *tool.Descriptor) bool { return c != nil &
 // id's strings, a new id gets its own. The bound is only for catalogs
 // whose ids churn; it is approximate under concurrent misses.
 type toolCaps struct {
-	m sync.Map // tool id → *capStrings
-	n atomic.Int64
+	m *lru.Cache[string, *capStrings]
 }
 
 type capStrings struct{ fetch, execute string }
 
 const maxToolCaps = 1 << 14
 
+func newToolCaps() toolCaps {
+	m, _ := lru.New[string, *capStrings](maxToolCaps)
+	return toolCaps{m: m}
+}
+
 func (t *toolCaps) get(id string) *capStrings {
-	if v, ok := t.m.Load(id); ok {
-		return v.(*capStrings)
+	if cs, ok := t.m.Get(id); ok {
+		return cs
 	}
 	cs := &capStrings{
 		fetch:   permissions.Required(permissions.Fetch, permissions.Tool, id),
 		execute: permissions.Required(permissions.Execute, permissions.Tool, id),
 	}
-	if v, loaded := t.m.LoadOrStore(id, cs); loaded {
-		return v.(*capStrings)
-	}
-	if t.n.Add(1) > maxToolCaps {
-		t.m.Clear()
-		t.n.Store(0)
-	}
+	t.m.Add(id, cs)
 	return cs
 }
 

@@ -61,8 +61,8 @@ type callState struct {
 //  1. Decisions that change nothing, cheapest first: resolve, the input
 //     read (its canonical bytes are what the tool gets and what approvals
 //     and idempotency keys bind to), capability, tier (acknowledge; for a
-//     blocked tier, that an approval exists, not yet using it), chat
-//     policy, auth, schema, and the audit log's health.
+//     blocked tier, that an approval exists, not yet using it), side
+//     effects ([policy.side_effects]), chat policy, auth, schema, and the audit log's health.
 //  2. The rate limit takes a token, given back when a later step refuses.
 //  3. The idempotency key is claimed (or its result replayed, or the call
 //     waits for the claimant's result).
@@ -76,6 +76,7 @@ func newChain() []gate {
 		{name: GateInput, run: inputGate, plan: inputGate},
 		{name: GateCapability, run: capabilityGate, plan: capabilityGate},
 		{name: GateAcknowledge, run: tierGate, plan: tierGate},
+		{name: GateSideEffects, run: sideEffectsGate, plan: sideEffectsGate},
 		{name: GateChat, run: chatPolicyGate, plan: chatPolicyGate},
 		{name: GateAuth, run: authGate, plan: authGate},
 		{name: gateSchema, run: schemaGate, plan: schemaGate},

@@ -65,13 +65,13 @@ func TestChainOrder(t *testing.T) {
 			planned = append(planned, g.name)
 		}
 	}
-	want := []string{"resolve", "input", "capability", "acknowledge", "chat_policy", "auth", "schema", "audit",
+	want := []string{"resolve", "input", "capability", "acknowledge", "side_effects", "chat_policy", "auth", "schema", "audit",
 		"rate_limit", "idempotency", "approval"}
 	if !slices.Equal(names, want) {
 		t.Errorf("chain %q, want %q", names, want)
 	}
-	if !slices.Equal(planned, want[:9]) {
-		t.Errorf("planning runs %q, want %q", planned, want[:9])
+	if !slices.Equal(planned, want[:10]) {
+		t.Errorf("planning runs %q, want %q", planned, want[:10])
 	}
 }
 
@@ -83,7 +83,7 @@ func TestChainSpansEachGateOnce(t *testing.T) {
 	if _, err := e.call(alice, "fx__echo", `{"message":"hi"}`); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"gate resolve=", "gate input=", "gate capability=", "gate acknowledge=", "gate chat_policy=",
+	want := []string{"gate resolve=", "gate input=", "gate capability=", "gate acknowledge=", "gate side_effects=", "gate chat_policy=",
 		"gate auth=", "gate schema=", "gate audit=", "gate rate_limit=", "gate idempotency=", "gate approval=",
 		"tools/call echo="}
 	if got := rec.take(); !slices.Equal(got, want) {
@@ -93,7 +93,7 @@ func TestChainSpansEachGateOnce(t *testing.T) {
 	// The schema refuses: the chain stops there, nothing is taken.
 	_, err := e.call(alice, "fx__echo", `{"message":3}`)
 	denied(t, err, tool.CodeInvalidInput, GateInput)
-	if got := rec.take(); !slices.Equal(got, append(want[:6:6], "gate schema="+string(tool.CodeInvalidInput))) {
+	if got := rec.take(); !slices.Equal(got, append(want[:7:7], "gate schema="+string(tool.CodeInvalidInput))) {
 		t.Errorf("spans of a call the schema refuses: %q", got)
 	}
 }
@@ -114,7 +114,7 @@ func TestPlanningIsTheChainWithoutSideEffects(t *testing.T) {
 		}
 	}
 	got := rec.take()
-	if len(got) != 27 || slices.ContainsFunc(got, func(s string) bool {
+	if len(got) != 30 || slices.ContainsFunc(got, func(s string) bool {
 		return strings.HasPrefix(s, "gate idempotency") || strings.HasPrefix(s, "gate approval") || strings.HasPrefix(s, "tools/call")
 	}) {
 		t.Errorf("spans of three planning calls: %q", got)

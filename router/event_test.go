@@ -92,7 +92,7 @@ func TestGrantCheckEvents(t *testing.T) {
 			decision = "allow"
 		}
 		id := "mcp:swap:" + tt.required[len(tt.required)-1:]
-		want := audit.Event{Type: audit.TypeGrantCheck, ToolName: "swap__" + id[len(id)-1:], Runner: "service", ResolvedSource: "swap",
+		want := audit.Event{Type: audit.TypeGrantCheck, ToolName: "swap__" + id[len(id)-1:], Runner: "service", ResolvedSource: "binding",
 			Kind: "mcp", Required: tt.required, Layer: tt.guarantee, Explanation: tt.reason, Protocol: "p",
 			Sub: tt.sub, ChatID: tt.chatID, ChatType: tt.chatType, Tool: id, Decision: decision, Gate: GateCapability, RequestID: "7"}
 		if evs[0] != want {

@@ -15,9 +15,11 @@ import (
 // prove is refused: at its launch, before it runs.
 const GateGuarantee = "guarantee"
 
-// resolved fills in what a record says of the tool a call resolved to.
+// resolved fills in what a record says of the tool a call resolved to:
+// resolved_source in the trace's words (installed_pack, binding); the
+// source's own name is in the tool id.
 func resolved(ev *audit.Event, d *tool.Descriptor) {
-	ev.Tool, ev.Kind, ev.ResolvedSource, ev.Runner = d.ID, string(d.Kind), d.Source, runner(d)
+	ev.Tool, ev.Kind, ev.ResolvedSource, ev.Runner = d.ID, string(d.Kind), tool.ResolvedSource(d.Kind), runner(d)
 }
 
 // runner is the trace's word for where d runs: local for a process capgate

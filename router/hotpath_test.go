@@ -160,7 +160,7 @@ func TestToolCapsFollowCatalog(t *testing.T) {
 // TestToolCapsBound: the cache forgets past its bound and still answers
 // right.
 func TestToolCapsBound(t *testing.T) {
-	var tc toolCaps
+	tc := newToolCaps()
 	for i := range maxToolCaps + 100 {
 		id := fmt.Sprintf("mcp:s%d:t/%d", i%7, i)
 		cs := tc.get(id)
@@ -169,17 +169,15 @@ func TestToolCapsBound(t *testing.T) {
 			t.Fatalf("%s: %+v", id, cs)
 		}
 	}
-	n := 0
-	tc.m.Range(func(any, any) bool { n++; return true })
-	if n > maxToolCaps || tc.n.Load() != int64(n) {
-		t.Errorf("%d entries (counted %d), bound %d", n, tc.n.Load(), maxToolCaps)
+	if n := tc.m.Len(); n != maxToolCaps {
+		t.Errorf("%d entries, bound %d", n, maxToolCaps)
 	}
 }
 
 // TestSchemaEmptyVerdict: the verdict on an empty object, worked out when
 // the schema compiles, is the one validating it gives.
 func TestSchemaEmptyVerdict(t *testing.T) {
-	var sc schemaCache
+	sc := newSchemaCache()
 	for _, schema := range []string{
 		`{"type":"object"}`, `{"type":"object","properties":{"x":{"type":"string"}}}`,
 		`{"type":"object","required":["x","y"]}`, `{"minProperties":1}`, `{"type":"array"}`, `{"not":{}}`,
@@ -222,7 +220,7 @@ func TestCapsCacheKeysAreUnambiguous(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c capsCache
+	c := newCapsCache()
 	if s := c.intersect(table, []string{"rye.execute.tool.mcp.fs.a", "rye.execute.tool.mcp.fs.b"}, nil, policy); !s.Allows("rye.execute.tool.mcp.fs.a") {
 		t.Fatal("two caps: rye.execute.tool.a refused")
 	}

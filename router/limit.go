@@ -21,7 +21,11 @@ type RateBuckets interface {
 // limiter is a token bucket per (caller, tool). A call takes its token
 // once every gate but the last steps has passed, and gets it back when a
 // later step refuses it (see taken.refund), so a refused call costs the
-// caller nothing of its rate.
+// caller nothing of its rate. golang.org/x/time/rate cannot give a token
+// back (a Reservation's Cancel restores nothing once its time to act has
+// passed), so the bucket is these few lines. A full bucket is the same as
+// none, so full ones are forgotten (sweep): the map holds only callers
+// that used their rate lately.
 type limiter struct {
 	on      bool
 	perSec  float64
@@ -31,13 +35,18 @@ type limiter struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	buckets map[[2]string]*bucket
+	sweepAt int // sweep when the map grows to this many buckets
 }
 
 type bucket struct {
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time
+	gone   bool // swept out of the map: look the key up again
 }
+
+// minSweep is the map size below which no sweep is made.
+const minSweep = 1024
 
 func (l *limiter) init(rl RateLimit, now func() time.Time, shared RateBuckets, log *slog.Logger) {
 	if rl.PerMinute <= 0 {
@@ -49,6 +58,7 @@ func (l *limiter) init(rl RateLimit, now func() time.Time, shared RateBuckets, l
 	}
 	l.on, l.perSec, l.burst, l.now, l.shared, l.log = true, rl.PerMinute/60, float64(burst), now, shared, log
 	l.buckets = map[[2]string]*bucket{}
+	l.sweepAt = minSweep
 }
 
 // take takes one token from the bucket of (sub, toolID), if it has one.
@@ -69,14 +79,24 @@ func (l *limiter) take(ctx context.Context, sub, toolID string) (taken, bool, er
 		return taken{l: l, ctx: context.WithoutCancel(ctx), sub: sub, toolID: toolID}, true, nil
 	}
 	key := [2]string{sub, toolID}
-	l.mu.Lock()
-	b, ok := l.buckets[key]
-	if !ok {
-		b = &bucket{tokens: l.burst, last: l.now()}
-		l.buckets[key] = b
+	var b *bucket
+	for {
+		l.mu.Lock()
+		var ok bool
+		if b, ok = l.buckets[key]; !ok {
+			if len(l.buckets) >= l.sweepAt {
+				l.sweep()
+			}
+			b = &bucket{tokens: l.burst, last: l.now()}
+			l.buckets[key] = b
+		}
+		l.mu.Unlock()
+		b.mu.Lock()
+		if !b.gone {
+			break
+		}
+		b.mu.Unlock()
 	}
-	l.mu.Unlock()
-	b.mu.Lock()
 	defer b.mu.Unlock()
 	l.refill(b)
 	if b.tokens < 1 {
@@ -109,6 +129,20 @@ func (l *limiter) wouldTake(ctx context.Context, sub, toolID string) (bool, erro
 	defer b.mu.Unlock()
 	l.refill(b) // as take would: the same tokens, whenever counted
 	return b.tokens >= 1, nil
+}
+
+// sweep forgets the buckets that are full again; l.mu is held. The next
+// sweep waits until the map has doubled, so sweeps cost O(1) per bucket made.
+func (l *limiter) sweep() {
+	for k, b := range l.buckets {
+		b.mu.Lock()
+		if l.refill(b); b.tokens >= l.burst {
+			b.gone = true
+			delete(l.buckets, k)
+		}
+		b.mu.Unlock()
+	}
+	l.sweepAt = max(minSweep, 2*len(l.buckets))
 }
 
 // refill adds the tokens earned since the bucket was last counted; b.mu

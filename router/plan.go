@@ -49,6 +49,10 @@ type PlanRisk struct {
 	SideEffects []risk.SideEffect `json:"side_effects"`
 	Tier        string            `json:"tier,omitempty"`
 	Policy      risk.Policy       `json:"policy,omitempty"`
+	// SideEffectPolicies are the tool's side effects that
+	// [policy.side_effects] does not simply allow, and whether the caller
+	// acknowledged each.
+	SideEffectPolicies []EffectDecision `json:"side_effect_policies"`
 }
 
 // Guarantees are who grants what the caller may do: its grant layers,
@@ -111,7 +115,7 @@ func (r *Router) recoverPlan(ctx context.Context, c *Caller, req *Request, ev *a
 	}
 	if d := st.d; d != nil {
 		p.Tool = d.ID
-		pr := &PlanRisk{Level: d.Risk.Level.String(), SideEffects: d.Risk.Effects}
+		pr := &PlanRisk{Level: d.Risk.Level.String(), SideEffects: d.Risk.Effects, SideEffectPolicies: r.effectDecisions(st.c, d)}
 		if tier, terr := r.opts.Risk.ToolTier(d.Risk.Level); terr == nil {
 			pr.Tier, pr.Policy = tier.Name, tier.Policy
 			p.ApprovalNeeded = tier.Policy == risk.Block

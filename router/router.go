@@ -18,10 +18,13 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
+	"github.com/capgate/capgate/router/inflight"
 	"github.com/capgate/capgate/router/state"
 	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
@@ -76,6 +79,10 @@ type Policy struct {
 	// Anonymous, when set, is the identity of callers without a token.
 	Anonymous *Subject
 	RateLimit RateLimit
+	// SideEffects is [policy.side_effects]: a policy per side-effect tag,
+	// enforced by the side_effects gate for every caller. A tag not listed
+	// is allowed.
+	SideEffects map[risk.SideEffect]risk.EffectPolicy
 }
 
 // Subject is a caller's own grants and acknowledgements.
@@ -109,6 +116,9 @@ type Options struct {
 	// nil is off.
 	Metrics Metrics
 	Tracer  Tracer
+	// InFlight lists the calls running now (the console's live page); it
+	// outlives a reload's new router. Nil tracks none.
+	InFlight *inflight.Tracker
 
 	CallTimeout time.Duration // default 2m
 	ApprovalTTL time.Duration // default 10m
@@ -266,7 +276,8 @@ func New(opts Options) (*Router, error) {
 	if opts.IdempotencyWait <= 0 {
 		opts.IdempotencyWait = 5 * time.Second
 	}
-	r := &Router{opts: opts, subjects: map[string]*grantSet{}, chain: newChain()}
+	r := &Router{opts: opts, subjects: map[string]*grantSet{}, chain: newChain(),
+		schemas: newSchemaCache(), caps: newCapsCache(), toolCaps: newToolCaps()}
 	r.admitter, _ = opts.Audit.(audit.Admitter)
 	r.health, _ = opts.Audit.(audit.Health)
 	r.limits.init(opts.Policy.RateLimit, opts.Now, opts.RateBuckets, opts.Logger)
@@ -421,15 +432,24 @@ func (r *Router) caller(claims *token.Claims) *Caller {
 // policy set: tokens are reused across many calls, and compiling grants
 // per call would dominate the router's own cost.
 type capsCache struct {
-	mu sync.Mutex
-	n  int
-	m  map[*permissions.Set]map[string]*permissions.Set // policy → caps key → intersection
+	m *lru.Cache[capsKey, *permissions.Set]
+}
+
+// capsKey is a policy and a token's caps and acks, each length-prefixed
+// so that no two lists share a key.
+type capsKey struct {
+	policy *permissions.Set
+	caps   string
+}
+
+const maxCachedCaps = 4096
+
+func newCapsCache() capsCache {
+	m, _ := lru.New[capsKey, *permissions.Set](maxCachedCaps)
+	return capsCache{m: m}
 }
 
 func (c *capsCache) intersect(table *risk.Table, caps, acks []string, policy *permissions.Set) *permissions.Set {
-	// The key is built on the stack and looked up as bytes: a token seen
-	// before costs no allocation here. Each cap and ack is length-prefixed,
-	// so that no two lists share a key.
 	var buf [256]byte
 	key := binary.AppendUvarint(buf[:0], uint64(len(caps)))
 	for _, cp := range caps {
@@ -440,10 +460,8 @@ func (c *capsCache) intersect(table *risk.Table, caps, acks []string, policy *pe
 		key = binary.AppendUvarint(key, uint64(len(a)))
 		key = append(key, a...)
 	}
-	c.mu.Lock()
-	s, ok := c.m[policy][string(key)]
-	c.mu.Unlock()
-	if ok {
+	k := capsKey{policy, string(key)}
+	if s, ok := c.m.Get(k); ok {
 		return s
 	}
 	// A caps claim that does not parse grants nothing (Intersect of nil):
@@ -453,21 +471,8 @@ func (c *capsCache) intersect(table *risk.Table, caps, acks []string, policy *pe
 	if ev, err := table.Evaluate(caps, acks); err == nil {
 		child, _ = ev.Set()
 	}
-	s = permissions.Intersect(child, policy)
-	c.mu.Lock()
-	if c.m == nil || c.n > 4096 {
-		c.m, c.n = map[*permissions.Set]map[string]*permissions.Set{}, 0
-	}
-	byCaps := c.m[policy]
-	if byCaps == nil {
-		byCaps = map[string]*permissions.Set{}
-		c.m[policy] = byCaps
-	}
-	if _, dup := byCaps[string(key)]; !dup {
-		c.n++
-	}
-	byCaps[string(key)] = s
-	c.mu.Unlock()
+	s := permissions.Intersect(child, policy)
+	c.m.Add(k, s)
 	return s
 }
 

@@ -618,7 +618,7 @@ func TestAuditHoldsNoSecrets(t *testing.T) {
 		}
 	}
 	for _, want := range []string{`"type":"auth_begin"`, `"type":"auth_complete"`, `"type":"tool_call"`,
-		`{"type":"grant_check","tool_name":"fx__t_00","runner":"local","resolved_source":"fx",`, `"tool":"mcp:fx:t_00","kind":"mcp","protocol":`,
+		`{"type":"grant_check","tool_name":"fx__t_00","runner":"local","resolved_source":"binding",`, `"tool":"mcp:fx:t_00","kind":"mcp","protocol":`,
 		`"required":"rye.execute.tool.mcp.fx.t_00","layer":"policy","explanation":"rye.execute.tool.mcp.fx.t_00 is allowed by grant`,
 		`"code":"capability_invalid_output"`, `"code":"capability_not_found"`} {
 		if !strings.Contains(log, want) {

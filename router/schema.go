@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
@@ -16,8 +16,14 @@ import (
 // schemaCache compiles each distinct input schema once. Schemas are keyed
 // by their bytes, so a tool whose definition changes gets a new entry.
 type schemaCache struct {
-	mu sync.RWMutex
-	m  map[string]*compiledSchema
+	m *lru.Cache[string, *compiledSchema]
+}
+
+const maxCachedSchemas = 4096
+
+func newSchemaCache() schemaCache {
+	m, _ := lru.New[string, *compiledSchema](maxCachedSchemas)
+	return schemaCache{m: m}
 }
 
 type compiledSchema struct {
@@ -38,17 +44,10 @@ func (c *schemaCache) validate(d *tool.Descriptor, input any) error {
 	if len(raw) == 0 {
 		return nil
 	}
-	c.mu.RLock()
-	cs, ok := c.m[string(raw)]
-	c.mu.RUnlock()
+	cs, ok := c.m.Get(string(raw))
 	if !ok {
 		cs = compileSchema(raw)
-		c.mu.Lock()
-		if c.m == nil || len(c.m) > 4096 {
-			c.m = map[string]*compiledSchema{}
-		}
-		c.m[string(raw)] = cs
-		c.mu.Unlock()
+		c.m.Add(string(raw), cs)
 	}
 	if cs.err != nil {
 		return &tool.Error{Code: tool.CodeInvalidInput, Gate: GateInput, Err: cs.err,

@@ -85,11 +85,12 @@ func (c Confinement) describe(miss []Missing) *tool.Guarantees {
 	g := c.Guarantees
 	out := &tool.Guarantees{Runner: tool.RunnerLocal, Keys: []tool.Guarantee{},
 		SecretsAllowed: slices.Clone(g.SecretsAllowed), SecretsSource: string(g.SecretsFrom),
-		Enforced: len(miss) == 0, AllowUnsafe: c.AllowUnsafe, Pure: g.Pure}
+		Enforced: len(miss) == 0, AllowUnsafe: c.AllowUnsafe, Pure: g.Pure, Flat: map[string]bool{}}
 	if out.SecretsAllowed == nil {
 		out.SecretsAllowed = []string{}
 	}
 	for _, k := range Keys {
+		out.Flat[string(k)] = false
 		if !g.Has(k) {
 			continue
 		}
@@ -100,6 +101,7 @@ func (c Confinement) describe(miss []Missing) *tool.Guarantees {
 			}
 		}
 		out.Keys = append(out.Keys, e)
+		out.Flat[string(k)] = e.Enforced
 	}
 	return out
 }

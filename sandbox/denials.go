@@ -50,6 +50,9 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 		switch g.From[k] {
 		case FromOverride:
 			how = append(how, fmt.Sprintf("remove %s = true from [capability_overrides.%q]", k, overrideKey))
+		case FromPack:
+			// A command's own declaration cannot loosen its pack's.
+			how = append(how, fmt.Sprintf("declare %s in the pack's top-level capabilities in its extension.yaml (they hold for every command of the pack)", allowWith[k]))
 		case FromTrust:
 			how = append(how, fmt.Sprintf("[trust] allowed_capabilities withholds %s from every tool", k.Capability()))
 		default:

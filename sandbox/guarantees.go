@@ -54,6 +54,7 @@ type Source string
 
 const (
 	FromDeclaration Source = "tool"   // the source's declaration (or purity: pure)
+	FromPack        Source = "pack"   // an extension pack's declaration for all its commands
 	FromOverride    Source = "user"   // the operator's [capability_overrides]
 	FromTrust       Source = "policy" // the [trust] ceiling
 )
@@ -102,6 +103,10 @@ type Declared struct {
 	Subprocess string   // none | allow
 	Secrets    []string // names of the secrets the tool needs
 	Pure       bool     // purity: pure guarantees everything
+	// Pack is the declaration of the tool's whole pack (extension.yaml's
+	// top-level capabilities), which holds for each of its commands on top
+	// of the command's own: it only adds guarantees, each from "pack".
+	Pack *Declared
 }
 
 var declaredValues = map[string][]string{
@@ -276,6 +281,11 @@ func Derive(decl Declared, over Overrides, trust Declared) (g Guarantees, notes 
 	g = Guarantees{Set: map[Key]bool{}, From: map[Key]Source{}, Pure: decl.Pure}
 	for _, k := range decl.keys() {
 		g.tighten(k, FromDeclaration)
+	}
+	if decl.Pack != nil {
+		for _, k := range decl.Pack.keys() {
+			g.tighten(k, FromPack)
+		}
 	}
 	if !decl.Pure {
 		g.SecretsAllowed = uniqueSorted(decl.Secrets)

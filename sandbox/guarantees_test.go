@@ -28,6 +28,9 @@ func TestDerive(t *testing.T) {
 		{name: "filesystem none and env none",
 			decl: Declared{Filesystem: "none", Env: "none", Network: "outbound", Subprocess: "allow"},
 			want: map[Key]Source{NoFilesystemWrite: FromDeclaration, NoFilesystemRead: FromDeclaration, NoEnvRead: FromDeclaration, NoEnvWrite: FromDeclaration}},
+		{name: "a pack's declaration adds to the command's, from pack, and is not loosened by it",
+			decl: Declared{Network: "outbound", Filesystem: "read", Pack: &Declared{Network: "none", Filesystem: "none"}},
+			want: map[Key]Source{NoNetwork: FromPack, NoFilesystemRead: FromPack, NoFilesystemWrite: FromDeclaration}},
 		{name: "override tightens",
 			decl: Declared{Network: "outbound", Filesystem: "write"},
 			over: Overrides{Set: map[Key]bool{NoNetwork: true, NoFilesystemWrite: true}},
@@ -133,5 +136,18 @@ func TestParseOverrides(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("ParseOverrides(%v) = %v, want error containing %q", b.in, err, b.want)
 		}
+	}
+}
+
+// A guarantee the pack set is lifted in the pack's declaration: the hint
+// does not send the author to the command's, which cannot loosen it.
+func TestExplainPackGuarantee(t *testing.T) {
+	g, _ := Derive(Declared{Pack: &Declared{Network: "none"}}, Overrides{}, Declared{})
+	var d Denials
+	d.Observe(nil)(string(NoNetwork))
+	msg, hint := d.Explain(g, "ext:p:get", "commands.get.capabilities of extension.yaml")
+	if !strings.Contains(msg, "set by pack") || !strings.Contains(hint, "network: outbound in the pack's top-level capabilities") ||
+		strings.Contains(hint, "commands.get") {
+		t.Errorf("msg %q hint %q", msg, hint)
 	}
 }

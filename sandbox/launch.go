@@ -90,6 +90,9 @@ type plan struct {
 	UID     int  `json:"uid"`
 	GID     int  `json:"gid"`
 	Alive   int  `json:"alive"`
+	// Init: this process is PID 1 of the tool's own PID namespace, which
+	// starts the trampoline and reaps (pidns_linux.go).
+	Init bool `json:"init,omitempty"`
 }
 
 // Command builds the *exec.Cmd that starts spec's program confined to its
@@ -146,10 +149,13 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	}
 	// The kernel kills the trampoline, then the tool, when capgate dies
 	// (the trampoline sets it again after switching users, which clears
-	// it). A PID namespace would take the tool's own children too, but the
-	// trampoline cannot be its init: Landlock's all-threads syscalls (psx)
-	// hang in a process that is PID 1.
+	// it). In a PID namespace of its own, the first process killed is the
+	// namespace's init, and with it every process the tool started.
 	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if feat.PidNS {
+		attr.Cloneflags |= syscall.CLONE_NEWPID
+		p.Init = true
+	}
 	if c := spec.Credential; c != nil {
 		p.SetUser, p.UID, p.GID = true, int(c.Uid), int(c.Gid)
 	}
@@ -224,6 +230,7 @@ func (f Features) forLaunch() (feat Features, unprivileged bool) {
 	feat = f
 	if unprivileged {
 		feat.NetNS = feat.NetNS && feat.UserNS
+		feat.PidNS = feat.PidNS && feat.UserNS
 	}
 	return feat, unprivileged
 }

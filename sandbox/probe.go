@@ -18,6 +18,7 @@ type Features struct {
 	Seccomp     bool // seccomp filters can be loaded
 	UserNS      bool // an unprivileged process may create a user namespace
 	NetNS       bool // this process may start a child in a new network namespace
+	PidNS       bool // this process may start a child in a new PID namespace
 	Privileged  bool // this process has CAP_SYS_ADMIN, so needs no user namespace
 }
 
@@ -33,6 +34,7 @@ func Probe() Features {
 		sysctlAtLeast("/proc/sys/kernel/unprivileged_userns_clone", 1, true) &&
 		!sysctlAtLeast("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", 1, false)
 	f.NetNS = exists("/proc/self/ns/net") && (f.Privileged || f.UserNS)
+	f.PidNS = exists("/proc/self/ns/pid") && (f.Privileged || f.UserNS)
 	return f
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -125,3 +126,27 @@ type discard struct{}
 func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
+
+// SessionView is one held MCP session as an operator sees it: who opened
+// it, at which protocol, and when it was last used; never its id, which
+// a client presents as its session's key.
+type SessionView struct {
+	Sub, Protocol string
+	LastUsed      time.Time
+}
+
+// SessionList lists the MCP sessions held now, most recently used first.
+func (m *MCP) SessionList() []SessionView {
+	var out []SessionView
+	m.live.m.Range(func(_, v any) bool {
+		s := v.(*liveSession)
+		sv := SessionView{Sub: s.sub, LastUsed: time.Unix(0, s.last.Load())}
+		if s.sessionInfo != nil {
+			sv.Protocol = s.ProtocolVersion()
+		}
+		out = append(out, sv)
+		return true
+	})
+	slices.SortFunc(out, func(a, b SessionView) int { return b.LastUsed.Compare(a.LastUsed) })
+	return out
+}

@@ -11,7 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	capgate "github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/buildinfo"
 	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/internal/rawjson"
@@ -257,7 +257,7 @@ func mcpResult(res *tool.Result, err error, inv router.Invocation, modern bool) 
 
 // serverInfo is how capgate names itself in results.
 var (
-	serverInfo     = mcp.Implementation{Name: "capgate", Version: capgate.Version}
+	serverInfo     = mcp.Implementation{Name: "capgate", Version: buildinfo.Version()}
 	serverInfoJSON = func() []byte { b, _ := json.Marshal(serverInfo); return b }()
 )
 

@@ -157,6 +157,10 @@ func protocolOf(ctx context.Context) string {
 	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ProtocolVersion != "" {
 		return "mcp/" + info.ProtocolVersion
 	}
+	// A request in a 2025-11-25 session: the version the session agreed.
+	if s, ok := mcpserver.ClientSessionFromContext(ctx).(interface{ ProtocolVersion() string }); ok && s.ProtocolVersion() != "" {
+		return "mcp/" + s.ProtocolVersion()
+	}
 	return "mcp"
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -30,7 +31,7 @@ func (s *Store) BeginFlow(ctx context.Context, sub, capabilityID, accountHint st
 	}
 	_, err := s.ops.ExecContext(ctx, `INSERT INTO auth_flows
 		(id, sub, capability_id, account_hint, state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		f.ID, f.Sub, f.CapabilityID, f.AccountHint, f.State, now, ms(f.ExpiresAt))
+		f.ID, f.Sub, f.CapabilityID, f.AccountHint, s.sealFlow(f), now, ms(f.ExpiresAt))
 	if err != nil {
 		return nil, fmt.Errorf("store: begin flow: %w", err)
 	}
@@ -63,7 +64,48 @@ func (s *Store) scanFlow(row *sql.Row, id, op string) (*Flow, error) {
 		return nil, fmt.Errorf("store: %s: %w", op, err)
 	}
 	f.CreatedAt, f.ExpiresAt = fromMS(created), fromMS(expires)
+	if f.State, err = s.openFlow(f); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// A flow's state holds what its callback needs, a PKCE verifier among
+// them: with a vault key it is sealed like a credential (AES-256-GCM),
+// bound to the flow's id and subject, so the operations database alone
+// gives away nothing, and a row edited to name another subject does not
+// open.
+
+// sealedFlow marks a sealed state: magic, nonce, ciphertext.
+const sealedFlow = "\x00capgate sealed flow v1\x00"
+
+func flowAD(f *Flow) []byte { return credentialAD(f.Sub, "auth flow", f.ID) }
+
+// sealFlow is f.State as stored.
+func (s *Store) sealFlow(f *Flow) []byte {
+	if s.aead == nil || f.State == nil {
+		return f.State
+	}
+	nonce, ct := s.seal(f.State, flowAD(f))
+	return append(append([]byte(sealedFlow), nonce...), ct...)
+}
+
+// openFlow is the state of f as read; a state that is not sealed where
+// a vault key is set, or does not open, is ErrFlowInvalid.
+func (s *Store) openFlow(f *Flow) ([]byte, error) {
+	if s.aead == nil || f.State == nil {
+		return f.State, nil
+	}
+	raw, ok := bytes.CutPrefix(f.State, []byte(sealedFlow))
+	n := s.aead.NonceSize()
+	if !ok || len(raw) < n {
+		return nil, ErrFlowInvalid
+	}
+	pt, err := s.aead.Open(nil, raw[:n], raw[n:], flowAD(f))
+	if err != nil {
+		return nil, ErrFlowInvalid
+	}
+	return pt, nil
 }
 
 // FlowByID returns the live flow id, whoever began it, without taking it:

@@ -50,33 +50,6 @@ func algByName(name string) alg {
 	return algUnknown
 }
 
-// method is golang-jwt's implementation of an asymmetric alg.
-func (a alg) method() jwt.SigningMethod {
-	switch a {
-	case algRS256:
-		return jwt.SigningMethodRS256
-	case algRS384:
-		return jwt.SigningMethodRS384
-	case algRS512:
-		return jwt.SigningMethodRS512
-	case algPS256:
-		return jwt.SigningMethodPS256
-	case algPS384:
-		return jwt.SigningMethodPS384
-	case algPS512:
-		return jwt.SigningMethodPS512
-	case algES256:
-		return jwt.SigningMethodES256
-	case algES384:
-		return jwt.SigningMethodES384
-	case algES512:
-		return jwt.SigningMethodES512
-	case algEdDSA:
-		return jwt.SigningMethodEdDSA
-	}
-	return nil
-}
-
 // publicKey is one verification key of the JWKS.
 type publicKey struct {
 	kid    string
@@ -203,20 +176,19 @@ func keysOf(jwks []jwkset.JWK) ([]publicKey, error) {
 	return keys, nil
 }
 
-// checkAsymmetric verifies an RS*, PS*, ES* or EdDSA signature with the
-// JWKS key the token's kid names, or, without a kid, with any key that fits.
-func (v *Verifier) checkAsymmetric(h header, signingString string, sig []byte) *Error {
+// asymmetricKey is the JWKS key the token's kid names, or, without a kid,
+// every key that fits its alg (set true): golang-jwt tries each.
+func (v *Verifier) asymmetricKey(h header) (key any, set bool, err *Error) {
 	keys := v.keys
 	if v.remote != nil {
 		keys = v.remote.current(h)
 	}
 	if keys == nil {
 		if v.remote != nil {
-			return fail(ReasonKey, "the JWKS at "+v.remote.url+" could not be read")
+			return nil, false, fail(ReasonKey, "the JWKS at "+v.remote.url+" could not be read")
 		}
-		return fail(ReasonAlgorithm, fmt.Sprintf("alg %s is not accepted: no JWKS is configured", h.alg))
+		return nil, false, fail(ReasonAlgorithm, fmt.Sprintf("alg %s is not accepted: no JWKS is configured", h.alg))
 	}
-	method := h.alg.method()
 	if h.hasKid {
 		for i := range keys {
 			k := &keys[i]
@@ -224,28 +196,20 @@ func (v *Verifier) checkAsymmetric(h header, signingString string, sig []byte) *
 				continue
 			}
 			if !k.fits(h.alg) {
-				return k.misfit(h.alg)
+				return nil, false, k.misfit(h.alg)
 			}
-			if method.Verify(signingString, sig, k.key) != nil {
-				return fail(ReasonSignature, fmt.Sprintf("%s signature does not verify", h.alg))
-			}
-			return nil
+			return k.key, false, nil
 		}
-		return fail(ReasonKey, "no JWKS key has the token's kid")
+		return nil, false, fail(ReasonKey, "no JWKS key has the token's kid")
 	}
-	tried := 0
+	var fit jwt.VerificationKeySet
 	for i := range keys {
-		k := &keys[i]
-		if !k.fits(h.alg) {
-			continue
-		}
-		tried++
-		if method.Verify(signingString, sig, k.key) == nil {
-			return nil
+		if k := &keys[i]; k.fits(h.alg) {
+			fit.Keys = append(fit.Keys, k.key)
 		}
 	}
-	if tried == 0 {
-		return fail(ReasonKey, fmt.Sprintf("no JWKS key fits alg %s", h.alg))
+	if len(fit.Keys) == 0 {
+		return nil, false, fail(ReasonKey, fmt.Sprintf("no JWKS key fits alg %s", h.alg))
 	}
-	return fail(ReasonSignature, fmt.Sprintf("%s signature does not verify with any JWKS key", h.alg))
+	return fit, true, nil
 }

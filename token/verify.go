@@ -1,21 +1,22 @@
 package token
 
 import (
+	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/golang-jwt/jwt/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // DefaultLeeway is the clock skew allowed on exp, iat and nbf.
@@ -54,26 +55,19 @@ type Verifier struct {
 	audience string
 	leeway   time.Duration
 	now      func() time.Time
-	scratch  sync.Pool // *scratch
+	parser   *jwt.Parser
 
 	// verified holds the claims of tokens whose signature and claims were
 	// checked: a client sends the same token with every call, and checking
 	// it again costs more than the rest of the routing. A cached token's
 	// time-bound claims are checked again at every use; its signature need
-	// not be, as a Verifier's keys never change.
-	verified sync.Map // raw token → *Claims
-	nCached  atomic.Int64
+	// not be, as a Verifier's keys never change. It forgets the least
+	// recently used token when full.
+	verified *lru.Cache[string, *Claims]
 }
 
-// maxCached bounds the verified-token cache; it starts over when full.
+// maxCached bounds the verified-token cache.
 const maxCached = 4096
-
-// scratch is the per-call working memory Verify reuses.
-type scratch struct {
-	mac hash.Hash // HMAC-SHA256 keyed with the secret; nil without one
-	buf []byte
-	sum [sha256.Size]byte
-}
 
 // NewVerifier returns a Verifier for opts. It fails when neither a secret
 // nor a JWKS is given, or when the JWKS cannot be used.
@@ -130,17 +124,13 @@ func NewVerifier(opts Options) (*Verifier, error) {
 	if v.now == nil {
 		v.now = time.Now
 	}
-	v.scratch.New = func() any {
-		s := &scratch{}
-		if v.secret != nil {
-			s.mac = hmac.New(sha256.New, v.secret)
-		}
-		return s
-	}
+	// Claims are checked by checkClaims, with capgate's leeway and
+	// reasons; golang-jwt parses, picks the method and checks signatures.
+	v.parser = jwt.NewParser(jwt.WithValidMethods(acceptedMethods), jwt.WithStrictDecoding(),
+		jwt.WithoutClaimsValidation())
+	v.verified, _ = lru.New[string, *Claims](maxCached)
 	return v, nil
 }
-
-var b64 = base64.RawURLEncoding.Strict()
 
 // header is what Verify reads from a token's header.
 type header struct {
@@ -149,10 +139,21 @@ type header struct {
 	kid    string
 }
 
+// acceptedMethods are the algs golang-jwt may verify; anything else is
+// refused before a key is looked up.
+var acceptedMethods = func() []string {
+	var out []string
+	for a := algHS256; a <= algEdDSA; a++ {
+		out = append(out, a.String())
+	}
+	return out
+}()
+
 // Verify checks raw's signature, algorithm and claims and returns the
-// claims. Surrounding white space is ignored. The header is read first (alg,
-// typ, ver, kid), the signature checked next, and only then is the payload
-// read. Every failure is a *Error.
+// claims. Surrounding white space is ignored. golang-jwt splits and
+// decodes the token and checks the signature with the key the header
+// calls for (checked first: alg, typ, ver, kid, crit); only a token whose
+// signature verifies has its claims read. Every failure is a *Error.
 func (v *Verifier) Verify(raw string) (*Claims, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
@@ -161,11 +162,11 @@ func (v *Verifier) Verify(raw string) (*Claims, error) {
 	if len(raw) > maxTokenLen {
 		return nil, fail(ReasonFormat, fmt.Sprintf("token is %d bytes, more than the %d allowed", len(raw), maxTokenLen))
 	}
-	if c, ok := v.verified.Load(raw); ok {
-		if err := v.checkClaims(c.(*Claims)); err != nil {
+	if c, ok := v.verified.Get(raw); ok {
+		if err := v.checkClaims(c); err != nil {
 			return nil, err
 		}
-		return c.(*Claims), nil
+		return c, nil
 	}
 	c, err := v.verify(raw)
 	if err != nil {
@@ -174,69 +175,44 @@ func (v *Verifier) Verify(raw string) (*Claims, error) {
 	if v.remote != nil {
 		return c, nil // a fetched JWKS can withdraw a key: check the signature each time
 	}
-	if v.nCached.Add(1) > maxCached {
-		v.verified.Clear()
-		v.nCached.Store(1)
-	}
-	v.verified.Store(raw, c)
+	v.verified.Add(raw, c)
 	return c, nil
+}
+
+// payload holds a token's payload as golang-jwt decoded it from base64:
+// it is read only after the signature verified (readClaims). golang-jwt
+// has encoding/json check that it is JSON first.
+type payload struct {
+	raw []byte
+	jwt.RegisteredClaims
+}
+
+func (p *payload) UnmarshalJSON(b []byte) error {
+	p.raw = b
+	return nil
 }
 
 // verify checks a token that is not in the cache.
 func (v *Verifier) verify(raw string) (*Claims, error) {
-	dot1 := strings.IndexByte(raw, '.')
-	dot2 := -1
-	if dot1 >= 0 {
-		if j := strings.IndexByte(raw[dot1+1:], '.'); j >= 0 {
-			dot2 = dot1 + 1 + j
+	var p payload
+	var h header
+	var keySet bool // the signature was checked against every key that fits
+	tok, err := v.parser.ParseWithClaims(raw, &p, func(t *jwt.Token) (any, error) {
+		var herr *Error
+		if h, herr = parseHeader(t.Header); herr != nil {
+			return nil, herr
 		}
-	}
-	if dot2 < 0 || strings.IndexByte(raw[dot2+1:], '.') >= 0 {
-		return nil, fail(ReasonFormat, "a token has three dot-separated parts")
-	}
-	sc := v.scratch.Get().(*scratch)
-	defer v.scratch.Put(sc)
-
-	// One buffer: the token's bytes (the HMAC's input and the base64
-	// decoder's), then the decoded header, payload and signature.
-	hLen, pLen, sLen := b64.DecodedLen(dot1), b64.DecodedLen(dot2-dot1-1), b64.DecodedLen(len(raw)-dot2-1)
-	need := len(raw) + hLen + pLen + sLen
-	if cap(sc.buf) < need {
-		sc.buf = make([]byte, need)
-	}
-	buf := sc.buf[:need]
-	enc := buf[:copy(buf, raw)]
-	signing := enc[:dot2]
-	dec := buf[len(raw):]
-	hn, err := b64.Decode(dec, enc[:dot1])
+		key, set, kerr := v.key(h)
+		if kerr != nil {
+			return nil, kerr
+		}
+		keySet = set
+		return key, nil
+	})
 	if err != nil {
-		return nil, fail(ReasonFormat, "header is not base64url")
+		return nil, refusal(tok, &p, h, keySet, err)
 	}
-	pn, err := b64.Decode(dec[hn:], enc[dot1+1:dot2])
-	if err != nil {
-		return nil, fail(ReasonFormat, "payload is not base64url")
-	}
-	sn, err := b64.Decode(dec[hn+pn:], enc[dot2+1:])
-	if err != nil {
-		return nil, fail(ReasonFormat, "signature is not base64url")
-	}
-	sig := dec[hn+pn : hn+pn+sn]
-	if !json.Valid(dec[:hn]) {
-		return nil, fail(ReasonFormat, "header is not JSON")
-	}
-	// Header and payload as one string, so claims are substrings of it.
-	text := string(dec[:hn+pn])
-	h, herr := parseHeader(text[:hn])
-	if herr != nil {
-		return nil, herr
-	}
-	if err := v.checkSignature(sc, h, raw[:dot2], signing, sig); err != nil {
-		return nil, err
-	}
-	if !json.Valid(dec[hn : hn+pn]) {
-		return nil, fail(ReasonFormat, "payload is not JSON")
-	}
-	c, cerr := parseClaims(text[hn:])
+	c, cerr := readClaims(p.raw)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -256,40 +232,65 @@ func (v *Verifier) verify(raw string) (*Claims, error) {
 	return c, nil
 }
 
-// parseHeader reads and checks alg, typ, ver, kid and crit.
-func parseHeader(s string) (header, *Error) {
+// refusal is the *Error for golang-jwt's err: the header's own refusal
+// when it has one, else one named by how far golang-jwt got (its details
+// may quote the token, so none is passed on).
+func refusal(tok *jwt.Token, p *payload, h header, keySet bool, err error) *Error {
+	var te *Error
+	if errors.As(err, &te) {
+		return te
+	}
+	var b64err base64.CorruptInputError
+	notBase64 := errors.As(err, &b64err)
+	switch {
+	case tok == nil:
+		return fail(ReasonFormat, "a token has three dot-separated parts")
+	case tok.Header == nil && notBase64:
+		return fail(ReasonFormat, "header is not base64url")
+	case tok.Header == nil:
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return fail(ReasonFormat, "header is not a JSON object")
+		}
+		return fail(ReasonFormat, "header is not JSON")
+	}
+	if _, herr := parseHeader(tok.Header); herr != nil {
+		return herr
+	}
+	switch {
+	case p.raw == nil && notBase64:
+		return fail(ReasonFormat, "payload is not base64url")
+	case p.raw == nil && errors.Is(err, jwt.ErrTokenMalformed):
+		return fail(ReasonFormat, "payload is not JSON")
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return fail(ReasonFormat, "signature is not base64url")
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && keySet:
+		return fail(ReasonSignature, fmt.Sprintf("%s signature does not verify with any JWKS key", h.alg))
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return fail(ReasonSignature, fmt.Sprintf("%s signature does not verify", h.alg))
+	}
+	return fail(ReasonFormat, "token is not a JWT golang-jwt can read")
+}
+
+// parseHeader reads and checks alg, typ, ver, kid and crit of a header
+// golang-jwt decoded.
+func parseHeader(m map[string]any) (header, *Error) {
 	var h header
-	m, ok := newMembers(s)
+	if _, ok := m["crit"]; ok {
+		return h, fail(ReasonFormat, "header names critical extensions (crit), which capgate does not support")
+	}
+	if k, ok := m["kid"]; ok {
+		kid, ok := k.(string)
+		if !ok {
+			return h, fail(ReasonFormat, "header kid is not a string")
+		}
+		h.kid, h.hasKid = kid, true
+	}
+	a, ok := m["alg"]
 	if !ok {
-		return h, fail(ReasonFormat, "header is not a JSON object")
-	}
-	var algVal, typVal, verVal string
-	for {
-		key, val, more := m.next()
-		if !more {
-			break
-		}
-		switch keyName(key) {
-		case "alg":
-			algVal = val
-		case "typ":
-			typVal = val
-		case "ver":
-			verVal = val
-		case "kid":
-			kid, ok := jsonString(val)
-			if !ok {
-				return h, fail(ReasonFormat, "header kid is not a string")
-			}
-			h.kid, h.hasKid = kid, true
-		case "crit":
-			return h, fail(ReasonFormat, "header names critical extensions (crit), which capgate does not support")
-		}
-	}
-	if algVal == "" {
 		return h, fail(ReasonAlgorithm, "header has no alg")
 	}
-	name, ok := jsonString(algVal)
+	name, ok := a.(string)
 	if !ok {
 		return h, fail(ReasonAlgorithm, "header alg is not a string")
 	}
@@ -303,8 +304,8 @@ func parseHeader(s string) (header, *Error) {
 	default:
 		return h, fail(ReasonAlgorithm, "unknown alg; accepted: "+acceptedAlgs)
 	}
-	if typVal != "" {
-		typ, ok := jsonString(typVal)
+	if t, ok := m["typ"]; ok {
+		typ, ok := t.(string)
 		switch {
 		case !ok:
 			return h, fail(ReasonAlgorithm, "header typ is not a string")
@@ -313,7 +314,7 @@ func parseHeader(s string) (header, *Error) {
 		// the MCP SDKs' OAuth clients): the same checks follow.
 		case strings.EqualFold(typ, "at+jwt"), strings.EqualFold(typ, "application/at+jwt"):
 		case strings.EqualFold(typ, "ASH_CONTEXT"):
-			if verVal != "" && verVal != "1" {
+			if ver, ok := m["ver"]; ok && ver != float64(1) {
 				return h, fail(ReasonAlgorithm, "an ASH_CONTEXT header's ver must be 1")
 			}
 		default:
@@ -323,23 +324,20 @@ func parseHeader(s string) (header, *Error) {
 	return h, nil
 }
 
-// checkSignature verifies sig over signing with the key h calls for.
-func (v *Verifier) checkSignature(sc *scratch, h header, signingString string, signing, sig []byte) *Error {
+// key is what golang-jwt checks the signature with: the secret for
+// HS256, else the JWKS key the kid names or (set true) every key that
+// fits the alg.
+func (v *Verifier) key(h header) (key any, set bool, err *Error) {
 	if h.alg == algHS256 {
 		if h.hasKid && v.hasKid(h.kid) {
-			return fail(ReasonAlgorithm, "HS256 token names a JWKS key by kid; JWKS keys never verify HS256")
+			return nil, false, fail(ReasonAlgorithm, "HS256 token names a JWKS key by kid; JWKS keys never verify HS256")
 		}
 		if v.secret == nil {
-			return fail(ReasonAlgorithm, "HS256 is not accepted: no shared secret is configured")
+			return nil, false, fail(ReasonAlgorithm, "HS256 is not accepted: no shared secret is configured")
 		}
-		sc.mac.Reset()
-		sc.mac.Write(signing)
-		if !hmac.Equal(sc.mac.Sum(sc.sum[:0]), sig) {
-			return fail(ReasonSignature, "HS256 signature does not verify")
-		}
-		return nil
+		return v.secret, false, nil
 	}
-	return v.checkAsymmetric(h, signingString, sig)
+	return v.asymmetricKey(h)
 }
 
 func (v *Verifier) hasKid(kid string) bool {
@@ -355,20 +353,25 @@ func (v *Verifier) hasKid(kid string) bool {
 	return false
 }
 
-// parseClaims reads a payload.
-func parseClaims(s string) (*Claims, *Error) {
-	m, ok := newMembers(s)
-	if !ok {
+// readClaims reads a payload whose signature verified: strictly (no
+// member twice), in order, so the first wrong claim is the one named.
+func readClaims(raw []byte) (*Claims, *Error) {
+	d := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowInvalidUTF8(true))
+	if t, err := d.ReadToken(); err != nil || t.Kind() != '{' {
 		return nil, fail(ReasonFormat, "payload is not a JSON object")
 	}
 	c := &Claims{}
 	var hasSub, hasIat, hasExp bool
-	for {
-		key, val, more := m.next()
-		if !more {
-			break
+	for d.PeekKind() != '}' {
+		t, err := d.ReadToken()
+		if err != nil {
+			return nil, payloadError(err)
 		}
-		name := keyName(key)
+		name := t.String()
+		val, err := d.ReadValue()
+		if err != nil {
+			return nil, payloadError(err)
+		}
 		var dst *string
 		switch name {
 		case "sub":
@@ -378,7 +381,10 @@ func parseClaims(s string) (*Claims, *Error) {
 			hasSub = true
 			continue
 		case "iat", "exp", "nbf":
-			sec, nsec, ok := jsonSeconds(val)
+			if val.Kind() != '0' {
+				return nil, wrongType(name, "a number of seconds since 1970")
+			}
+			sec, nsec, ok := jsonSeconds(string(val))
 			if !ok {
 				return nil, wrongType(name, "a number of seconds since 1970")
 			}
@@ -409,7 +415,8 @@ func parseClaims(s string) (*Claims, *Error) {
 			}
 			continue
 		case "aud":
-			if a, ok := jsonString(val); ok {
+			var a string
+			if stringClaim(&a, val) {
 				c.Audience = []string{a}
 			} else if list, ok := jsonStrings(val); ok {
 				c.Audience = list
@@ -444,7 +451,7 @@ func parseClaims(s string) (*Claims, *Error) {
 		default:
 			continue // claims capgate does not use
 		}
-		if val == "null" { // an optional claim Python wrote as None
+		if val.Kind() == 'n' { // an optional claim Python wrote as None
 			*dst = ""
 			continue
 		}
@@ -465,12 +472,36 @@ func parseClaims(s string) (*Claims, *Error) {
 	return c, nil
 }
 
-func stringClaim(dst *string, val string) bool {
-	s, ok := jsonString(val)
-	if ok {
-		*dst = s
+// payloadError names what jsontext refused in a payload: a claim twice
+// is refused, as readers that keep the first and the last would disagree.
+func payloadError(err error) *Error {
+	if errors.Is(err, jsontext.ErrDuplicateName) {
+		return fail(ReasonFormat, "payload has a claim twice")
 	}
-	return ok
+	return fail(ReasonFormat, "payload is not JSON")
+}
+
+// jsonStrings decodes an array of strings (valid UTF-8 each).
+func jsonStrings(val jsontext.Value) ([]string, bool) {
+	if val.Kind() != '[' {
+		return nil, false
+	}
+	var elems []jsontext.Value
+	if jsonv2.Unmarshal(val, &elems) != nil {
+		return nil, false
+	}
+	out := make([]string, len(elems))
+	for i, e := range elems {
+		if !stringClaim(&out[i], e) {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// stringClaim decodes a JSON string that is valid UTF-8.
+func stringClaim(dst *string, val jsontext.Value) bool {
+	return val.Kind() == '"' && jsonv2.Unmarshal(val, dst) == nil
 }
 
 func wrongType(claim, want string) *Error {

@@ -216,6 +216,7 @@ func TestRefusals(t *testing.T) {
 		{"caps with a blank", signHS256(testSecret, ashHdr, good(`,"caps":["rye.fetch.*"," "]`)), ReasonClaims, "caps has a blank element"},
 		{"ack an object", signHS256(testSecret, ashHdr, good(`,"ack":{"elevated":true}`)), ReasonClaims, "ack"},
 		{"aud a number", signHS256(testSecret, ashHdr, good(`,"aud":1`)), ReasonClaims, "aud"},
+		{"a claim twice", signHS256(testSecret, ashHdr, good(`,"sub":"root"`)), ReasonFormat, "payload has a claim twice"},
 		{"invalid UTF-8", signHS256(testSecret, ashHdr, good(",\"chat_title\":\"\xff\"")), ReasonClaims, "chat_title"},
 
 		{"wrong audience", signHS256(testSecret, ashHdr, good(`,"aud":"someone-else"`)), ReasonAudience, `does not include "capgate"`},
@@ -428,7 +429,7 @@ func TestVerifiedTokensCache(t *testing.T) {
 	refused(t, v, tok, ReasonExpired)
 	// A refused token is refused again: refusals are not cached as passes.
 	refused(t, v, forged, ReasonSignature)
-	// The cache starts over when full, and still verifies.
+	// The cache forgets the least recently used token when full, and still verifies.
 	now = testNow
 	for i := range maxCached + 10 {
 		other, err := Mint(testSecret, Claims{Sub: "u" + strconv.Itoa(i)}, MintOptions{Now: fixedNow, TTL: time.Minute})
@@ -439,7 +440,7 @@ func TestVerifiedTokensCache(t *testing.T) {
 			t.Fatalf("token %d: Verify = %v, %v", i, c, err)
 		}
 	}
-	if n := v.nCached.Load(); n > maxCached {
+	if n := v.verified.Len(); n > maxCached {
 		t.Fatalf("%d tokens cached, more than %d", n, maxCached)
 	}
 }

@@ -1,6 +1,9 @@
 package tool
 
-import "slices"
+import (
+	"maps"
+	"slices"
+)
 
 // Runners say where a tool runs, in the trace's words: local is a process
 // capgate starts (and confines), service one it only talks to.
@@ -8,6 +11,25 @@ const (
 	RunnerLocal   = "local"
 	RunnerService = "service"
 )
+
+// The trace's resolved_source words (namel3ss): where a tool was resolved
+// from. An extension pack in [extensions] paths is an installed pack; an
+// upstream MCP server or a bridge provider is a binding the operator
+// configured. capgate ships no pack of its own, so builtin_pack is not
+// used.
+const (
+	SourceBuiltinPack   = "builtin_pack"
+	SourceInstalledPack = "installed_pack"
+	SourceBinding       = "binding"
+)
+
+// ResolvedSource is the trace's resolved_source word for a tool of kind k.
+func ResolvedSource(k Kind) string {
+	if k == KindExt {
+		return SourceInstalledPack
+	}
+	return SourceBinding
+}
 
 // Guarantees are a tool's effective negative guarantees as capgate shows
 // them (tools show, tools/list _meta "capgate/guarantees", the audit): what
@@ -25,6 +47,11 @@ type Guarantees struct {
 	// Pure: the tool declared purity: pure, which set the keys it lists
 	// as from "tool".
 	Pure bool `json:"pure,omitempty"`
+	// Flat is namel3ss's flat form of the same guarantees: every boolean
+	// guarantee by key ("no_network": true), true only where the tool has
+	// it and this kernel enforces it, so a tool run without that proof
+	// (allow_unsafe_execution) reads false.
+	Flat map[string]bool `json:"flat"`
 }
 
 // Guarantee is one guarantee: its key ("no_network"), the derivation step
@@ -58,5 +85,6 @@ func (g *Guarantees) Clone() *Guarantees {
 	c := *g
 	c.Keys = slices.Clone(g.Keys)
 	c.SecretsAllowed = slices.Clone(g.SecretsAllowed)
+	c.Flat = maps.Clone(g.Flat)
 	return &c
 }

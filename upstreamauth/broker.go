@@ -103,13 +103,19 @@ type Broker struct {
 	// exchanged caches token-exchange results by (sub, server).
 	exchanged map[string]exchanged
 	onLinked  atomic.Pointer[func(server string)]
+	// waiting are the calls waiting for a user to link (WaitLinked), by
+	// sub and server.
+	waiting map[string]map[chan struct{}]struct{}
 }
 
 // SetOnLinked has f told, after the callback stored a token, that a user
 // linked an account on server.
 func (b *Broker) SetOnLinked(f func(server string)) { b.onLinked.Store(&f) }
 
-func (b *Broker) linked(server string) {
+// linked is told that sub linked an account on server here: the hook,
+// and the calls waiting for it in this process.
+func (b *Broker) linked(sub, server string) {
+	b.wake(sub, server)
 	if f := b.onLinked.Load(); f != nil {
 		(*f)(server)
 	}

@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"regexp"
 	"net/url"
 	"strings"
 	"sync"
@@ -294,18 +296,20 @@ func TestUserToken(t *testing.T) {
 	if !errors.As(err, &te) || te.Code != tool.CodeAuthRequired || te.AuthURL == "" {
 		t.Fatalf("no token yet: %v", err)
 	}
-	resp, err := http.Get(te.AuthURL)
-	if err != nil {
-		t.Fatal(err)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	status, form, _ := oauthas.Get(t, browser, te.AuthURL)
+	if status != 200 || !strings.Contains(form, `<b>alice</b>: enter your own token for <b>wiki</b>`) ||
+		!strings.Contains(form, `name="token"`) {
+		t.Fatalf("the form: %d %s", status, form)
 	}
-	form, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(form), `<b>alice</b>: enter your own token for <b>wiki</b>`) ||
-		!strings.Contains(string(form), `name="token"`) {
-		t.Fatalf("the form: %d %s", resp.StatusCode, form)
-	}
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(form)[1]
 	const secret = "wiki-personal-token-3f9a1c0e77"
-	resp, err = http.PostForm(te.AuthURL, url.Values{"token": {secret}})
+	// Posted from elsewhere (no cookie of the link's page): refused.
+	if resp, err := http.PostForm(te.AuthURL, url.Values{"token": {"forged-token-0123456789"}, "csrf": {csrf}}); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a post without the page's cookie: %v %v", resp.StatusCode, err)
+	}
+	resp, err := browser.PostForm(te.AuthURL, url.Values{"token": {secret}, "csrf": {csrf}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +326,7 @@ func TestUserToken(t *testing.T) {
 		t.Errorf("bob gets %v, want capability_auth_required", err)
 	}
 	// The link was used: posting again does nothing.
-	if resp, err := http.PostForm(te.AuthURL, url.Values{"token": {"other-token-value-123456"}}); err != nil || resp.StatusCode != http.StatusBadRequest {
+	if resp, err := browser.PostForm(te.AuthURL, url.Values{"token": {"other-token-value-123456"}, "csrf": {csrf}}); err != nil || resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("posting on a used link: %v %v", resp.StatusCode, err)
 	}
 	if got, _ := b.Header(ctx, "alice", "wiki", ""); got.Get("X-Api-Key") != secret {

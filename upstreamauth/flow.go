@@ -1,6 +1,9 @@
 package upstreamauth
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,14 +20,20 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-// Linking an account: Begin records an auth flow in the store (the
-// subject who asked, the PKCE verifier; single use, FlowTTL) and returns
-// the link <public_url>/oauth/link/<flow id>. The link redirects the
-// user's browser to the authorization server with the flow id as state
-// (or shows the form for a user token); the server sends the browser back
-// to <public_url>/oauth/callback, which takes the flow, so it works once,
-// and stores the token for the flow's subject. The verifier never leaves
-// capgate: only its S256 challenge is in the link.
+// Linking an account: Begin records a link flow in the store (the subject
+// who asked, the server; single use, FlowTTL) and returns the link
+// <public_url>/oauth/link/<flow id>. The link shows a page naming the
+// capgate user and the server, and sets a cookie holding a random nonce
+// in the browser that opened it; its button posts that nonce back. The
+// post (which must carry the cookie and the same nonce, so no other site
+// can make a browser submit it) consumes the link flow and begins a sign-in
+// flow whose state holds the PKCE verifier and a hash of the nonce, and
+// sends the browser to the authorization server with that flow's id as
+// state. The callback completes only in the browser holding the nonce
+// (RFC 6749 §10.12: state bound to the user agent), consumes the flow, so
+// it works once, and stores the token for the flow's subject. Flow states
+// are sealed in the store; the verifier never leaves capgate: only its
+// S256 challenge is in the redirect.
 
 // Paths under public_url.
 const (
@@ -38,6 +47,11 @@ type flowState struct {
 	Verifier string    `json:"verifier,omitempty"`
 	ClientID string    `json:"client_id,omitempty"`
 	Upstream *upstream `json:"upstream,omitempty"`
+	// Browser is the hex SHA-256 of the nonce in the cookie named Cookie
+	// of the browser that began the sign-in; set on sign-in flows only,
+	// never on link flows.
+	Browser string `json:"browser,omitempty"`
+	Cookie  string `json:"cookie,omitempty"`
 }
 
 // Begin starts linking sub's account on server and returns the link the
@@ -64,7 +78,7 @@ func (b *Broker) Begin(ctx context.Context, sub, server string) (string, time.Ti
 		if err != nil {
 			return "", time.Time{}, err
 		}
-		st.Upstream, st.ClientID, st.Verifier = up, reg.ClientID, oauth2.GenerateVerifier()
+		st.Upstream, st.ClientID = up, reg.ClientID
 	}
 	raw, _ := json.Marshal(st)
 	f, err := b.opts.Store.BeginFlow(ctx, sub, "mcp:"+srv.Name, "", raw)
@@ -80,7 +94,7 @@ func (b *Broker) Begin(ctx context.Context, sub, server string) (string, time.Ti
 func (b *Broker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+LinkPath+"{flow}", b.serveLink)
-	mux.HandleFunc("POST "+LinkPath+"{flow}", b.serveUserToken)
+	mux.HandleFunc("POST "+LinkPath+"{flow}", b.servePost)
 	mux.HandleFunc("GET "+CallbackPath, b.serveCallback)
 	mux.HandleFunc("GET "+ClientMetadataPath, func(w http.ResponseWriter, r *http.Request) {
 		id := b.clientMetadataURL()
@@ -118,29 +132,115 @@ func (b *Broker) flowOf(ctx context.Context, id string, take bool) (*store.Flow,
 	return f, &st, srv, nil
 }
 
+// linkCookie is the cookie that ties a link's sign-in to the browser
+// that opened it.
+func linkCookie(flowID string) string { return "capgate_link_" + flowID }
+
+func hashHex(v string) string {
+	h := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(h[:])
+}
+
+// serveLink shows the page a link opens: which capgate user is linked to
+// which server, and the button (or, for a user token, the form) that goes
+// on, with a fresh nonce in a cookie and in the form.
 func (b *Broker) serveLink(w http.ResponseWriter, r *http.Request) {
 	f, st, srv, err := b.flowOf(r.Context(), r.PathValue("flow"), false)
+	if err == nil && st.Browser != "" {
+		err = store.ErrFlowInvalid // a sign-in flow's id is no link
+	}
 	if err != nil {
 		b.flowFailed(w, err)
 		return
 	}
+	nonce := newID()
+	http.SetCookie(w, &http.Cookie{Name: linkCookie(f.ID), Value: nonce, Path: "/oauth/", Expires: f.ExpiresAt,
+		HttpOnly: true, Secure: strings.HasPrefix(b.opts.PublicURL, "https:"), SameSite: http.SameSiteLaxMode})
+	p := page{Title: "Link your account on " + srv.Name, Server: srv.Name, Sub: f.Sub, CSRF: nonce, Header: headerName(srv)}
 	if srv.Mode == ModeUserToken {
-		b.page(w, http.StatusOK, page{Title: "Your token for " + srv.Name, Server: srv.Name, Sub: f.Sub, Form: true,
-			Header: headerName(srv)})
+		p.Title, p.Form = "Your token for "+srv.Name, true
+	} else {
+		p.Confirm = true
+	}
+	b.page(w, http.StatusOK, p)
+}
+
+// fromOpener reports whether r, a post on link flow id, comes from the
+// page the link showed in this browser: the form's nonce is the cookie's.
+func fromOpener(r *http.Request, id string) bool {
+	c, err := r.Cookie(linkCookie(id))
+	form := r.PostFormValue("csrf")
+	return err == nil && c.Value != "" && form != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(form)) == 1
+}
+
+// servePost goes on from the link's page: to the authorization server, or
+// storing the user token entered.
+func (b *Broker) servePost(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	id := r.PathValue("flow")
+	f, st, srv, err := b.flowOf(r.Context(), id, false)
+	if err == nil && st.Browser != "" {
+		err = store.ErrFlowInvalid
+	}
+	if err != nil {
+		b.flowFailed(w, err)
 		return
 	}
-	cfg := (&registration{ClientID: st.ClientID}).config(st.Upstream, b.RedirectURI())
-	http.Redirect(w, r, cfg.AuthCodeURL(f.ID, oauth2.S256ChallengeOption(st.Verifier),
-		oauth2.SetAuthURLParam("resource", st.Upstream.Resource)), http.StatusFound)
+	if !fromOpener(r, id) {
+		b.opts.Logger.Warn("oauth link: a post without the link page's nonce refused", "server", srv.Name, "sub", f.Sub)
+		b.page(w, http.StatusForbidden, page{Title: "Not linked", Server: srv.Name,
+			Text: "This form must be sent from the page the link opened, in the same browser. Open the link again."})
+		return
+	}
+	if srv.Mode == ModeUserToken {
+		b.serveUserToken(w, r, f, srv)
+		return
+	}
+	if f, err = b.opts.Store.TakeFlowByID(r.Context(), id); err != nil {
+		b.flowFailed(w, err)
+		return
+	}
+	c, _ := r.Cookie(linkCookie(id))
+	next := flowState{Server: st.Server, ClientID: st.ClientID, Upstream: st.Upstream, Verifier: oauth2.GenerateVerifier(),
+		Browser: hashHex(c.Value), Cookie: linkCookie(id)}
+	raw, _ := json.Marshal(next)
+	sf, err := b.opts.Store.BeginFlow(r.Context(), f.Sub, f.CapabilityID, "", raw)
+	if err != nil {
+		b.opts.Logger.Error("oauth link: the sign-in could not be recorded", "server", srv.Name, "sub", f.Sub, "err", err)
+		b.page(w, http.StatusInternalServerError, page{Title: "Not signed in", Server: srv.Name, Text: "capgate could not start the sign-in. Try again later."})
+		return
+	}
+	cfg := (&registration{ClientID: next.ClientID}).config(next.Upstream, b.RedirectURI())
+	http.Redirect(w, r, cfg.AuthCodeURL(sf.ID, oauth2.S256ChallengeOption(next.Verifier),
+		oauth2.SetAuthURLParam("resource", next.Upstream.Resource)), http.StatusSeeOther)
 }
 
 func (b *Broker) serveCallback(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f, st, srv, err := b.flowOf(r.Context(), q.Get("state"), true)
+	id := q.Get("state")
+	f, st, srv, err := b.flowOf(r.Context(), id, false)
+	if err == nil && st.Browser == "" {
+		err = store.ErrFlowInvalid // a link flow's id is no state
+	}
 	if err != nil {
 		b.flowFailed(w, err)
 		return
 	}
+	if c, cerr := r.Cookie(st.Cookie); cerr != nil || subtle.ConstantTimeCompare([]byte(hashHex(c.Value)), []byte(st.Browser)) != 1 {
+		// Login CSRF: another browser (or site) brings this answer. The flow
+		// stays for the browser that began it.
+		b.opts.Logger.Warn("oauth callback: the answer came to another browser than the one that began the sign-in; refused",
+			"server", srv.Name, "sub", f.Sub)
+		b.page(w, http.StatusForbidden, page{Title: "Not signed in", Server: srv.Name,
+			Text: "This sign-in was begun in another browser. Nothing was linked. Open your own link to sign in."})
+		return
+	}
+	if f, err = b.opts.Store.TakeFlowByID(r.Context(), id); err != nil {
+		b.flowFailed(w, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: st.Cookie, Value: "", Path: "/oauth/", MaxAge: -1, HttpOnly: true,
+		Secure: strings.HasPrefix(b.opts.PublicURL, "https:"), SameSite: http.SameSiteLaxMode})
 	if e := q.Get("error"); e != "" {
 		b.page(w, http.StatusBadRequest, page{Title: "Not signed in", Server: srv.Name, Sub: f.Sub,
 			Text: "The sign-in was not completed (" + e + "). Ask for a new link and try again."})
@@ -177,30 +277,21 @@ func (b *Broker) serveCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.opts.Logger.Info("upstream account linked", "server", srv.Name, "sub", f.Sub, "issuer", up.Issuer)
-	b.linked(srv.Name)
+	b.linked(f.Sub, srv.Name)
 	b.page(w, http.StatusOK, page{Title: "Signed in", Server: srv.Name, Sub: f.Sub, Account: g.Account, Linked: true})
 }
 
-// serveUserToken stores the token a user entered on the form.
-func (b *Broker) serveUserToken(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+// serveUserToken stores the token a user entered on the form of link
+// flow f, which fromOpener checked.
+func (b *Broker) serveUserToken(w http.ResponseWriter, r *http.Request, f *store.Flow, srv *Server) {
 	secret := strings.TrimSpace(r.PostFormValue("token"))
-	id := r.PathValue("flow")
-	f, _, srv, err := b.flowOf(r.Context(), id, false)
-	if err != nil {
-		b.flowFailed(w, err)
-		return
-	}
-	if srv.Mode != ModeUserToken {
-		http.Error(w, "this link signs in with the authorization server, not a form", http.StatusMethodNotAllowed)
-		return
-	}
 	if secret == "" || strings.ContainsAny(secret, "\r\n") {
 		b.page(w, http.StatusBadRequest, page{Title: "Your token for " + srv.Name, Server: srv.Name, Sub: f.Sub, Form: true,
-			Header: headerName(srv), Text: "Enter the token: one line, not empty."})
+			Header: headerName(srv), CSRF: r.PostFormValue("csrf"), Text: "Enter the token: one line, not empty."})
 		return
 	}
-	if f, _, srv, err = b.flowOf(r.Context(), id, true); err != nil {
+	f, err := b.opts.Store.TakeFlowByID(r.Context(), f.ID)
+	if err != nil {
 		b.flowFailed(w, err)
 		return
 	}
@@ -211,7 +302,7 @@ func (b *Broker) serveUserToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.opts.Logger.Info("upstream user token stored", "server", srv.Name, "sub", f.Sub)
-	b.linked(srv.Name)
+	b.linked(f.Sub, srv.Name)
 	b.page(w, http.StatusOK, page{Title: "Saved", Server: srv.Name, Sub: f.Sub, Linked: true})
 }
 
@@ -249,7 +340,8 @@ func headerName(srv *Server) string {
 // page is a plain page for the user's browser.
 type page struct {
 	Title, Server, Sub, Account, Text, Header string
-	Linked, Form                              bool
+	CSRF                                      string // the link page's nonce, posted back
+	Linked, Form, Confirm                     bool
 }
 
 var pageTmpl = template.Must(template.New("page").Parse(`<!doctype html>
@@ -262,7 +354,10 @@ Calls you make through capgate to {{.Server}} now act as that account, and no on
 <p>You can close this window and go back to your client.</p>{{end}}
 {{if .Text}}<p>{{.Text}}</p>{{end}}
 {{if .Form}}<p>capgate user <b>{{.Sub}}</b>: enter your own token for <b>{{.Server}}</b>. capgate keeps it encrypted and sends it as the {{.Header}} header of your calls only.</p>
-<form method="post"><input type="password" name="token" autocomplete="off" required size="60"> <button type="submit">Save</button></form>{{end}}
+<form method="post"><input type="hidden" name="csrf" value="{{.CSRF}}"><input type="password" name="token" autocomplete="off" required size="60"> <button type="submit">Save</button></form>{{end}}
+{{if .Confirm}}<p>This links capgate user <b>{{.Sub}}</b> to the account you sign in with on <b>{{.Server}}</b>: calls <b>{{.Sub}}</b> makes through capgate will act as that account.
+If you are not <b>{{.Sub}}</b>, or did not ask for this link, close this window.</p>
+<form method="post"><input type="hidden" name="csrf" value="{{.CSRF}}"><button type="submit">Sign in to {{.Server}}</button></form>{{end}}
 </body></html>
 `))
 

@@ -202,9 +202,10 @@ func TestToolDiesWithCapgate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The host pid: in the tool's PID namespace $$ is another number.
 	pidFile := filepath.Join(public, "pid")
 	writeFile(t, filepath.Join(packs, "slow", "extension.yaml"), fmt.Sprintf(
-		"id: slow\nname: Slow\ndescription: Slow\ncommands:\n  run:\n    description: Sleep\n    run: [\"/bin/sh\", \"-c\", \"echo $$ > %s; exec sleep 60\"]\n    risk: LOW\n    side_effects: []\n    timeout: 90s\n",
+		"id: slow\nname: Slow\ndescription: Slow\ncommands:\n  run:\n    description: Sleep\n    run: [\"/bin/sh\", \"-c\", \"read -r p _ < /proc/self/stat; echo $p > %s; exec sleep 60\"]\n    risk: LOW\n    side_effects: []\n    timeout: 90s\n",
 		pidFile))
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(
 		"[policy]\ngrants = [\"rye.fetch.*\", \"rye.execute.tool.*\"]\nacknowledge = [\"elevated\"]\n\n[extensions]\npaths = [%q]\ntimeout = \"90s\"\n\n[sandbox]\nrun_as = \"nobody\"\n", packs)})

@@ -1,24 +1,28 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-	"github.com/zitadel/oidc/v3/example/server/exampleop"
-	"github.com/zitadel/oidc/v3/example/server/storage"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/internal/testkit/oauthas"
 	"github.com/capgate/capgate/token"
 )
 
@@ -319,8 +323,46 @@ viewers = ["ops-victor"]
 		t.Errorf("viewer's approve: %d, want 403", status)
 	}
 
-	// Approve: the held call goes on and the tool runs once.
-	submit(t, alice, "approve", chromedp.SetValue(css(`#note-`+id), "ok, vol-1 only"), chromedp.Click(css(`#queue button.approve`)))
+	// Over MCP, at both protocol versions, held calls tell their client
+	// they wait, with the progress token it sent and the approval's id.
+	mcpSub := "ops-mcp-client"
+	mcpTok := s.Token(t, token.Claims{Sub: mcpSub, ChatType: "private", ExpiresAt: time.Now().Add(time.Hour)})
+	type heldPair struct{ approve, deny *heldMCP }
+	overMCP := map[string]heldPair{}
+	for _, v := range []string{mcp.ProtocolVersion20260728, mcp.ProtocolVersion20251125} {
+		c := mcpAt(t, s.Addr, mcpTok, v)
+		overMCP[v] = heldPair{approve: holdMCP(t, c, v, "ok-"+v), deny: holdMCP(t, c, v, "no-"+v)}
+	}
+	for _, p := range overMCP {
+		for _, h := range []*heldMCP{p.approve, p.deny} {
+			h.waitProgress(t)
+			browse(t, alice, "the MCP call "+h.volume+" appears", chromedp.WaitVisible(css(`#apr-`+h.approvalID+` button.approve`)))
+		}
+	}
+
+	// The live page lists every held call while it is held, and the MCP
+	// session of the 2025-11-25 client (2026-07-28 has none).
+	browse(t, victor, "live, calls held", chromedp.Navigate(base+"/live"))
+	inflight := read(t, victor, "calls in flight", chromedp.Text(css(`tbody.inflight`)))
+	if n := js[int](t, victor, `document.querySelectorAll('tbody.inflight tr').length`); n != 5 ||
+		strings.Count(inflight, mcpSub) != 4 || !strings.Contains(inflight, hostileSub) ||
+		strings.Count(inflight, "mcp/2026-07-28") != 2 || strings.Count(inflight, "mcp/2025-11-25") != 2 || !strings.Contains(inflight, "capability-rpc") {
+		t.Errorf("live page, five calls held: %d rows:\n%s", n, inflight)
+	}
+	if sessions := read(t, victor, "sessions", chromedp.Text(css(`tbody.sessions`))); !strings.Contains(sessions, mcpSub) || !strings.Contains(sessions, "2025-11-25") {
+		t.Errorf("live page sessions:\n%s", sessions)
+	}
+	screenshot(t, victor, "live-held")
+
+	// Approve: the held calls go on and the tool runs once for each.
+	// Each approved card goes once its call has used the approval; the
+	// next click waits for that, so that it never meets the list's swap.
+	submit(t, alice, "approve", chromedp.SetValue(css(`#note-`+id), "ok, vol-1 only"), chromedp.Click(css(`#apr-`+id+` button.approve`)))
+	browse(t, alice, "the approved call goes", chromedp.WaitNotPresent(css(`#apr-`+id)))
+	for _, p := range overMCP {
+		submit(t, alice, "approve over MCP "+p.approve.version, chromedp.Click(css(`#apr-`+p.approve.approvalID+` button.approve`)))
+		browse(t, alice, "the approved MCP call goes", chromedp.WaitNotPresent(css(`#apr-`+p.approve.approvalID)))
+	}
 	select {
 	case a := <-held:
 		if a.Code != "" || !strings.Contains(a.Output, "wiped") {
@@ -329,11 +371,25 @@ viewers = ["ops-victor"]
 	case <-time.After(20 * time.Second):
 		t.Fatal("the held call did not complete after the approval")
 	}
-	if b, _ := os.ReadFile(runs); strings.Count(string(b), "\n") != 1 {
-		t.Errorf("runs after one approved call: %q", b)
+	for v, p := range overMCP {
+		if text, isErr := p.approve.outcome(t); isErr || !strings.Contains(text, "wiped") {
+			t.Errorf("%s: held call after approval: error %t: %s", v, isErr, text)
+		}
+	}
+	if b, _ := os.ReadFile(runs); strings.Count(string(b), "\n") != 3 {
+		t.Errorf("runs after three approved calls: %q", b)
 	}
 
-	// Deny: the held call fails with approval_denied, naming the note.
+	// Deny: the held calls fail with approval_denied, naming the note.
+	for _, p := range overMCP {
+		submit(t, alice, "deny over MCP "+p.deny.version, chromedp.SetValue(css(`#note-`+p.deny.approvalID), "not over MCP"),
+			chromedp.Click(css(`#apr-`+p.deny.approvalID+` button.deny`)))
+	}
+	for v, p := range overMCP {
+		if text, isErr := p.deny.outcome(t); !isErr || !strings.Contains(text, "approval_denied") || !strings.Contains(text, "not over MCP") {
+			t.Errorf("%s: held call after the denial: error %t: %s; want approval_denied with the note", v, isErr, text)
+		}
+	}
 	go func() { held <- srv.invokeRaw(t, tok, "ext:ops:wipe", `{"volume":"vol-2"}`, "") }()
 	pending := `#queue article.approval:not(.approved):not(.denied)`
 	browse(t, alice, "the second call appears", chromedp.WaitVisible(css(pending+` button.deny`)))
@@ -347,8 +403,13 @@ viewers = ["ops-victor"]
 	case <-time.After(20 * time.Second):
 		t.Fatal("the held call did not end after the denial")
 	}
-	if b, _ := os.ReadFile(runs); strings.Count(string(b), "\n") != 1 {
-		t.Errorf("runs after a denied call: %q", b)
+	if b, _ := os.ReadFile(runs); strings.Count(string(b), "\n") != 3 {
+		t.Errorf("runs after denied calls: %q", b)
+	}
+	// Every call has ended: none is listed in flight.
+	browse(t, victor, "live, calls done", chromedp.Navigate(base+"/live"))
+	if n := js[int](t, victor, `document.querySelectorAll('tbody.inflight tr').length`); n != 0 {
+		t.Errorf("live page after every call ended: %d calls in flight", n)
 	}
 
 	// The audit page lists the calls and the operator's actions; filters
@@ -360,8 +421,8 @@ viewers = ["ops-victor"]
 	}
 	screenshot(t, alice, "audit")
 	browse(t, alice, "audit by decision", chromedp.Navigate(base+"/audit?tool=ext:ops:wipe&decision=allow&type=tool_call"))
-	if n := js[int](t, alice, `document.querySelectorAll('tbody tr').length`); n != 1 {
-		t.Errorf("audit rows of allowed wipe calls: %d, want 1", n)
+	if n := js[int](t, alice, `document.querySelectorAll('tbody tr').length`); n != 3 {
+		t.Errorf("audit rows of allowed wipe calls: %d, want 3", n)
 	}
 	browse(t, alice, "a record", chromedp.Click(css(`tbody tr a`)), chromedp.WaitVisible(css("pre.record")))
 	if text := read(t, alice, "record", chromedp.Text(css("pre.record"))); !strings.Contains(text, `"tool": "ext:ops:wipe"`) {
@@ -385,7 +446,7 @@ viewers = ["ops-victor"]
 		t.Errorf("accounts page: %q", text)
 	}
 	browse(t, alice, "live", chromedp.Navigate(base+"/live"))
-	if text := read(t, alice, "live page", chromedp.Text(css("main"))); !strings.Contains(text, "Ready.") || !strings.Contains(text, "ext:ops") || !strings.Contains(text, "approval_denied: 1") {
+	if text := read(t, alice, "live page", chromedp.Text(css("main"))); !strings.Contains(text, "Ready.") || !strings.Contains(text, "ext:ops") || !strings.Contains(text, "approval_denied: 3") {
 		t.Errorf("live page: %q", text)
 	}
 	screenshot(t, alice, "live")
@@ -410,22 +471,20 @@ viewers = ["ops-victor"]
 }
 
 // TestConsoleOIDCSignIn: an operator signs in to the console of a real
-// `capgate serve` through a real OpenID provider (zitadel's example OP,
-// with its login form) by authorization code with PKCE, in chromium; a
-// user the provider knows but the console does not is refused.
+// `capgate serve` through a real, certified OpenID provider (panva's
+// oidc-provider, internal/testkit/oauthas; the console registered with it
+// by dynamic client registration) by authorization code with PKCE, in
+// chromium; a user the provider knows but the console does not is
+// refused.
 func TestConsoleOIDCSignIn(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs capgate serve and chromium")
+		t.Skip("runs capgate serve, oidc-provider and chromium")
 	}
 	bctx := browser(t)
+	as := oauthas.Start(t)
 	consoleAddr := testkit.FreeAddr(t)
 	base := "http://" + consoleAddr
-	op := httptest.NewUnstartedServer(nil)
-	issuer := "http://" + op.Listener.Addr().String()
-	storage.RegisterClients(storage.WebClient("capgate-console", "console-client-secret", base+"/oidc/callback"))
-	op.Config.Handler = exampleop.SetupServer(issuer, storage.NewStorage(storage.NewUserStore(issuer)), nil, false)
-	op.Start()
-	t.Cleanup(op.Close)
+	clientID, secret := registerClient(t, as.Issuer, base+"/oidc/callback")
 
 	testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
 [auth.oidc]
@@ -433,30 +492,161 @@ issuer = %q
 
 [console]
 listen = %q
-approvers = ["id1"]
-client_id = "capgate-console"
+approvers = ["ops-oidc-alice"]
+client_id = %q
 client_secret_env = "CONSOLE_CLIENT_SECRET"
-`, issuer, consoleAddr), Env: []string{"CONSOLE_CLIENT_SECRET=console-client-secret"}})
+`, as.Issuer, consoleAddr, clientID), Env: []string{"CONSOLE_CLIENT_SECRET=" + secret}})
 
+	// The provider's login page signs in whoever its test_user cookie
+	// names (oauthas); the console's own flow is unchanged by that.
 	signIn := func(user string) context.Context {
 		ctx := profile(t, bctx)
+		if _, err := chromedp.Call(ctx, network.SetCookie, network.SetCookieParams{Name: "test_user", Value: user, URL: as.Issuer}); err != nil {
+			t.Fatal(err)
+		}
 		browse(t, ctx, "sign in as "+user, chromedp.Navigate(base+"/signin"),
 			chromedp.Click(css(`a[href="/oidc/start"]`)),
-			chromedp.WaitVisible(css(`#username`)),
-			chromedp.SendKeys(css(`#username`), user), chromedp.SendKeys(css(`#password`), "verysecure"),
-			chromedp.Click(css(`button[type=submit]`)),
 			chromedp.WaitVisible(css(`main h1`)))
 		return ctx
 	}
-	ops := signIn("test-user@127.0.0.1")
+	ops := signIn("ops-oidc-alice")
 	if loc := read(t, ops, "location", chromedp.Location()); !strings.HasPrefix(loc, base+"/approvals") {
 		t.Fatalf("after OpenID sign-in: at %s, want the approvals page", loc)
 	}
-	if who := read(t, ops, "who", chromedp.Text(css(`header .who span`))); who != "id1 (approver)" {
-		t.Errorf("signed in as %q, want id1 (approver)", who)
+	if who := read(t, ops, "who", chromedp.Text(css(`header .who span`))); who != "ops-oidc-alice (approver)" {
+		t.Errorf("signed in as %q, want ops-oidc-alice (approver)", who)
 	}
-	other := signIn("test-user2")
-	if text := read(t, other, "refused", chromedp.Text(css("main"))); !strings.Contains(text, "id2 is signed in, but is not one of the console's viewers") {
+	other := signIn("someone-else")
+	if text := read(t, other, "refused", chromedp.Text(css("main"))); !strings.Contains(text, "someone-else is signed in, but is not one of the console's viewers") {
 		t.Errorf("a user who is neither approver nor viewer sees %q", text)
 	}
+}
+
+// registerClient registers a confidential web client with the
+// authorization server at issuer (RFC 7591) and returns its id and secret.
+func registerClient(t *testing.T, issuer, redirect string) (id, secret string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"redirect_uris": []string{redirect}, "grant_types": []string{"authorization_code"},
+		"response_types": []string{"code"}, "token_endpoint_auth_method": "client_secret_basic"})
+	resp, err := http.Post(issuer+"/reg", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reg struct {
+		ClientID     string `json:"client_id"`
+		ClientSecret string `json:"client_secret"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&reg); err != nil || resp.StatusCode != http.StatusCreated || reg.ClientID == "" {
+		t.Fatalf("registering the console with %s: %d %v %+v", issuer, resp.StatusCode, err, reg)
+	}
+	return reg.ClientID, reg.ClientSecret
+}
+
+// mcpAt is an MCP client of the capgate at addr, as tok, initialized at
+// protocol version.
+func mcpAt(t *testing.T, addr, tok, version string) *client.Client {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP("http://"+addr+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.NewClient(tr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = version
+	init.Params.ClientInfo = mcp.Implementation{Name: "console-test", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatalf("initialize at %s: %v", version, err)
+	}
+	if got := c.ProtocolVersion(); got != version {
+		t.Fatalf("the client speaks %s, want %s", got, version)
+	}
+	return c
+}
+
+// heldMCP is a call of wipe over MCP, held for an operator's decision: the
+// progress notifications sent for its token, and its outcome.
+type heldMCP struct {
+	version, volume, token string
+	approvalID             string // from the first progress message
+	mu                     sync.Mutex
+	progress               []map[string]any
+	done                   chan *mcp.CallToolResult
+	err                    chan error
+}
+
+// holdMCP calls wipe on volume through c in the background, with a
+// progress token of its own.
+func holdMCP(t *testing.T, c *client.Client, version, volume string) *heldMCP {
+	h := &heldMCP{version: version, volume: volume, token: "progress-" + volume,
+		done: make(chan *mcp.CallToolResult, 1), err: make(chan error, 1)}
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == "notifications/progress" && n.Params.AdditionalFields["progressToken"] == h.token {
+			h.mu.Lock()
+			h.progress = append(h.progress, n.Params.AdditionalFields)
+			h.mu.Unlock()
+		}
+	})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		req := mcp.CallToolRequest{}
+		req.Params.Name, req.Params.Arguments = "ops__wipe", map[string]any{"volume": volume}
+		req.Params.Meta = &mcp.Meta{ProgressToken: h.token}
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			h.err <- err
+			return
+		}
+		h.done <- res
+	}()
+	return h
+}
+
+// waitProgress waits for the call's first progress notification, which
+// must carry the client's token and name the approval it waits for.
+func (h *heldMCP) waitProgress(t *testing.T) {
+	t.Helper()
+	var first map[string]any
+	testkit.WaitFor(t, 30*time.Second, h.version+" progress of the held call "+h.volume, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if len(h.progress) > 0 {
+			first = h.progress[0]
+		}
+		return first != nil
+	})
+	msg, _ := first["message"].(string)
+	id, ok := strings.CutPrefix(msg, "waiting for approval ")
+	if !ok || !strings.HasPrefix(id, "apr_") {
+		t.Fatalf("%s: progress of the held call: %v; want \"waiting for approval apr_…\"", h.version, first)
+	}
+	h.approvalID = id
+}
+
+// outcome waits for the call's result: its text, and whether it is an
+// error.
+func (h *heldMCP) outcome(t *testing.T) (string, bool) {
+	t.Helper()
+	select {
+	case res := <-h.done:
+		var text []string
+		for _, c := range res.Content {
+			if tc, ok := c.(mcp.TextContent); ok {
+				text = append(text, tc.Text)
+			}
+		}
+		return strings.Join(text, "\n"), res.IsError
+	case err := <-h.err:
+		t.Fatalf("%s: the held call %s: %v", h.version, h.volume, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: the held call %s did not end after the decision", h.version, h.volume)
+	}
+	return "", false
 }

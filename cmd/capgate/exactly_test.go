@@ -116,11 +116,14 @@ func oncePack(t *testing.T) (config, log string) {
 	root := t.TempDir()
 	// Apart from the pack, which the sandbox keeps read-only to its tools.
 	log = filepath.Join(t.TempDir(), "runs.log")
+	// Its host pid from /proc/self/stat: in the tool's PID namespace $$
+	// is another number.
 	script := `#!/bin/sh
 input=$(cat)
-echo "$$ start $input" >> ` + shellQuote(log) + `
+read -r pid _ < /proc/self/stat
+echo "$pid start $input" >> ` + shellQuote(log) + `
 sleep "$1"
-echo "$$ done $input" >> ` + shellQuote(log) + `
+echo "$pid done $input" >> ` + shellQuote(log) + `
 echo '{"ran": true}'
 `
 	writeFile(t, filepath.Join(root, "once", "bin", "run"), script)

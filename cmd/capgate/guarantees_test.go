@@ -97,6 +97,15 @@ func TestGuaranteesAreVisible(t *testing.T) {
 				t.Errorf("%s: %s: %s not enforced (%s)", where, id, k.Key, k.Missing)
 			}
 		}
+		// namel3ss's flat form beside it: every key, true where held.
+		if len(g.Flat) != len(sandbox.Keys) {
+			t.Errorf("%s: %s: flat %v, want all %d keys", where, id, g.Flat, len(sandbox.Keys))
+		}
+		for _, k := range sandbox.Keys {
+			if _, held := want[id][string(k)]; g.Flat[string(k)] != held {
+				t.Errorf("%s: %s: flat %s = %v, want %v", where, id, k, g.Flat[string(k)], held)
+			}
+		}
 		if fmt.Sprint(got) != fmt.Sprint(want[id]) || g.Runner != "local" || !g.Enforced || g.Pure != (id == "ext:probe:pure") {
 			t.Errorf("%s: %s: guarantees %+v, want keys %v, runner local, enforced", where, id, g, want[id])
 		}
@@ -202,8 +211,8 @@ func TestGuaranteesAreAudited(t *testing.T) {
 		}
 	}
 	for id, want := range map[string]string{
-		"ext:probe:sealed":                `{"runner":"local","keys":[{"key":"no_network","source":"tool","enforced":true},{"key":"no_env_write","source":"policy","enforced":true}],"secrets_allowed":[],"secrets_source":"tool","enforced":true}`,
-		"bridge:gog:calendar.list_events": `{"runner":"local","keys":[{"key":"no_subprocess","source":"tool","enforced":true},{"key":"no_env_write","source":"policy","enforced":true}],"secrets_allowed":[],"secrets_source":"tool","enforced":true}`,
+		"ext:probe:sealed":                `{"runner":"local","keys":[{"key":"no_network","source":"tool","enforced":true},{"key":"no_env_write","source":"policy","enforced":true}],"secrets_allowed":[],"secrets_source":"tool","enforced":true,"flat":{"no_env_read":false,"no_env_write":true,"no_filesystem_read":false,"no_filesystem_write":false,"no_network":true,"no_subprocess":false}}`,
+		"bridge:gog:calendar.list_events": `{"runner":"local","keys":[{"key":"no_subprocess","source":"tool","enforced":true},{"key":"no_env_write","source":"policy","enforced":true}],"secrets_allowed":[],"secrets_source":"tool","enforced":true,"flat":{"no_env_read":false,"no_env_write":true,"no_filesystem_read":false,"no_filesystem_write":false,"no_network":false,"no_subprocess":true}}`,
 	} {
 		recs := auditRecords(t, s, record("tool_call", id))
 		if len(recs) != 1 {
@@ -276,7 +285,7 @@ allow_unsafe_execution = true
 	}
 	c := checks[0]
 	want := map[string]any{"type": "capability_check", "tool_name": "probe__sealed", "runner": "local",
-		"resolved_source": "probe", "capability": "filesystem_write", "allowed": false, "guarantee_source": "tool",
+		"resolved_source": "installed_pack", "capability": "filesystem_write", "allowed": false, "guarantee_source": "tool",
 		"reason": "guarantee_blocked", "protocol_version": 1.0}
 	for k, v := range want {
 		if c[k] != v {

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/capgate/capgate/app"
+	"github.com/capgate/capgate/internal/buildinfo"
 	"github.com/capgate/capgate/internal/proc"
 	"github.com/spf13/cobra"
 )
@@ -81,10 +82,10 @@ MCP servers into one catalog, and decides for every call whether the verified
 caller may make it, by Rye-style capability strings (rye.execute.tool.*).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version(),
+		Version:       buildinfo.Version(),
 	}
 	// --version prints what `capgate version` prints.
-	root.SetVersionTemplate(versionLine())
+	root.SetVersionTemplate(buildinfo.Get().String())
 	root.AddCommand(newVersionCmd(), newConfigCmd(), newCheckCmd(), newPermsCmd(), newToolsCmd(), newTokenCmd(),
 		newServeCmd(), newConnectCmd(), newCapabilityCmd(), newApproveCmd(), newApprovalsCmd(), newAuditCmd(), newBenchCmd(), newSkillCmd(),
 		newVerifyCmd(), newReloadCmd(), newConsoleCmd(), newAccountsCmd())

@@ -26,7 +26,7 @@ type cliCase struct {
 
 func TestCLI(t *testing.T) {
 	tests := []cliCase{
-		{"version", []string{"version"}, 0, []string{"capgate dev go1."}, nil},
+		{"version", []string{"version"}, 0, []string{"capgate ", "  go        go1."}, nil},
 		{"check_allowed", []string{"check", "--grant", "rye.execute.tool.mcp.filesystem.*", "execute", "tool", "mcp:filesystem:read_file"}, 0,
 			[]string{"allowed: rye.execute.tool.mcp.filesystem.read_file", "by grant rye.execute.tool.mcp.filesystem.*", "write  allow"}, nil},
 		{"check_denied", []string{"check", "--grant", "rye.execute.tool.mcp.filesystem.*", "execute", "tool", "mcp:github:create_issue"}, 1,

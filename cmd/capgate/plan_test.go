@@ -29,6 +29,12 @@ type planAnswer struct {
 			Level       string   `json:"level"`
 			SideEffects []string `json:"side_effects"`
 			Tier        string   `json:"tier"`
+			// SideEffectPolicies: [policy.side_effects] for the tool.
+			SideEffectPolicies []struct {
+				Effect       string `json:"effect"`
+				Policy       string `json:"policy"`
+				Acknowledged bool   `json:"acknowledged"`
+			} `json:"side_effect_policies"`
 		} `json:"risk"`
 		ApprovalNeeded bool   `json:"approval_needed"`
 		ApprovalReady  bool   `json:"approval_ready"`

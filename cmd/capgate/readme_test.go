@@ -30,7 +30,7 @@ func TestReadmeQuickstartIsCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`capgate dev: (\d+) tools from examples/quickstart/capgate.toml`).FindSubmatch(readme)
+	m := regexp.MustCompile(`capgate \(devel\): (\d+) tools from examples/quickstart/capgate.toml`).FindSubmatch(readme)
 	if m == nil {
 		t.Fatal("README.md has no quickstart banner")
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/internal/buildinfo"
 	"github.com/capgate/capgate/sandbox"
 )
 
@@ -111,7 +112,7 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			}
 			err = srv.Serve(ctx, func(addr, socket string) {
 				out := cmd.OutOrStdout()
-				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", version(), len(srv.Server.Registry().Snapshot().Tools), cfg.Path)
+				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", buildinfo.Version(), len(srv.Server.Registry().Snapshot().Tools), cfg.Path)
 				fmt.Fprintf(out, "  MCP             http://%s/mcp\n", addr)
 				fmt.Fprintf(out, "  capability RPC  http://%s/rpc\n", addr)
 				if socket != "" {

@@ -1,39 +1,28 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/buildinfo"
 )
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print capgate's version",
+		Short: "Print capgate's version, VCS revision and Go version, as the build recorded them",
 		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprint(cmd.OutOrStdout(), versionLine())
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(buildinfo.Get())
+			}
+			fmt.Fprint(cmd.OutOrStdout(), buildinfo.Get().String())
+			return nil
 		},
 	}
-}
-
-// versionLine is what `capgate version` and `capgate --version` print.
-func versionLine() string {
-	return fmt.Sprintf("capgate %s %s %s/%s\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
-
-// version is the -ldflags version, else the module version `go install`
-// recorded, else "dev".
-func version() string {
-	if capgate.Version != "dev" {
-		return capgate.Version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return capgate.Version
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

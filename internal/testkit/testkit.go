@@ -4,12 +4,15 @@ package testkit
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -47,12 +50,72 @@ func Build(tb testing.TB, pkg string) string {
 		workDir = d
 	}
 	out := filepath.Join(workDir, filepath.Base(pkg))
+	key := binKey(pkg)
+	if cached, ok := linkedBefore(key); ok && os.Link(cached, out) == nil {
+		now := time.Now()
+		os.Chtimes(cached, now, now) // in use: see keepLinked
+		built[pkg] = out
+		return out
+	}
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("go build %s: %v\n%s", pkg, err, strings.TrimSpace(string(b)))
 	}
+	keepLinked(key, pkg, out)
 	built[pkg] = out
 	return out
+}
+
+// Linking capgate costs seconds of CPU, and every test binary that runs it
+// used to link it again. A program is kept in binCache under the hash of
+// the build ids of every package it is made of (go list -export compiles
+// them, from the build cache when it can): any change to any of them is a
+// new key, and an unchanged program is linked once per machine.
+var binCache = filepath.Join(os.TempDir(), "capgate-testkit-bin")
+
+// binKey is that hash, or "" when go list cannot say.
+func binKey(pkg string) string {
+	b, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}} {{.BuildID}}", pkg).Output()
+	if err != nil {
+		return ""
+	}
+	h := sha256.Sum256(append(b, runtime.GOOS+"/"+runtime.GOARCH+" "+runtime.Version()...))
+	return filepath.Base(pkg) + "-" + hex.EncodeToString(h[:12])
+}
+
+// linkedBefore is the cached program under key, if one was linked from
+// the same packages.
+func linkedBefore(key string) (string, bool) {
+	if key == "" {
+		return "", false
+	}
+	p := filepath.Join(binCache, key)
+	_, err := os.Stat(p)
+	return p, err == nil
+}
+
+// keepLinked stores a program just linked under its key (by a rename, so
+// that a concurrent test binary sees it whole or not at all), and drops
+// programs of the same name not used for an hour.
+func keepLinked(key, pkg, out string) {
+	if key == "" || os.MkdirAll(binCache, 0o755) != nil {
+		return
+	}
+	old, _ := filepath.Glob(filepath.Join(binCache, filepath.Base(pkg)+"-*"))
+	for _, o := range old {
+		if fi, err := os.Stat(o); err == nil && time.Since(fi.ModTime()) > time.Hour {
+			os.Remove(o)
+		}
+	}
+	tmp, err := os.CreateTemp(binCache, ".tmp-")
+	if err != nil {
+		return
+	}
+	tmp.Close()
+	os.Remove(tmp.Name())
+	if os.Link(out, tmp.Name()) != nil || os.Rename(tmp.Name(), filepath.Join(binCache, key)) != nil {
+		os.Remove(tmp.Name())
+	}
 }
 
 // Cleanup removes what Build made; call it from TestMain after m.Run.

@@ -37,6 +37,11 @@ type Manifest struct {
 	Description string             `yaml:"description"`
 	Permissions []string           `yaml:"permissions"`
 	Commands    map[string]Command `yaml:"commands"`
+	// Capabilities declares what every command of the pack is limited to
+	// (filesystem, network, env, subprocess), as namel3ss packs declare it
+	// for a whole pack; each command's own declaration narrows it further,
+	// never loosens it. The guarantees it makes are from "pack".
+	Capabilities map[string]any `yaml:"capabilities"`
 }
 
 // Command is one tool of a pack.
@@ -213,6 +218,20 @@ func (p *Pack) build(file string) error {
 	if len(m.Commands) == 0 {
 		fail("commands", "required: a pack offers at least one command")
 	}
+	var pack *sandbox.Declared
+	if m.Capabilities != nil {
+		d, err := sandbox.ParseDeclared(m.Capabilities, "capabilities")
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", file, err))
+		case d.Secrets != nil:
+			// Secrets are each command's to need: a pack-wide list would
+			// hand every command every secret.
+			fail("capabilities.secrets", "declare secrets per command, in commands.NAME.capabilities.secrets")
+		default:
+			pack = &d
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(m.Commands)) {
 		c := m.Commands[name]
 		key := "commands." + name
@@ -263,6 +282,7 @@ func (p *Pack) build(file string) error {
 		default:
 			fail(key+".purity", "%q is not pure (the one purity there is)", c.Purity)
 		}
+		decl.Pack = pack
 		conf, notes := p.opts.Policy.For(id, decl, p.Dir)
 		for _, n := range notes {
 			p.opts.Logger.Warn("capability override ignored", "tool", id, "note", n)

@@ -159,11 +159,11 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 	p := discover(t, Options{Env: []string{"PIDFILE"}})["tools.echo"]
 	start := time.Now()
 	_, err := call(t, p, "slow", `{}`)
-	if tool.ErrorCode(err) != tool.CodeBackendUnavailable || !strings.Contains(tool.ErrorMessage(err), "timed out after 500ms") {
+	if tool.ErrorCode(err) != tool.CodeBackendUnavailable || !strings.Contains(tool.ErrorMessage(err), "timed out after 2s") {
 		t.Fatalf("error %v", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("the call took %v; the timeout was 500ms", d)
+		t.Errorf("the call took %v; the timeout was 2s", d)
 	}
 	b, err := os.ReadFile(pidfile)
 	if err != nil {
@@ -219,6 +219,10 @@ func TestManifestErrors(t *testing.T) {
 			[]string{`extension.yaml: commands.get.purity: "clean" is not pure`}},
 		{"id: x\ncommands:\n  get: {run: [a], purity: pure, capabilities: {network: none}}\n",
 			[]string{`extension.yaml: commands.get.purity: pure guarantees everything`}},
+		{"id: x\ncapabilities: {network: never}\ncommands:\n  get: {run: [a]}\n",
+			[]string{`extension.yaml: capabilities.network: "never" is not one of none|outbound`}},
+		{"id: x\ncapabilities: {secrets: [API_KEY]}\ncommands:\n  get: {run: [a]}\n",
+			[]string{`extension.yaml: capabilities.secrets: declare secrets per command`}},
 	}
 	for _, tt := range tests {
 		dir := t.TempDir()

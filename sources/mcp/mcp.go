@@ -702,13 +702,29 @@ func (s *Source) Request(ctx context.Context, method string, params any) (json.R
 		}
 		params, header = p, standardHeaders(method, p)
 	}
-	resp, err := l.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
-		JSONRPC: mcpgo.JSONRPC_VERSION,
-		ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-%d", s.seq.Add(1))),
-		Method:  method,
-		Params:  params,
-		Header:  header,
-	})
+	send := func(ctx context.Context) (*transport.JSONRPCResponse, error) {
+		return l.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
+			JSONRPC: mcpgo.JSONRPC_VERSION,
+			ID:      mcpgo.NewRequestId(fmt.Sprintf("capgate-%d", s.seq.Add(1))),
+			Method:  method,
+			Params:  params,
+			Header:  header,
+		})
+	}
+	resp, err := send(ctx)
+	for again := false; errors.Is(err, transport.ErrAuthorizationRequired); again = true {
+		// As for tools/call (postCall): the caller's token was refused, the
+		// hook refreshes it once, and the second time says what to do.
+		var ok bool
+		var hookErr error
+		if ctx, ok, hookErr = s.unauthorized(ctx, again); !ok {
+			break
+		}
+		if hookErr != nil {
+			return nil, hookErr
+		}
+		resp, err = send(ctx)
+	}
 	if err != nil {
 		if e := s.overLimit(ctx, l, method, err); e != nil {
 			return nil, e

@@ -59,6 +59,12 @@ func Start(tb testing.TB, issuer string) *Server {
 			note, _ := req.GetArguments()["note"].(string)
 			return mcp.NewToolResultStructured(map[string]any{"sub": sub, "note": note}, "you are "+sub), nil
 		})
+	// Its resource whoami://me says the same of a resources/read.
+	ms.AddResource(mcp.NewResource("whoami://me", "whoami", mcp.WithMIMEType("text/plain")),
+		func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			sub, _ := ctx.Value(subKey{}).(string)
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "text/plain", Text: "you are " + sub}}, nil
+		})
 	mux := http.NewServeMux()
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Start()

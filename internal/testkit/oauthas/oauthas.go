@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -154,16 +156,45 @@ func (a *AS) Browser(tb testing.TB, user string) *http.Client {
 	return &http.Client{Jar: jar, Timeout: 30 * time.Second}
 }
 
-// Visit opens link in user's browser, follows it through the AS's sign-in
-// and consent to wherever it ends (capgate's callback page), and returns
-// that page's status and text.
+// Visit opens link in user's browser, presses the button of the page it
+// shows (capgate's: which capgate user is linked to which server), follows
+// the AS's sign-in and consent to wherever it ends (capgate's callback
+// page), and returns that page's status and text.
 func (a *AS) Visit(tb testing.TB, user, link string) (int, string) {
 	tb.Helper()
-	resp, err := a.Browser(tb, user).Get(link)
+	return Click(tb, a.Browser(tb, user), link)
+}
+
+var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// Click opens link in browser and, when the page it shows has capgate's
+// button (a form with a csrf field and nothing to enter), presses it and
+// follows where that leads. It returns the last page's status and text.
+func Click(tb testing.TB, browser *http.Client, link string) (int, string) {
+	tb.Helper()
+	status, page, at := Get(tb, browser, link)
+	m := csrfRe.FindStringSubmatch(page)
+	if status != http.StatusOK || m == nil || strings.Contains(page, `name="token"`) {
+		return status, page
+	}
+	resp, err := browser.PostForm(at, url.Values{"csrf": {html.UnescapeString(m[1])}})
 	if err != nil {
-		tb.Fatalf("visiting the sign-in link: %v", err)
+		tb.Fatalf("pressing the link page's button: %v", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// Get opens link in browser, following redirects, and returns the last
+// page's status, text and address.
+func Get(tb testing.TB, browser *http.Client, link string) (int, string, string) {
+	tb.Helper()
+	resp, err := browser.Get(link)
+	if err != nil {
+		tb.Fatalf("opening %s: %v", link, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Request.URL.String()
 }
