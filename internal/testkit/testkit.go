@@ -333,3 +333,25 @@ func postMCP(tb testing.TB, base, tok, body string, headers map[string]string) *
 	}
 	return resp
 }
+
+// ToolUID is the uid a root capgate's tools run as by default ([sandbox]
+// run_as unset: nobody).
+const ToolUID = 65534
+
+// ToolDir is a temp dir the tools of a capgate this test starts may write
+// into: under root they run as nobody, so it is theirs; otherwise they run
+// as this user, whose it is already.
+func ToolDir(tb testing.TB) string {
+	tb.Helper()
+	d := tb.TempDir()
+	// The testing package makes the test's own temp dir 0700.
+	if err := os.Chmod(filepath.Dir(d), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(d, ToolUID, ToolUID); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return d
+}

@@ -794,6 +794,13 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	if l.http {
 		return s.callHTTP(ctx, l, call, args)
 	}
+	return s.callMCPGo(ctx, l, call, args)
+}
+
+// callMCPGo calls through mcp-go's client: every stdio and SSE call, and
+// the reference callHTTP is measured and checked against
+// (BenchmarkCallHTTP, TestCallHTTPMatchesMCPGo).
+func (s *Source) callMCPGo(ctx context.Context, l *link, call tool.Call, args json.RawMessage) (*tool.Result, error) {
 	req := mcpgo.CallToolRequest{}
 	req.Params.Name = call.Tool.Name
 	req.Params.Arguments = args
