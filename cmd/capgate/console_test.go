@@ -172,7 +172,7 @@ func consolePack(t *testing.T) (dir, log string) {
 	root := t.TempDir()
 	dir = filepath.Join(root, "ops")
 	// Away from the pack: a tool never writes beside its own files.
-	log = filepath.Join(t.TempDir(), "runs.log")
+	log = filepath.Join(testkit.ToolDir(t), "runs.log")
 	script := "#!/bin/sh\ninput=$(cat)\nprintf '%s\\n' \"$input\" >> " + shellQuote(log) + "\necho '{\"wiped\": true}'\n"
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
