@@ -13,6 +13,7 @@ require (
 	github.com/gorilla/securecookie v1.1.2
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/kylelemons/godebug v1.1.0
 	github.com/landlock-lsm/go-landlock v0.11.0
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/mtibben/confusables v0.0.0-20210201002637-9d1b0723b659

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/capgate/capgate/audit"
@@ -67,6 +68,7 @@ type App struct {
 
 	logger   *slog.Logger
 	inFlight inflight.Tracker // calls running now, across reloads (console)
+	pinMu    sync.Mutex       // the console's pins, one at a time
 	cancel   context.CancelFunc
 	done     chan struct{}
 	stopKeys func() // ends a remote JWKS's refresh

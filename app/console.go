@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/console"
+	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/tool"
@@ -66,6 +68,57 @@ func (c consoleAccounts) Revoke(ctx context.Context, sub, server string) error {
 	return err
 }
 
+// consolePins lets the console review and pin quarantined tools: the
+// pinned definition from capgate.lock's sidecar, the new one from the
+// catalog, and a pin written to capgate.lock and applied at once.
+type consolePins struct{ a *App }
+
+func (p consolePins) Review(id string) (pinned, now json.RawMessage, nowHash string, ok bool) {
+	reg := p.a.Server.Registry()
+	snap := reg.Snapshot()
+	if snap == nil {
+		return nil, nil, "", false
+	}
+	d, ok := snap.Lookup(id)
+	if !ok || d.Quarantined == "" {
+		return nil, nil, "", false
+	}
+	now, _ = snap.Definition(id)
+	_, pinned, _ = reg.Pinned(id)
+	return pinned, now, d.DefinitionHash, true
+}
+
+func (p consolePins) Pin(ctx context.Context, id, hash string) error {
+	// One pin at a time: each rewrites the whole lock.
+	p.a.pinMu.Lock()
+	defer p.a.pinMu.Unlock()
+	reg := p.a.Server.Registry()
+	snap := reg.Snapshot()
+	d, ok := snap.Lookup(id)
+	switch {
+	case !ok:
+		return fmt.Errorf("no tool %q in the catalog", id)
+	case d.Quarantined == "":
+		return fmt.Errorf("%s is not quarantined: nothing to pin", id)
+	case d.DefinitionHash != hash:
+		return fmt.Errorf("the definition of %s changed again since it was reviewed (now %s): review it again", id, d.DefinitionHash)
+	}
+	path := LockPath(p.a.Config)
+	lock, err := registry.ReadLock(path)
+	if err != nil {
+		return err
+	}
+	if lock == nil {
+		lock = &registry.Lock{Pins: map[string]string{}, Defs: map[string]json.RawMessage{}}
+	}
+	def, _ := snap.Definition(id)
+	lock.Pins[id], lock.Defs[hash] = hash, def
+	if err := lock.Write(path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return reg.SetLock(ctx, lock)
+}
+
 // ConsoleURL is where operators reach the console: [console] url, else
 // http://<listen>.
 func ConsoleURL(cfg *config.Config) string {
@@ -111,6 +164,7 @@ func (a *App) newConsole(cfg *config.Config, table *risk.Table) (*console.Consol
 	if a.Broker != nil {
 		opts.Accounts = consoleAccounts{a.Broker}
 	}
+	opts.Pins = consolePins{a}
 	if cc.ClientID != "" && cfg.Auth.OIDC != nil {
 		opts.OIDC = &console.OIDC{Issuer: cfg.Auth.OIDC.Issuer, ClientID: cc.ClientID, RedirectURL: base + "/oidc/callback"}
 		if cc.ClientSecretEnv != "" {

@@ -108,6 +108,17 @@ func (a *App) Reload(ctx context.Context, cfg *config.Config, skillsDirs []strin
 	if err != nil {
 		return nil, err
 	}
+	// The broker first: the sources' auth hooks are set for the servers
+	// it has.
+	prevAuth, _ := authServers(a.Config, a.lookupEnv)
+	if err := a.reloadBroker(cfg); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && a.Broker != nil {
+			a.Broker.Reconfigure(prevAuth) // nothing changed
+		}
+	}()
 	reg, err := sources.Build(ctx, a.registryOptions(cfg))
 	if err != nil {
 		return nil, err
@@ -175,6 +186,7 @@ var restartOnly = []struct {
 	{"server.max_request_bytes", func(c *config.Config) any { return &c.Server.MaxRequestBytes }},
 	{"server.drain_delay", func(c *config.Config) any { return &c.Server.DrainDelay }},
 	{"server.replica_id", func(c *config.Config) any { return &c.Server.ReplicaID }},
+	{"server.public_url", func(c *config.Config) any { return &c.Server.PublicURL }},
 	{"server.advertise_url", func(c *config.Config) any { return &c.Server.AdvertiseURL }},
 	{"server.metrics_listen", func(c *config.Config) any { return &c.Server.MetricsListen }},
 	{"server.session_idle_timeout", func(c *config.Config) any { return &c.Server.SessionIdleTimeout }},

@@ -28,16 +28,34 @@ func SandboxPolicy(cfg *config.Config) sandbox.Policy {
 	return p
 }
 
-// RunAs is the user tools run as: [sandbox] run_as when capgate is root,
-// capgate's own user (nil) otherwise or when unset. Unset, a root
-// capgate's tools stay root but hold no capability (the baseline).
-// (Defaulting to nobody is the aim; the suite's fixtures and the
-// quickstart's `go run` server still need a user with a home.)
+// RunAs is the user tools run as: when capgate is root, [sandbox] run_as
+// or, unset, nobody; nil (capgate's own user) when capgate is not root or
+// when run_as names root, the operator's opt-out (RunAsRoot).
 func RunAs(cfg *config.Config) *sandbox.User {
-	if os.Geteuid() != 0 || cfg.Sandbox.RunAs == "" {
+	if os.Geteuid() != 0 {
 		return nil
 	}
-	u, _ := sandbox.ParseUser(cfg.Sandbox.RunAs) // checked at load
+	u := runAs(cfg)
+	if u.UID == 0 {
+		return nil
+	}
+	return u
+}
+
+// RunAsRoot reports whether cfg's run_as keeps a root capgate's tools
+// root: an explicit choice, logged by serve and reported by verify --prod.
+func RunAsRoot(cfg *config.Config) bool { return runAs(cfg).UID == 0 }
+
+// runAs is [sandbox] run_as, or its default.
+func runAs(cfg *config.Config) *sandbox.User {
+	name := cfg.Sandbox.RunAs
+	if name == "" {
+		name = sandbox.DefaultRunAs
+	}
+	u, err := sandbox.ParseUser(name)
+	if err != nil { // checked at load; the default always parses
+		return sandbox.Nobody
+	}
 	return u
 }
 

@@ -28,6 +28,20 @@ import (
 // Broker builds the upstream credentials broker for cfg's [mcp.servers]
 // with auth set, over st; nil when none has.
 func Broker(cfg *config.Config, st *store.Store, logger *slog.Logger, lookupEnv func(string) (string, bool)) (*upstreamauth.Broker, error) {
+	servers, err := authServers(cfg, lookupEnv)
+	if err != nil || len(servers) == 0 {
+		return nil, err
+	}
+	b, err := upstreamauth.New(upstreamauth.Options{PublicURL: cfg.Server.PublicURL, Servers: servers, Store: st, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	return b, nil
+}
+
+// authServers are cfg's [mcp.servers] with auth set, as the broker takes
+// them.
+func authServers(cfg *config.Config, lookupEnv func(string) (string, bool)) ([]upstreamauth.Server, error) {
 	var servers []upstreamauth.Server
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCP.Servers)) {
 		sc := cfg.MCP.Servers[name]
@@ -50,14 +64,28 @@ func Broker(cfg *config.Config, st *store.Store, logger *slog.Logger, lookupEnv 
 		}
 		servers = append(servers, srv)
 	}
-	if len(servers) == 0 {
-		return nil, nil
-	}
-	b, err := upstreamauth.New(upstreamauth.Options{PublicURL: cfg.Server.PublicURL, Servers: servers, Store: st, Logger: logger})
+	return servers, nil
+}
+
+// reloadBroker gives the running broker cfg's servers with auth. With no
+// broker running (no server had auth at start, so /oauth/ is not served)
+// a server with auth needs a restart.
+func (a *App) reloadBroker(cfg *config.Config) error {
+	servers, err := authServers(cfg, a.lookupEnv)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		return err
 	}
-	return b, nil
+	if a.Broker == nil {
+		if len(servers) > 0 {
+			return fmt.Errorf("%s: mcp.servers.%s.auth: the first server with auth needs a restart (capgate serves /oauth/ from its start)",
+				cfg.Path, servers[0].Name)
+		}
+		return nil
+	}
+	if err := a.Broker.Reconfigure(servers); err != nil {
+		return fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	return nil
 }
 
 // subjectOf is the caller a request to an upstream is for: the router's

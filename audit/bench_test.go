@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"path/filepath"
 	"testing"
+
+	"github.com/capgate/capgate/internal/testkit"
 )
 
 // BenchmarkLog measures Log from parallel callers with every field set,
@@ -20,7 +22,7 @@ func BenchmarkLog(b *testing.B) {
 	e := fullEvent(TypeCapabilityCheck, 1)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := testkit.CPUTime()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			l.Log(e)
@@ -30,7 +32,7 @@ func BenchmarkLog(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(l.syncs.Load()), "fsyncs")
 }
 

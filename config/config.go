@@ -310,9 +310,11 @@ type Trust struct {
 // Sandbox is [sandbox]: how every process capgate starts is run.
 type Sandbox struct {
 	// RunAs is the user every tool, bridge provider and stdio MCP server
-	// runs as when capgate runs as root: a name (such as "nobody"), a uid
-	// or uid:gid. Unset, they run as root without any capability. Ignored
-	// when capgate is not root: its tools run as capgate's own user.
+	// runs as when capgate runs as root: a name, a uid or uid:gid. Unset,
+	// it is "nobody" (65534:65534 where no user database names it).
+	// "root" (or 0) keeps them root, without any capability: an opt-out
+	// that serve logs and verify --prod reports. Ignored when capgate is
+	// not root: its tools run as capgate's own user.
 	RunAs string `toml:"run_as"`
 }
 

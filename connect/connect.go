@@ -104,7 +104,7 @@ func (mr *mirror) read(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.
 }
 
 func (mr *mirror) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	return mr.src.GetPrompt(ctx, req.Params.Name, req.Params.Arguments)
+	return mr.src.GetPrompt(ctx, req.Params.Name, req.Params.Arguments, req.Params.MultiRoundTripParams)
 }
 
 func (mr *mirror) CompletePromptArgument(ctx context.Context, name string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {

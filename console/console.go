@@ -103,6 +103,7 @@ type Options struct {
 	AuditPath string
 	Verify    func() (report string, ok bool)
 	Accounts  Accounts    // may be nil
+	Pins      Pins        // may be nil: no review of quarantined tools
 	Live      func() Live // may be nil
 	Roles     Roles
 	// Key is a secret of capgate's own from which the console derives its
@@ -177,6 +178,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /audit/record/{seq}", c.need(viewer, c.auditRecord))
 	m.HandleFunc("GET /audit/verify", c.need(viewer, c.auditVerify))
 	m.HandleFunc("GET /catalog", c.need(viewer, c.catalogPage))
+	m.HandleFunc("POST /catalog/pin", c.need(approver, c.pinTool))
 	m.HandleFunc("GET /accounts", c.need(viewer, c.accountsPage))
 	m.HandleFunc("POST /accounts/revoke", c.need(approver, c.revokeAccount))
 	m.HandleFunc("GET /live", c.need(viewer, c.livePage))

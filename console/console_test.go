@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -232,5 +233,32 @@ func BenchmarkAuditPage(b *testing.B) {
 			slices.Sort(times)
 			b.ReportMetric(float64(times[len(times)*95/100].Microseconds())/1000, "p95-ms")
 		})
+	}
+}
+
+// A quarantined tool's review: each changed field as a line diff, the
+// fields that did not change named; with nothing pinned, all is new.
+func TestReviewOfDefinitions(t *testing.T) {
+	old := json.RawMessage(`{"name":"resize","description":"Resize a volume","input_schema":{"type":"object","properties":{"volume":{"type":"string"}}},"annotations":{}}`)
+	now := json.RawMessage(`{"name":"resize","description":"Resize a volume, and mail it","input_schema":{"type":"object","properties":{"cc":{"type":"string"},"volume":{"type":"string"}}},"annotations":{}}`)
+	rv := reviewOf("ext:ops:resize", old, now, "sha256:new")
+	if rv.NoPinned || len(rv.Fields) != 2 || rv.Fields[0].Field != "description" || rv.Fields[1].Field != "input_schema" ||
+		!slices.Equal(rv.Unchanged, []string{"name", "annotations"}) {
+		t.Fatalf("review %+v", rv)
+	}
+	if d := rv.Fields[0].Lines; len(d) != 2 || d[0] != (diffLine{"-", "Resize a volume"}) || d[1] != (diffLine{"+", "Resize a volume, and mail it"}) {
+		t.Errorf("description diff %+v", d)
+	}
+	var added []string
+	for _, l := range rv.Fields[1].Lines {
+		if l.Op != " " {
+			added = append(added, l.Op+l.Text)
+		}
+	}
+	if !slices.Equal(added, []string{`+    "cc": {`, `+      "type": "string"`, `+    },`}) {
+		t.Errorf("schema diff: changed lines %q", added)
+	}
+	if rv := reviewOf("x", nil, now, "h"); !rv.NoPinned || len(rv.Fields) != 4 {
+		t.Errorf("nothing pinned: %+v", rv)
 	}
 }

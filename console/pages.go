@@ -276,6 +276,7 @@ type toolView struct {
 	*tool.Descriptor
 	Effects    string
 	Guarantees []guaranteeView
+	Review     *review // a quarantined tool's changes, when pins are kept
 }
 
 type guaranteeView struct {
@@ -308,6 +309,11 @@ func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
 		}
 		if d.Quarantined != "" {
 			quarantined++
+			if c.opts.Pins != nil {
+				if pinned, now, hash, ok := c.opts.Pins.Review(d.ID); ok {
+					tv.Review = reviewOf(d.ID, pinned, now, hash)
+				}
+			}
 		}
 		list = append(list, tv)
 	}

@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -21,13 +23,31 @@ const LockFile = "capgate.lock"
 // hash of what the model is told about it.
 type Lock struct {
 	Pins map[string]string // tool id → "sha256:<hex>"
+	// Defs are the pinned definitions themselves, by hash, from the
+	// sidecar capgate.lock.defs: what an operator reviewing a changed tool
+	// compares the new definition with. Each is checked against its hash
+	// when read; one missing only means no diff can be shown.
+	Defs map[string]json.RawMessage
 }
+
+// DefsSuffix names the sidecar of a lock file that keeps the pinned
+// definitions (capgate.lock.defs): one JSON object per line.
+const DefsSuffix = ".defs"
 
 // DefinitionHash hashes what a tool says about itself: its source's name,
 // description, schemas and annotations, as the source gave them (before
 // operator overrides), so an upstream that quietly changes its tool is
 // noticed.
-func DefinitionHash(d *tool.Descriptor) string {
+func DefinitionHash(d *tool.Descriptor) string { return hashDefinition(Definition(d)) }
+
+func hashDefinition(def []byte) string {
+	sum := sha256.Sum256(def)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Definition is the JSON document DefinitionHash hashes: the tool's name,
+// title, description, schemas and annotations.
+func Definition(d *tool.Descriptor) json.RawMessage {
 	b, _ := json.Marshal(struct {
 		Name         string           `json:"name"`
 		Title        string           `json:"title,omitempty"`
@@ -36,8 +56,7 @@ func DefinitionHash(d *tool.Descriptor) string {
 		OutputSchema json.RawMessage  `json:"output_schema,omitempty"`
 		Annotations  tool.Annotations `json:"annotations"`
 	}{d.Name, d.Title, d.Description, compact(d.InputSchema), compact(d.OutputSchema), d.Annotations})
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return b
 }
 
 // compact removes insignificant white space, so formatting is not a change.
@@ -77,21 +96,104 @@ func ReadLock(path string) (*Lock, error) {
 		}
 		l.Pins[f[0]] = f[1]
 	}
-	return l, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if l.Defs, err = readDefs(path + DefsSuffix); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
-// WriteLock pins every tool of the snapshot.
-func WriteLock(path string, tools []*tool.Descriptor) error {
+// pinnedDef is one line of the definitions sidecar.
+type pinnedDef struct {
+	Hash       string          `json:"hash"`
+	Definition json.RawMessage `json:"definition"`
+}
+
+// readDefs reads a definitions sidecar; a definition that does not match
+// its hash is left out (edited by hand, or cut short).
+func readDefs(path string) (map[string]json.RawMessage, error) {
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return map[string]json.RawMessage{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defs := map[string]json.RawMessage{}
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		var p pinnedDef
+		if json.Unmarshal(line, &p) != nil || hashDefinition(p.Definition) != p.Hash {
+			continue
+		}
+		defs[p.Hash] = p.Definition
+	}
+	return defs, nil
+}
+
+// Write writes the lock and its definitions sidecar (only the definitions
+// its pins name), each replaced whole.
+func (l *Lock) Write(path string) error {
 	var b strings.Builder
 	b.WriteString("# capgate.lock: tool definition pins, written by `capgate tools lock`.\n")
 	b.WriteString("# A tool whose definition no longer matches its pin is quarantined.\n")
-	lines := make([]string, 0, len(tools))
-	for _, d := range tools {
-		lines = append(lines, d.ID+" "+d.DefinitionHash)
+	lines := make([]string, 0, len(l.Pins))
+	for id, h := range l.Pins {
+		lines = append(lines, id+" "+h)
 	}
 	slices.Sort(lines)
-	for _, l := range lines {
-		b.WriteString(l + "\n")
+	for _, line := range lines {
+		b.WriteString(line + "\n")
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	var defs bytes.Buffer
+	for _, h := range slices.Compact(slices.Sorted(maps.Values(l.Pins))) {
+		if def, ok := l.Defs[h]; ok {
+			line, err := json.Marshal(pinnedDef{Hash: h, Definition: def})
+			if err != nil {
+				return err
+			}
+			defs.Write(append(line, '\n'))
+		}
+	}
+	if err := writeReplace(path+DefsSuffix, defs.Bytes()); err != nil {
+		return err
+	}
+	return writeReplace(path, []byte(b.String()))
+}
+
+// writeReplace replaces path's content at once (a temp file renamed over
+// it), so that a serve reading it never sees half.
+func writeReplace(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// WriteLock pins every tool of tools, with its definition where its
+// descriptor still says what the source listed (Snapshot.Lock also keeps
+// those whose description an operator overrides).
+func WriteLock(path string, tools []*tool.Descriptor) error {
+	l := &Lock{Pins: map[string]string{}, Defs: map[string]json.RawMessage{}}
+	for _, d := range tools {
+		l.Pins[d.ID] = d.DefinitionHash
+		if def := Definition(d); hashDefinition(def) == d.DefinitionHash {
+			l.Defs[d.DefinitionHash] = def
+		}
+	}
+	return l.Write(path)
 }

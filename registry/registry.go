@@ -5,6 +5,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,7 +57,8 @@ type Registry struct {
 	// failures are those sources' errors, by source key (under mu).
 	failures map[string]error
 
-	mu       sync.Mutex // serialises refreshes
+	lock     atomic.Pointer[Lock] // the pins (opts.Lock, then SetLock's)
+	mu       sync.Mutex           // serialises refreshes
 	lastGood map[string][]*tool.Descriptor
 	changed  chan struct{}
 	watchers []func(*Snapshot)
@@ -75,6 +77,7 @@ func New(ctx context.Context, sources []tool.Source, opts Options) (*Registry, e
 	}
 	r := &Registry{sources: sources, byKey: map[string]tool.Source{}, opts: opts,
 		lastGood: map[string][]*tool.Descriptor{}, changed: make(chan struct{}, 1)}
+	r.lock.Store(opts.Lock)
 	for _, s := range sources {
 		key := SourceKey(s)
 		if _, dup := r.byKey[key]; dup {
@@ -190,6 +193,7 @@ func (r *Registry) Watch(f func(*Snapshot)) {
 // pins, hidden tools dropped, clashes refused.
 func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 	s := &Snapshot{byID: map[string]*tool.Descriptor{}, byName: map[string]*tool.Descriptor{}, Built: time.Now()}
+	lock := r.lock.Load()
 	var errs []error
 	for _, src := range listed {
 		d := src.Clone()
@@ -200,6 +204,7 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 			prefix = d.Source
 		}
 		d.ExposedName = ExposedName(prefix, d.Name)
+		listedDesc := d.Description
 		if o, ok := r.opts.Defaults[srcKey]; ok {
 			applyOverride(d, o)
 		}
@@ -210,13 +215,19 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 				continue
 			}
 		}
+		if d.Description != listedDesc {
+			if s.listedDesc == nil {
+				s.listedDesc = map[string]string{}
+			}
+			s.listedDesc[d.ID] = listedDesc
+		}
 		// Under require_lock, a missing lock pins nothing: every tool
 		// waits for review, none is served unpinned.
-		if r.opts.Lock != nil || r.opts.RequireLock {
+		if lock != nil || r.opts.RequireLock {
 			var pin string
 			var pinned bool
-			if r.opts.Lock != nil {
-				pin, pinned = r.opts.Lock.Pins[d.ID]
+			if lock != nil {
+				pin, pinned = lock.Pins[d.ID]
 			}
 			switch {
 			case pinned && pin != d.DefinitionHash:
@@ -302,6 +313,56 @@ type Snapshot struct {
 	byID   map[string]*tool.Descriptor
 	byName map[string]*tool.Descriptor
 	search []string // lower-cased id, exposed name and description, per tool
+	// listedDesc are the descriptions sources listed, of the tools whose
+	// description an operator overrides (Definition needs them).
+	listedDesc map[string]string
+}
+
+// Definition is the definition of the tool id as its source listed it
+// (before operator overrides): what DefinitionHash hashes.
+func (s *Snapshot) Definition(id string) (json.RawMessage, bool) {
+	d, ok := s.byID[id]
+	if !ok {
+		return nil, false
+	}
+	if desc, ok := s.listedDesc[id]; ok {
+		c := *d
+		c.Description = desc
+		d = &c
+	}
+	return Definition(d), true
+}
+
+// Lock pins tools, all of this snapshot, with their definitions.
+func (s *Snapshot) Lock(tools []*tool.Descriptor) *Lock {
+	l := &Lock{Pins: map[string]string{}, Defs: map[string]json.RawMessage{}}
+	for _, d := range tools {
+		l.Pins[d.ID] = d.DefinitionHash
+		if def, ok := s.Definition(d.ID); ok {
+			l.Defs[d.DefinitionHash] = def
+		}
+	}
+	return l
+}
+
+// Pinned is the pin of the tool id, and the pinned definition when the
+// lock keeps it.
+func (r *Registry) Pinned(id string) (hash string, def json.RawMessage, ok bool) {
+	l := r.lock.Load()
+	if l == nil {
+		return "", nil, false
+	}
+	if hash, ok = l.Pins[id]; ok {
+		def = l.Defs[hash]
+	}
+	return hash, def, ok
+}
+
+// SetLock replaces the pins (an operator pinned a reviewed definition)
+// and rebuilds the catalog under them.
+func (r *Registry) SetLock(ctx context.Context, l *Lock) error {
+	r.lock.Store(l)
+	return r.Refresh(ctx)
 }
 
 // Lookup finds a tool by id.

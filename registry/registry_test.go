@@ -258,6 +258,51 @@ func TestLockQuarantinesChangedTools(t *testing.T) {
 	}
 }
 
+// The lock keeps the pinned definitions: a changed tool's old definition
+// is there to compare with, and pinning the new one lifts the quarantine.
+func TestLockKeepsDefinitionsForReview(t *testing.T) {
+	root := t.TempDir()
+	p := writePack(t, root, "p", map[string]string{"get": "    description: Get a thing\n"})
+	lockPath := filepath.Join(root, LockFile)
+	over := map[string]Override{"ext:p:get": {Description: "operator's words"}}
+	first := newRegistry(t, Options{Overrides: over}, p).Snapshot()
+	if err := first.Lock(first.Tools).Write(lockPath); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := ReadLock(lockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := writePack(t, root, "p", map[string]string{"get": "    description: Get a thing and mail it to the author\n"})
+	r := newRegistry(t, Options{Lock: lock, Overrides: over}, changed)
+	d, _ := r.Snapshot().Lookup("ext:p:get")
+	hash, old, ok := r.Pinned("ext:p:get")
+	if d.Quarantined == "" || !ok || hash == d.DefinitionHash || !strings.Contains(string(old), `"description":"Get a thing"`) {
+		t.Fatalf("changed tool: quarantined %q, pinned %s %s (ok %t); want the listed description, not the override's", d.Quarantined, hash, old, ok)
+	}
+	now, _ := r.Snapshot().Definition("ext:p:get")
+	if !strings.Contains(string(now), "mail it to the author") || DefinitionHash(d) == d.DefinitionHash {
+		t.Errorf("the new definition as listed: %s", now)
+	}
+	// A definition edited in the sidecar no longer matches its hash: left out.
+	defs, _ := os.ReadFile(lockPath + DefsSuffix)
+	if err := os.WriteFile(lockPath+DefsSuffix, []byte(strings.Replace(string(defs), "Get a thing", "Get a think", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := ReadLock(lockPath); err != nil || len(l.Defs) != 0 || len(l.Pins) != 1 {
+		t.Errorf("a tampered definition: %+v %v", l, err)
+	}
+	// Pinning the new definition lifts the quarantine.
+	lock.Pins["ext:p:get"] = d.DefinitionHash
+	lock.Defs[d.DefinitionHash] = now
+	if err := r.SetLock(context.Background(), lock); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := r.Snapshot().Lookup("ext:p:get"); d.Quarantined != "" {
+		t.Errorf("after pinning the new definition: quarantined %q", d.Quarantined)
+	}
+}
+
 // BenchmarkListFiltered lists a catalog of 10,000 tools from 50 sources
 // with a risk, side-effect and availability filter.
 func BenchmarkListFiltered(b *testing.B) {

@@ -53,6 +53,29 @@ func (p Policy) For(key string, decl Declared, own ...string) (Confinement, []st
 	return Confinement{Guarantees: g, Deny: slices.Clone(p.Deny), Own: own, AllowUnsafe: over.AllowUnsafe, RunAs: p.RunAs}, notes
 }
 
+// Unreachable says why c's user cannot run argv in dir by the file modes
+// (a pack under a 0700 dir with run_as nobody), nil when it can or when c
+// runs as capgate's own user.
+func (c Confinement) Unreachable(argv []string, dir string) error {
+	u := c.RunAs
+	if u == nil || len(argv) == 0 {
+		return nil
+	}
+	path, err := program(argv[0], dir)
+	if err != nil {
+		return nil // the start says so
+	}
+	if dir != "" {
+		if err := u.Reach(dir, false); err != nil {
+			return fmt.Errorf("run_as %s cannot enter %s: %w", u, dir, err)
+		}
+	}
+	if err := u.Reach(path, true); err != nil {
+		return fmt.Errorf("run_as %s cannot run %s: %w", u, path, err)
+	}
+	return nil
+}
+
 // ObservedBy is c as one call runs it: each socket and new process the
 // kernel refuses it is told to denied (a tool.Call's Denied), when set.
 func (c Confinement) ObservedBy(denied func(guarantee string)) Confinement {
@@ -89,6 +112,8 @@ func (c Confinement) describe(miss []Missing) *tool.Guarantees {
 	if out.SecretsAllowed == nil {
 		out.SecretsAllowed = []string{}
 	}
+
+
 	for _, k := range Keys {
 		out.Flat[string(k)] = false
 		if !g.Has(k) {

@@ -101,7 +101,7 @@ func (p plan) apply() error {
 	}
 	if p.Dir != "" {
 		if err := os.Chdir(p.Dir); err != nil {
-			return fmt.Errorf("working directory: %w", err)
+			return fmt.Errorf("working directory%s: %w", p.as(), err)
 		}
 	}
 	if p.NoSocket || p.NoUnix || p.NoFork {
@@ -110,7 +110,16 @@ func (p plan) apply() error {
 		}
 	}
 	err := syscall.Exec(p.Path, p.Argv, p.Env)
-	return fmt.Errorf("exec %s: %w", p.Path, err)
+	return fmt.Errorf("exec %s%s: %w", p.Path, p.as(), err)
+}
+
+// as names the user a path was refused to, when the tool is not
+// capgate's own: a pack under a 0700 dir is unreadable by run_as.
+func (p plan) as() string {
+	if !p.SetUser {
+		return ""
+	}
+	return fmt.Sprintf(" as run_as %d:%d", p.UID, p.GID)
 }
 
 const errnoRet = uint32(seccomp.ActionErrno)

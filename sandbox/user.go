@@ -14,6 +14,12 @@ const DefaultRunAs = "nobody"
 // nobodyID is nobody's id where no user database names it.
 const nobodyID = 65534
 
+// Nobody is nobody by the conventional ids.
+var Nobody = &User{UID: nobodyID, GID: nobodyID}
+
+// String is u as run_as would name it.
+func (u User) String() string { return fmt.Sprintf("%d:%d", u.UID, u.GID) }
+
 // ParseUser reads [sandbox] run_as: a user name, a uid, or uid:gid. A
 // name or bare uid takes the user's primary group.
 func ParseUser(s string) (*User, error) {

@@ -48,7 +48,8 @@ var (
 	messageNames = []string{"jsonrpc", "id", "method", "params"}
 	paramsNames  = []string{"name", "arguments", "requestState", "inputResponses", "task", "_meta", "requestId"}
 	metaNames    = []string{"progressToken", "io.modelcontextprotocol/protocolVersion",
-		"io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/logLevel", metaMode}
+		"io.modelcontextprotocol/clientCapabilities", "io.modelcontextprotocol/logLevel", metaMode,
+		"io.modelcontextprotocol/clientInfo"} // read by no one: known, so the fast call may take it
 	capsNames = []string{"sampling", "elicitation", "roots"}
 )
 
@@ -61,36 +62,49 @@ type fastCallMessage struct {
 	requestID                                                    []byte // of notifications/cancelled
 	progressToken, protocolVersion, clientCapabilities, logLevel []byte
 	mode                                                         []byte // capgate/mode: planning is not for the fast call
+	unknown                                                      bool   // a member the fast call does not know
 }
 
 // posted is a POSTed body, its top-level members (messageNames) picked
 // at most once for the front door's op (begin) and the fast call alike.
 type posted struct {
-	body           []byte
-	top            [4][]byte
-	picked, object bool
+	body                   []byte
+	top                    [4][]byte
+	picked, object, others bool
 }
 
 // members are the body's top-level members; ok is false when it is not a
 // JSON object rawjson reads with confidence.
 func (p *posted) members() (top *[4][]byte, ok bool) {
 	if !p.picked {
-		p.picked, p.object = true, rawjson.Pick(p.body, messageNames, p.top[:])
+		p.picked = true
+		p.object, p.others = rawjson.PickOthers(p.body, messageNames, p.top[:])
 	}
 	return &p.top, p.object
 }
 
 // read picks the message out of the body; false when it is not a
-// JSON-RPC message the fast call can read with confidence.
+// JSON-RPC message the fast call can read with confidence. A member the
+// fast call does not know (at the top, in params or in _meta) leaves
+// msg.unknown set: the call is left to mcp-go (fail closed, so a parameter
+// added to MCP later reaches mcp-go until the fast call is taught it).
 func (msg *fastCallMessage) read(p *posted) bool {
 	var params [7][]byte
-	var meta [5][]byte
+	var meta [6][]byte
 	top, ok := p.members()
-	if !ok || !rawjson.Pick(top[3], paramsNames, params[:]) {
+	if !ok {
 		return false
 	}
-	if params[5] != nil && !rawjson.Pick(params[5], metaNames, meta[:]) {
+	ok, others := rawjson.PickOthers(top[3], paramsNames, params[:])
+	if !ok {
 		return false
+	}
+	msg.unknown = p.others || others
+	if params[5] != nil {
+		if ok, others = rawjson.PickOthers(params[5], metaNames, meta[:]); !ok {
+			return false
+		}
+		msg.unknown = msg.unknown || others
 	}
 	msg.jsonrpc, msg.id, msg.method, msg.params = top[0], top[1], top[2], top[3]
 	msg.name, msg.arguments, msg.requestState, msg.inputResponses, msg.task, msg.meta =
@@ -160,7 +174,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 		}
 	}
 	name, ok := plainString(msg.name)
-	if string(msg.jsonrpc) != `"2.0"` || string(msg.method) != `"tools/call"` || !plainID(msg.id) ||
+	if msg.unknown || string(msg.jsonrpc) != `"2.0"` || string(msg.method) != `"tools/call"` || !plainID(msg.id) ||
 		!ok || !plainName(name) || present(msg.requestState) || present(msg.inputResponses) ||
 		present(msg.task) || present(msg.progressToken) || present(msg.logLevel) || msg.mode != nil ||
 		(present(msg.arguments) && msg.arguments[0] != '{') {
@@ -194,6 +208,10 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 	res, inv, err := p.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: protocol})
 	if m.observed() {
 		telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
+	}
+	if writeUpstreamError(w, msg.id, err) {
+		m.fastCalls.Add(1)
+		return true
 	}
 	b := make([]byte, 0, 384+len(msg.id)) // room for _meta with the invocation
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
@@ -389,9 +407,11 @@ func plainName(s string) bool {
 
 // askNothing says whether declared client capabilities leave nothing an
 // upstream could ask the client mid-call.
+// A capability it does not know could be one: fail closed.
 func askNothing(caps []byte) bool {
 	var c [3][]byte
-	return rawjson.Pick(caps, capsNames, c[:]) && !present(c[0]) && !present(c[1]) && !present(c[2])
+	ok, others := rawjson.PickOthers(caps, capsNames, c[:])
+	return ok && !others && !present(c[0]) && !present(c[1]) && !present(c[2])
 }
 
 // appendInvocation appends withInvocation's _meta members. The id is hex and the side effects are

@@ -55,6 +55,11 @@ func TestFastCallMatchesMCPGo(t *testing.T) {
 		{"a name twice", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"name":"fx__echo"`, `"name":"fx__t_00","name":"fx__echo"`, 1), false},
 		{"an escaped key", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"arguments"`, `"\u0061rguments"`, 1), false},
 		{"white space everywhere", tok, "fx__echo", " " + strings.NewReplacer(`":`, `" : `, `,"`, ` , "`).Replace(call("fx__echo", `"arguments":{"message":"hi"},`)) + "\n", true},
+		// A member the fast call does not know goes to mcp-go: fail closed.
+		{"an unknown params member", tok, "fx__echo", call("fx__echo", `"arguments":{"message":"hi"},"newParam":{"x":1},`), false},
+		{"an unknown _meta member", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"_meta":{`, `"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t1"},`, 1), false},
+		{"an unknown top-level member", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `"id":7`, `"id":7,"extra":true`, 1), false},
+		{"an unknown client capability", tok, "fx__echo", strings.Replace(call("fx__echo", `"arguments":{"message":"hi"},`), `clientCapabilities":{}`, `clientCapabilities":{"tasks":{}}`, 1), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sameAnswer(t, s, tc.fast, func(base string) (int, string, []byte) {
@@ -73,10 +78,18 @@ func sameAnswer(t *testing.T, s *testServer, fast bool, post func(base string) (
 	before := s.MCP.fastCalls.Load()
 	st1, ct1, b1 := post(front)
 	took := s.MCP.fastCalls.Load() - before
-	st2, ct2, b2 := post(mcpGo)
 	if took != map[bool]int64{true: 1, false: 0}[fast] {
 		t.Errorf("fast call taken %d times, want fast=%v", took, fast)
 	}
+	alike(t, st1, ct1, b1, post, mcpGo, true)
+}
+
+// alike posts to mcp-go alone and checks its answer is the front door's
+// (status, type, body), as sameAnswer says; every result must carry an
+// invocation when ran (a refusal before the router has none).
+func alike(t *testing.T, st1 int, ct1 string, b1 []byte, post func(base string) (int, string, []byte), mcpGo string, ran bool) {
+	t.Helper()
+	st2, ct2, b2 := post(mcpGo)
 	if st1 != st2 || ct1 != ct2 {
 		t.Errorf("front: %d %s; mcp-go: %d %s", st1, ct1, st2, ct2)
 	}
@@ -88,7 +101,7 @@ func sameAnswer(t *testing.T, s *testServer, fast bool, post func(base string) (
 	}
 	d1, d2 := decode(t, b1), decode(t, b2)
 	for _, d := range [][]any{d1, d2} {
-		sameInvocation(t, d)
+		sameInvocation(t, d, ran)
 	}
 	if !reflect.DeepEqual(d1, d2) {
 		t.Errorf("front:\n%s\nmcp-go:\n%s", b1, b2)
@@ -97,7 +110,7 @@ func sameAnswer(t *testing.T, s *testServer, fast bool, post func(base string) (
 
 // sameInvocation checks that each result of d has an invocation id and a
 // duration, then blanks them: they differ from call to call.
-func sameInvocation(t *testing.T, d []any) {
+func sameInvocation(t *testing.T, d []any, need bool) {
 	t.Helper()
 	for _, v := range d {
 		res, _ := v.(map[string]any)["result"].(map[string]any)
@@ -108,7 +121,10 @@ func sameInvocation(t *testing.T, d []any) {
 		id, _ := meta["capgate/invocation_id"].(string)
 		_, hasDur := meta["capgate/duration_ms"].(float64)
 		if !strings.HasPrefix(id, "cap_") || !hasDur {
-			t.Errorf("result without an invocation id or duration: %v", res)
+			if need {
+				t.Errorf("result without an invocation id or duration: %v", res)
+			}
+			continue
 		}
 		meta["capgate/invocation_id"], meta["capgate/duration_ms"] = "", 0.0
 	}

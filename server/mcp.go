@@ -216,7 +216,14 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 	// swaps in meanwhile.
 	rt := m.rt()
 	j := newJob(c.Sub)
-	j.values = ctx
+	// Upstreams are told what this client can be asked, and no more.
+	j.values = mcpconv.WithAskable(ctx)
+	if len(req.Params.InputResponses) > 0 {
+		// Answers that come without a state: the upstream may know them.
+		if b, err := json.Marshal(req.Params.InputResponses); err == nil {
+			j.values = tool.WithAnswers(j.values, b)
+		}
+	}
 	r.Progress = mcpconv.ProgressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
 	reqCtx := ctx

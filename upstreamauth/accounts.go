@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 
@@ -30,7 +29,7 @@ type Account struct {
 
 // Status says whether sub has linked an account on server.
 func (b *Broker) Status(ctx context.Context, sub, server string) (Account, error) {
-	srv, ok := b.servers[server]
+	srv, ok := b.server(server)
 	if !ok {
 		return Account{}, tool.Errorf(tool.CodeNotFound, "no mcp server %q signs in its users", server)
 	}
@@ -64,11 +63,7 @@ func (b *Broker) Status(ctx context.Context, sub, server string) (Account, error
 
 // Accounts lists sub's link to every server, by server name.
 func (b *Broker) Accounts(ctx context.Context, sub string) ([]Account, error) {
-	names := make([]string, 0, len(b.servers))
-	for n := range b.servers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := b.names()
 	out := make([]Account, 0, len(names))
 	for _, n := range names {
 		a, err := b.Status(ctx, sub, n)
@@ -85,7 +80,7 @@ func (b *Broker) Accounts(ctx context.Context, sub string) ([]Account, error) {
 // revocation endpoint. It says whether the authorization server
 // confirmed; a credential that was not there is ErrNotFound.
 func (b *Broker) Revoke(ctx context.Context, sub, server string) (bool, error) {
-	srv, ok := b.servers[server]
+	srv, ok := b.server(server)
 	if !ok {
 		return false, tool.Errorf(tool.CodeNotFound, "no mcp server %q signs in its users", server)
 	}
@@ -195,14 +190,13 @@ type Linked struct {
 // limit per server, the most recently linked first: the operator's view
 // (the console's accounts page). Token exchange holds nothing to list.
 func (b *Broker) AllLinked(ctx context.Context, limit int) ([]Linked, error) {
-	names := make([]string, 0, len(b.servers))
-	for n := range b.servers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := b.names()
 	var out []Linked
 	for _, n := range names {
-		srv := b.servers[n]
+		srv, ok := b.server(n)
+		if !ok {
+			continue // reloaded away meanwhile
+		}
 		var capID, ref string
 		switch srv.Mode {
 		case ModeTokenExchange:

@@ -16,6 +16,9 @@
 package upstreamauth
 
 import (
+	"maps"
+	"reflect"
+	"slices"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -92,9 +95,10 @@ type Options struct {
 
 // Broker holds each user's credentials for each server.
 type Broker struct {
-	opts    Options
-	http    *http.Client
-	servers map[string]*Server
+	opts Options
+	http *http.Client
+	// servers, by name: replaced whole by Reconfigure (a reload).
+	servers atomic.Pointer[map[string]*Server]
 
 	mu    sync.Mutex
 	found map[string]*found // discovery, by server name
@@ -145,35 +149,70 @@ func New(opts Options) (*Broker, error) {
 		opts.RefreshBefore = time.Minute
 	}
 	opts.PublicURL = strings.TrimSuffix(opts.PublicURL, "/")
-	b := &Broker{opts: opts, http: opts.HTTPClient, servers: map[string]*Server{},
-		found: map[string]*found{}, busy: map[string]*sync.Mutex{}}
+	b := &Broker{opts: opts, http: opts.HTTPClient, found: map[string]*found{}, busy: map[string]*sync.Mutex{}}
 	if b.http == nil {
 		b.http = &http.Client{Timeout: 30 * time.Second}
 	}
-	for i := range opts.Servers {
-		s := &opts.Servers[i]
-		switch s.Mode {
-		case ModeOAuth, ModeUserToken:
-			if opts.PublicURL == "" {
-				return nil, fmt.Errorf("upstreamauth: server %s: auth %q needs server.public_url", s.Name, s.Mode)
-			}
-		case ModeTokenExchange:
-			if opts.Exchange.TokenURL == "" {
-				return nil, fmt.Errorf("upstreamauth: server %s: auth %q needs [auth.oidc] (its issuer's token endpoint)", s.Name, s.Mode)
-			}
-		default:
-			return nil, fmt.Errorf("upstreamauth: server %s: unknown auth %q", s.Name, s.Mode)
-		}
-		b.servers[s.Name] = s
+	if err := b.Reconfigure(opts.Servers); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
 
-// Servers lists the servers the broker serves, by name.
-func (b *Broker) Server(name string) (*Server, bool) {
-	s, ok := b.servers[name]
+// Reconfigure replaces the servers the broker serves (a config reload).
+// Accounts stay in the store: a server configured again under the same
+// URL finds its users' links. What was discovered of a server whose
+// settings changed, or that is gone, is forgotten. On error nothing
+// changed.
+func (b *Broker) Reconfigure(servers []Server) error {
+	next := make(map[string]*Server, len(servers))
+	for i := range servers {
+		s := servers[i]
+		switch s.Mode {
+		case ModeOAuth, ModeUserToken:
+			if b.opts.PublicURL == "" {
+				return fmt.Errorf("upstreamauth: server %s: auth %q needs server.public_url", s.Name, s.Mode)
+			}
+		case ModeTokenExchange:
+			if b.opts.Exchange.TokenURL == "" {
+				return fmt.Errorf("upstreamauth: server %s: auth %q needs [auth.oidc] (its issuer's token endpoint)", s.Name, s.Mode)
+			}
+		default:
+			return fmt.Errorf("upstreamauth: server %s: unknown auth %q", s.Name, s.Mode)
+		}
+		next[s.Name] = &s
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if prev := b.servers.Load(); prev != nil {
+		for name, old := range *prev {
+			if now, ok := next[name]; !ok || !reflect.DeepEqual(*old, *now) {
+				delete(b.found, name)
+				for key := range b.exchanged {
+					if strings.HasSuffix(key, "\x00"+name) {
+						delete(b.exchanged, key)
+					}
+				}
+			}
+		}
+	}
+	b.servers.Store(&next)
+	return nil
+}
+
+// server is the configured server name.
+func (b *Broker) server(name string) (*Server, bool) {
+	s, ok := (*b.servers.Load())[name]
 	return s, ok
 }
+
+// names are the configured servers' names, sorted.
+func (b *Broker) names() []string {
+	return slices.Sorted(maps.Keys(*b.servers.Load()))
+}
+
+// Servers lists the servers the broker serves, by name.
+func (b *Broker) Server(name string) (*Server, bool) { return b.server(name) }
 
 // RedirectURI is the callback the authorization servers send users back to.
 func (b *Broker) RedirectURI() string { return b.opts.PublicURL + CallbackPath }
@@ -267,7 +306,7 @@ func (b *Broker) needLink(ctx context.Context, sub string, srv *Server, why stri
 // the token is refreshed once, and if that is refused too the caller is
 // asked to sign in again.
 func (b *Broker) Header(ctx context.Context, sub, server, stale string) (http.Header, error) {
-	srv, ok := b.servers[server]
+	srv, ok := b.server(server)
 	if !ok {
 		return nil, fmt.Errorf("upstreamauth: no server %q", server)
 	}
@@ -307,7 +346,7 @@ func (b *Broker) Header(ctx context.Context, sub, server, stale string) (http.He
 // token Header gave after a refresh: the grant is forgotten, and the
 // caller is asked to sign in again.
 func (b *Broker) Refused(ctx context.Context, sub, server string) error {
-	srv, ok := b.servers[server]
+	srv, ok := b.server(server)
 	if !ok {
 		return fmt.Errorf("upstreamauth: no server %q", server)
 	}
@@ -339,7 +378,7 @@ func (b *Broker) Refused(ctx context.Context, sub, server string) error {
 // stands for everyone's; every call still carries the caller's own.
 // Before anyone links, capability_auth_required.
 func (b *Broker) ListerHeader(ctx context.Context, server string) (http.Header, error) {
-	srv, ok := b.servers[server]
+	srv, ok := b.server(server)
 	if !ok {
 		return nil, fmt.Errorf("upstreamauth: no server %q", server)
 	}

@@ -57,7 +57,7 @@ type flowState struct {
 // Begin starts linking sub's account on server and returns the link the
 // user opens, and until when it works.
 func (b *Broker) Begin(ctx context.Context, sub, server string) (string, time.Time, error) {
-	srv, ok := b.servers[server]
+	srv, ok := b.server(server)
 	if !ok {
 		return "", time.Time{}, tool.Errorf(tool.CodeNotFound, "no mcp server %q signs in its users", server)
 	}
@@ -125,7 +125,7 @@ func (b *Broker) flowOf(ctx context.Context, id string, take bool) (*store.Flow,
 	if err := json.Unmarshal(f.State, &st); err != nil {
 		return nil, nil, nil, fmt.Errorf("flow %s: %w", id, err)
 	}
-	srv, ok := b.servers[st.Server]
+	srv, ok := b.server(st.Server)
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("flow %s: server %q is no longer configured", id, st.Server)
 	}

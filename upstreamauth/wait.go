@@ -16,7 +16,7 @@ const waitPoll = 500 * time.Millisecond
 // finished the sign-in a link began, on this replica or another), ctx
 // ends, or the link expires (store.FlowTTL).
 func (b *Broker) WaitLinked(ctx context.Context, sub, server string) error {
-	if _, ok := b.servers[server]; !ok {
+	if _, ok := b.server(server); !ok {
 		return tool.Errorf(tool.CodeNotFound, "no mcp server %q signs in its users", server)
 	}
 	key := sub + "\x00" + server

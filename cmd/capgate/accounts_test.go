@@ -94,8 +94,14 @@ var linkRe = regexp.MustCompile(`http://[^\s"\\]+/oauth/link/caf_[0-9a-f]{32}`)
 // and the error code and auth_url of a refusal.
 func (o *oauthServe) invoke(t *testing.T, sub, note string) (who, code, authURL string) {
 	t.Helper()
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"capability.invoke","params":{"context_token":%q,"capability":"mcp:tracker:whoami","input":{"note":%q}}}`,
-		o.tok(t, sub), note)
+	return o.invokeCap(t, sub, "mcp:tracker:whoami", note)
+}
+
+// invokeCap is invoke of another server's whoami (capability).
+func (o *oauthServe) invokeCap(t *testing.T, sub, capability, note string) (who, code, authURL string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"capability.invoke","params":{"context_token":%q,"capability":%q,"input":{"note":%q}}}`,
+		o.tok(t, sub), capability, note)
 	resp0, err := http.Post(o.URL+"/rpc", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,9 @@ func baseline(t *testing.T, user *testkit.User) {
 	dataLink, rpcSock := link("d", data), filepath.Join(dir, "rpc.sock")
 	sealedTries := []string{"parentenv", "read=/etc/shadow", "caps", "unix=" + hostSock, "unix=" + rpcSock,
 		"unix=" + abstract, "vsock="}
-	openTries := []string{"parentenv", "caps", "read=" + key, "read=" + config, "read=" + auditLog,
+	// /etc/shadow is root's by its mode: a root serve's undeclared tool
+	// reaches it unless it runs as another user (run_as's default).
+	openTries := []string{"parentenv", "caps", "read=/etc/shadow", "read=" + key, "read=" + config, "read=" + auditLog,
 		"write=" + filepath.Join(dataLink, "planted"), "write=" + auditLog}
 
 	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
@@ -96,9 +98,6 @@ acknowledge = ["elevated"]
 
 [extensions]
 paths = [%q]
-
-[sandbox]
-run_as = "nobody"
 `, packs)})
 	s := fromCapgate(cg)
 	invoke := invoker(t, s, cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}))
@@ -137,6 +136,59 @@ run_as = "nobody"
 	}
 	if !strings.Contains(out, fmt.Sprintf(`"id": "ok uid=%d"`, uid)) {
 		t.Errorf("the tool did not run as uid %d:\n%s", uid, out)
+	}
+}
+
+// TestRunAsIsVisible: under a root serve, tools run as nobody unless the
+// config says otherwise, and each choice shows. serve logs the user;
+// run_as = "root" is logged as a warning (and the undeclared tool then
+// reads /etc/shadow, so the opt-out is real); a pack in a dir nobody
+// cannot enter is named at start.
+func TestRunAsIsVisible(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("run_as applies to a root serve")
+	}
+	if f := sandbox.Probe(); f.LandlockABI < 1 {
+		t.Skipf("needs Landlock for the baseline: %+v", f)
+	}
+	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
+	pack := "id: probe\nname: Probe\ndescription: Probe\ncommands:\n  shadow:\n    description: Read\n    run: " +
+		quoteList([]string{hostile, "--json", "read=/etc/shadow", "id"}) + "\n    risk: LOW\n    side_effects: []\n"
+	serve := func(packs, extra string) (*served, func(...string) string) {
+		writeFile(t, filepath.Join(packs, "probe", "extension.yaml"), pack)
+		cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(
+			"[policy]\ngrants = [\"rye.fetch.*\", \"rye.execute.tool.*\"]\nacknowledge = [\"elevated\"]\n\n[extensions]\npaths = [%q]\n%s", packs, extra)})
+		s := fromCapgate(cg)
+		return s, invoker(t, s, cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}))
+	}
+
+	logged := func(s *served, want string) bool {
+		return testkit.Poll(10*time.Second, func() bool { return strings.Contains(s.logs(), want) })
+	}
+	s, invoke := serve(publicDir(t, nil), "")
+	if !logged(s, `tools run as an unprivileged user" run_as=nobody uid=65534 gid=65534`) {
+		t.Errorf("serve did not say which user its tools run as:\n%s", s.logs())
+	}
+	if out := invoke("ext:probe:shadow"); !strings.Contains(out, `"read=/etc/shadow": "denied`) || !strings.Contains(out, `"id": "ok uid=65534"`) {
+		t.Errorf("by default a root serve's tool is not nobody:\n%s", out)
+	}
+
+	s, invoke = serve(publicDir(t, nil), "\n[sandbox]\nrun_as = \"root\"\n")
+	if !logged(s, "sandbox.run_as names root: every tool runs as root") {
+		t.Errorf("serve did not warn that its tools run as root:\n%s", s.logs())
+	}
+	if out := invoke("ext:probe:shadow"); !strings.Contains(out, `"read=/etc/shadow": "ok`) || !strings.Contains(out, `"id": "ok uid=0"`) {
+		t.Errorf("run_as = \"root\" did not run the tool as root:\n%s", out)
+	}
+
+	closed := publicDir(t, nil)
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = serve(closed, "")
+	if !logged(s, "extension command unreachable by the user tools run as") ||
+		!logged(s, "run_as 65534:65534 cannot enter "+filepath.Join(closed, "probe")+": "+closed+" is mode 0700") {
+		t.Errorf("serve did not name the pack nobody cannot reach:\n%s", s.logs())
 	}
 }
 

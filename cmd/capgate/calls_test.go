@@ -30,7 +30,7 @@ func callsPack(t *testing.T) (config, log string) {
 	dir := filepath.Join(root, "calls")
 	// Apart from the pack: no tool creates files beside its own pack,
 	// which the sandbox carves out of its writes.
-	log = filepath.Join(t.TempDir(), "calls.log")
+	log = filepath.Join(testkit.ToolDir(t), "calls.log")
 	script := `#!/bin/sh
 input=$(cat)
 printf '%s\n' "$input" >> ` + shellQuote(log) + `

@@ -115,7 +115,7 @@ func oncePack(t *testing.T) (config, log string) {
 	t.Helper()
 	root := t.TempDir()
 	// Apart from the pack, which the sandbox keeps read-only to its tools.
-	log = filepath.Join(t.TempDir(), "runs.log")
+	log = filepath.Join(testkit.ToolDir(t), "runs.log")
 	// Its host pid from /proc/self/stat: in the tool's PID namespace $$
 	// is another number.
 	script := `#!/bin/sh

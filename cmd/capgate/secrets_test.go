@@ -48,7 +48,7 @@ func startSecretsServe(t *testing.T, auth string, env ...string) *secretsServe {
 	// The files serve's subprocesses report to, and the extension pack.
 	// (apart: no tool creates files beside its own pack, which the
 	// sandbox carves out of its writes)
-	own, packs := t.TempDir(), t.TempDir()
+	own, packs := testkit.ToolDir(t), t.TempDir()
 	s := &secretsServe{extEnv: filepath.Join(own, "ext.env"), bridgeCapture: filepath.Join(own, "bridge.json"), mcpEnv: filepath.Join(own, "mcp.json")}
 	pack := filepath.Join(packs, "ext", "envpack")
 	if err := os.MkdirAll(pack, 0o755); err != nil {

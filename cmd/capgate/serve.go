@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,7 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			if m := sandbox.BaselineMissing(); m != "" {
 				logger.Warn("sandbox baseline not enforced on this kernel", "missing", m)
 			}
+			logRunAs(logger, cfg)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// An HTTP serve holds its data dir (pid file, socket) alone. A
@@ -176,4 +178,18 @@ func listenOverride(flag string) (addr, from string) {
 		return v, listenEnv
 	}
 	return "", ""
+}
+
+// logRunAs says once, at start, which user a root capgate's tools run as,
+// and warns when the operator chose root.
+func logRunAs(logger *slog.Logger, cfg *config.Config) {
+	switch {
+	case os.Geteuid() != 0:
+	case app.RunAsRoot(cfg):
+		logger.Warn("sandbox.run_as names root: every tool runs as root (without capabilities), so root's files such as /etc/shadow are readable by it",
+			"run_as", cfg.Sandbox.RunAs)
+	default:
+		u := app.RunAs(cfg)
+		logger.Info("tools run as an unprivileged user", "run_as", cmp.Or(cfg.Sandbox.RunAs, sandbox.DefaultRunAs), "uid", u.UID, "gid", u.GID)
+	}
 }

@@ -150,7 +150,7 @@ no longer matches its pin is quarantined until the lock is written again.`,
 				}
 			}
 			path := app.LockPath(cfg)
-			if err := registry.WriteLock(path, pinned); err != nil {
+			if err := r.Snapshot().Lock(pinned).Write(path); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "pinned %d tools in %s\n", len(pinned), path)

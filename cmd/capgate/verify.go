@@ -39,6 +39,7 @@ operator should not ship:
   - the development token key: HS256 accepted and the key's variable
     (auth.secret_env) unset here, so serve would use <data_dir>/token.secret;
   - anonymous access ([auth.anonymous]);
+  - [sandbox] run_as naming root, which keeps a root capgate's tools root;
   - policy.require_lock without capgate.lock, or a tool it does not pin;
   - key files and the data dir readable by others, a config others can write.
 
@@ -97,6 +98,10 @@ func prodProblems(log io.Writer, path string, allowUnsafe bool, lookup func(stri
 	}
 	if cfg.Auth.Anonymous != nil {
 		add("auth.anonymous", "callers without a token are let in")
+	}
+	if app.RunAsRoot(cfg) {
+		add("sandbox.run_as", "%q keeps a root capgate's tools root (without capabilities): root's files such as /etc/shadow are readable by them; remove it to run them as %s",
+			cfg.Sandbox.RunAs, sandbox.DefaultRunAs)
 	}
 	if cfg.Policy.RequireLock {
 		if _, err := os.Stat(app.LockPath(cfg)); err != nil {

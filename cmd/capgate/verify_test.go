@@ -121,6 +121,8 @@ func TestVerifyProd(t *testing.T) {
 		want: []string{"ext:probe:p: guarantees not enforceable on this kernel: no_filesystem_write needs Landlock"}})
 	run("baseline unenforceable here", setup{env: secret, wrap: testkit.Build(t, testkit.NoLandlock),
 		want: []string{"sandbox: the baseline of every tool is not enforced on this kernel"}})
+	run("tools run as root", setup{config: "\n[sandbox]\nrun_as = \"root\"\n", env: secret,
+		want: []string{`sandbox.run_as: "root" keeps a root capgate's tools root`}})
 	run("a tool that declares nothing", setup{env: secret,
 		config: fmt.Sprintf("\n[mcp.servers.open]\ncommand = %q\n", testkit.Build(t, testkit.MCPFixture)),
 		want:   []string{"mcp:open:echo: declares nothing it cannot do", "declare [mcp.servers.open] capabilities"}})

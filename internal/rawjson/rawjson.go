@@ -35,27 +35,49 @@ func Pick(b []byte, names []string, vals [][]byte) bool {
 	return ok && skipSpace(b, end) == len(b)
 }
 
+// PickOthers is Pick, and also says whether b has a member not in names
+// (others), for a caller that must know every member to act on b.
+func PickOthers(b []byte, names []string, vals [][]byte) (ok, others bool) {
+	clear(vals)
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false, false
+	}
+	end, ok := object(b, i, 1, func(key, v []byte) bool {
+		known, ok := matchKnown(key, names, vals, v)
+		others = others || !known
+		return ok
+	})
+	return ok && skipSpace(b, end) == len(b), others
+}
+
 // match records v under key when key is one of names; false when key is
 // a name twice, or could be one by encoding/json's looser matching.
 func match(key []byte, names []string, vals [][]byte, v []byte) bool {
+	_, ok := matchKnown(key, names, vals, v)
+	return ok
+}
+
+// matchKnown is match, and says whether key is one of names.
+func matchKnown(key []byte, names []string, vals [][]byte, v []byte) (known, ok bool) {
 	for _, c := range key {
 		if c == '\\' || c >= utf8.RuneSelf {
-			return false
+			return false, false
 		}
 	}
 	for j, name := range names {
 		switch {
 		case string(key) == name:
 			if vals[j] != nil {
-				return false
+				return true, false
 			}
 			vals[j] = v
-			return true
+			return true, true
 		case equalFoldASCII(key, name):
-			return false
+			return false, false
 		}
 	}
-	return true
+	return false, true
 }
 
 func equalFoldASCII(a []byte, b string) bool {

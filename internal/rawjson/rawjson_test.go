@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,7 +41,27 @@ func check(t *testing.T, b []byte) {
 		t.Fatalf("Valid accepts %q, which encoding/json refuses", b)
 	}
 	vals := make([][]byte, len(names))
-	if Pick(b, names, vals) {
+	picked := Pick(b, names, vals)
+	// PickOthers reads as Pick does, and tells a member not in names.
+	vals2 := make([][]byte, len(names))
+	ok, others := PickOthers(b, names, vals2)
+	if ok != picked || (ok && !reflect.DeepEqual(vals, vals2)) {
+		t.Fatalf("PickOthers(%q) = %v %q, Pick = %v %q", b, ok, vals2, picked, vals)
+	}
+	if ok {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("PickOthers accepts %q, which encoding/json refuses: %v", b, err)
+		}
+		want := false
+		for k := range m {
+			want = want || !slices.Contains(names, k)
+		}
+		if others != want {
+			t.Fatalf("PickOthers(%q): others = %v, want %v", b, others, want)
+		}
+	}
+	if picked {
 		v := reflect.New(pickStruct)
 		if err := json.Unmarshal(b, v.Interface()); err != nil {
 			t.Fatalf("Pick accepts %q, which encoding/json refuses: %v", b, err)

@@ -290,8 +290,15 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // with the token and returns the status, the content type and the body.
 func PostMCP(tb testing.TB, base, tok, name, body string) (int, string, []byte) {
 	tb.Helper()
+	return PostMCPMethod(tb, base, tok, "tools/call", name, body)
+}
+
+// PostMCPMethod is PostMCP for any method: Mcp-Method is method, and
+// Mcp-Name name (the tool, prompt or resource the request names).
+func PostMCPMethod(tb testing.TB, base, tok, method, name, body string) (int, string, []byte) {
+	tb.Helper()
 	return post(tb, base, tok, body, map[string]string{
-		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": name,
+		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Mcp-Name": name,
 	})
 }
 
@@ -325,4 +332,26 @@ func postMCP(tb testing.TB, base, tok, body string, headers map[string]string) *
 		tb.Fatal(err)
 	}
 	return resp
+}
+
+// ToolUID is the uid a root capgate's tools run as by default ([sandbox]
+// run_as unset: nobody).
+const ToolUID = 65534
+
+// ToolDir is a temp dir the tools of a capgate this test starts may write
+// into: under root they run as nobody, so it is theirs; otherwise they run
+// as this user, whose it is already.
+func ToolDir(tb testing.TB) string {
+	tb.Helper()
+	d := tb.TempDir()
+	// The testing package makes the test's own temp dir 0700.
+	if err := os.Chmod(filepath.Dir(d), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(d, ToolUID, ToolUID); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return d
 }

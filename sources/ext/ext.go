@@ -288,6 +288,9 @@ func (p *Pack) build(file string) error {
 			p.opts.Logger.Warn("capability override ignored", "tool", id, "note", n)
 		}
 		p.confine[name] = conf
+		if err := conf.Unreachable(c.Run, p.Dir); err != nil {
+			p.opts.Logger.Warn("extension command unreachable by the user tools run as: its calls will fail", "tool", id, "err", err)
+		}
 		d := &tool.Descriptor{
 			ID:           id,
 			Kind:         tool.KindExt,

@@ -673,6 +673,9 @@ type RPCError struct {
 	Code    int
 	Message string
 	Data    any
+	// Status is the HTTP status the upstream answered with when it was
+	// not 200 (a 4xx of the stateless protocol), else 0.
+	Status int
 }
 
 func (e *RPCError) Error() string { return e.Message }
@@ -693,7 +696,7 @@ func (s *Source) Request(ctx context.Context, method string, params any) (json.R
 	defer cancel()
 	var header http.Header
 	if l.modern() {
-		p, err := modernParams(params)
+		p, err := modernParams(ctx, params)
 		if err != nil {
 			return nil, tool.Wrap(err, tool.CodeInternal, "mcp server %s: %s: %v", s.opts.Name, method, err)
 		}
@@ -791,6 +794,13 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	if l.http {
 		return s.callHTTP(ctx, l, call, args)
 	}
+	return s.callMCPGo(ctx, l, call, args)
+}
+
+// callMCPGo calls through mcp-go's client: every stdio and SSE call, and
+// the reference callHTTP is measured and checked against
+// (BenchmarkCallHTTP, TestCallHTTPMatchesMCPGo).
+func (s *Source) callMCPGo(ctx context.Context, l *link, call tool.Call, args json.RawMessage) (*tool.Result, error) {
 	req := mcpgo.CallToolRequest{}
 	req.Params.Name = call.Tool.Name
 	req.Params.Arguments = args
