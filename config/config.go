@@ -296,7 +296,9 @@ type MCPServer struct {
 	Tools map[string]ToolOverride `toml:"tools"`
 
 	// Capabilities declares what a stdio server's process needs
-	// (sandbox.ParseDeclared); what it leaves out, it is denied.
+	// (sandbox.ParseDeclared: filesystem, network, env, subprocess,
+	// secrets, read_paths, write_paths); what it leaves out, it is denied.
+	// Its cwd is readable whatever it declares.
 	Capabilities map[string]any `toml:"capabilities"`
 }
 
@@ -344,7 +346,8 @@ type Provider struct {
 	// the small allow list every subprocess gets.
 	Env []string `toml:"env"`
 	// Capabilities declares what the provider's process needs
-	// (sandbox.ParseDeclared); what it leaves out, it is denied.
+	// (sandbox.ParseDeclared: filesystem, network, env, subprocess,
+	// secrets, read_paths, write_paths); what it leaves out, it is denied.
 	Capabilities map[string]any `toml:"capabilities"`
 }
 

@@ -344,6 +344,9 @@ func (c *Config) validateServerAuth(key string, s *MCPServer, fail func(key, for
 		if c.Auth.OIDC == nil {
 			fail(key+".auth", "auth = \"token-exchange\" needs [auth.oidc]: the issuer whose tokens are exchanged")
 		}
+		if s.ClientID == "" {
+			fail(key+".client_id", "auth = \"token-exchange\" needs client_id: capgate's client at the [auth.oidc] issuer, which exchanges")
+		}
 	default:
 		fail(key+".auth", "%q: valid values are none, oauth, token-exchange and user-token", s.Auth)
 		return
