@@ -209,6 +209,10 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 	if m.observed() {
 		telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 	}
+	if writeUpstreamError(w, msg.id, err) {
+		m.fastCalls.Add(1)
+		return true
+	}
 	b := make([]byte, 0, 384+len(msg.id)) // room for _meta with the invocation
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, msg.id...)

@@ -86,17 +86,32 @@ func (s *Server) handler(fast bool) http.Handler {
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
-	return recoverPanics(s.logger, rejectRebinding(mux))
+	return recoverPanics(s.logger, rejectRebinding(s.closeWhileDraining(mux)))
 }
 
-// newHTTPServer is the front door's net/http server over h.
-func (s *Server) newHTTPServer(h http.Handler) *http.Server {
+// closeWhileDraining ends each connection after its answer once the drain
+// has begun, so that none is left idle when it ends. Idle ones are not
+// closed at its start: a balancer that has not yet seen /readyz fail may
+// be sending a request on one at that moment, and would lose it.
+func (s *Server) closeWhileDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// newHTTPServer is the front door's net/http server over h; busy, when
+// not nil, counts its requests under way.
+func (s *Server) newHTTPServer(h http.Handler, busy *inFlight) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: s.limits.headerTimeout(),
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		ConnState:         busy.track,
 	}
 }
 
@@ -147,10 +162,11 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 		ready(ln.Addr().String(), socket)
 	}
 	servers := make([]*http.Server, len(listeners))
+	busy := newInFlight()
 	errc := make(chan error, len(listeners))
 	var wg sync.WaitGroup
 	for i, l := range listeners {
-		servers[i] = s.newHTTPServer(h)
+		servers[i] = s.newHTTPServer(h, busy)
 		wg.Go(func() {
 			if err := servers[i].Serve(l); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
@@ -160,14 +176,8 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 	select {
 	case <-ctx.Done():
 		// Not ready from now on; still serving until the balancer has
-		// seen it.
+		// seen it. Each connection closes after its next answer.
 		s.draining.Store(true)
-		// Each connection closes after its current answer from now on, so
-		// that none is left for Shutdown to poll for (every 500 ms) once
-		// the drain ends.
-		for _, srv := range servers {
-			srv.SetKeepAlivesEnabled(false)
-		}
 		if d := s.limits.DrainDelay; d > 0 {
 			s.logger.Info("draining: /readyz fails, calls are still served", "for", d)
 			select {
@@ -177,10 +187,17 @@ func (s *Server) Serve(ctx context.Context, ready func(addr, socket string)) err
 		}
 	case err = <-errc:
 	}
+	// No new connections; the requests under way get up to 10 s to be
+	// answered. serve stops the moment the last one is: net/http's
+	// Shutdown would look for that every 500 ms only.
+	for _, l := range listeners {
+		_ = l.Close()
+	}
 	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	busy.wait(shut)
 	for _, srv := range servers {
-		_ = srv.Shutdown(shut)
+		_ = srv.Close()
 	}
 	wg.Wait()
 	if socket != "" {

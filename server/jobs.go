@@ -207,6 +207,11 @@ func (m *MCP) resume(ctx context.Context, c *router.Caller, req mcp.CallToolRequ
 	if err == nil {
 		err = sealer.use(ctx, st)
 	}
+	if errors.Is(err, errStateInvalid) {
+		// A state that fails its integrity check is a bad request
+		// (SEP-2322): the client gets a JSON-RPC error, not a result.
+		return nil, err
+	}
 	if err != nil {
 		return mcpconv.Denial(err), nil
 	}

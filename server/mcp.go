@@ -52,6 +52,20 @@ func WithCaller(ctx context.Context, c *router.Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
 
+type bearerKey struct{}
+
+// WithBearer returns ctx carrying the caller's own verified bearer token:
+// for token exchange (upstreamauth), never to be sent on or logged.
+func WithBearer(ctx context.Context, raw string) context.Context {
+	return context.WithValue(ctx, bearerKey{}, raw)
+}
+
+// BearerFrom returns the bearer token WithBearer put in ctx, or "".
+func BearerFrom(ctx context.Context) string {
+	raw, _ := ctx.Value(bearerKey{}).(string)
+	return raw
+}
+
 // CallerFrom returns the caller ctx carries, or nil.
 func CallerFrom(ctx context.Context) *router.Caller {
 	c, _ := ctx.Value(callerKey{}).(*router.Caller)
@@ -216,7 +230,14 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 	// swaps in meanwhile.
 	rt := m.rt()
 	j := newJob(c.Sub)
-	j.values = ctx
+	// Upstreams are told what this client can be asked, and no more.
+	j.values = mcpconv.WithAskable(ctx)
+	if len(req.Params.InputResponses) > 0 {
+		// Answers that come without a state: the upstream may know them.
+		if b, err := json.Marshal(req.Params.InputResponses); err == nil {
+			j.values = tool.WithAnswers(j.values, b)
+		}
+	}
 	r.Progress = mcpconv.ProgressSender(j.current, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
 	reqCtx := ctx

@@ -98,7 +98,7 @@ func (s *Server) serveMetrics(ctx context.Context, ln net.Listener) {
 	mux.Handle("GET /metrics", s.metrics.Handler())
 	// The same DNS-rebinding check as the front door: the metrics name
 	// every exposed tool, so a page rebound to 127.0.0.1 must not read them.
-	srv := s.newHTTPServer(rejectRebinding(mux))
+	srv := s.newHTTPServer(rejectRebinding(mux), nil)
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()

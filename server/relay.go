@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
@@ -175,12 +176,33 @@ func (m *MCP) readResource(up *upstream) mcpserver.ResourceHandlerFunc {
 }
 
 // getPrompt gates a prompts/get and forwards it under the upstream's name.
+// An upstream that needs input first (SEP-2322) gets its rounds: its input
+// requests go to the client as they came, its requestState goes sealed
+// for the caller and this prompt (prompt.go), and the client's answers
+// come back with the upstream's state as it sent it. mcp-go plays the
+// rounds with a 2025-11-25 client as requests of its own.
 func (m *MCP) getPrompt(rp relayedPrompt) mcpserver.PromptHandlerFunc {
 	return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-		if err := m.rt().Fetch(CallerFrom(ctx), permissions.Directive, rp.id, "prompt "+req.Params.Name, protocolOf(ctx)); err != nil {
+		c := CallerFrom(ctx)
+		if err := m.rt().Fetch(c, permissions.Directive, rp.id, "prompt "+req.Params.Name, protocolOf(ctx)); err != nil {
 			return nil, errors.New(tool.ErrorMessage(err))
 		}
-		return rp.up.src.GetPrompt(ctx, rp.name, req.Params.Arguments)
+		round := req.Params.MultiRoundTripParams
+		if round.RequestState != "" {
+			up, err := m.openPromptState(ctx, c, rp.id, round.RequestState)
+			if err != nil {
+				return nil, errors.New(tool.ErrorMessage(err))
+			}
+			round.RequestState = up
+		}
+		res, err := rp.up.src.GetPrompt(mcpconv.WithAskable(ctx), rp.name, req.Params.Arguments, round)
+		if err != nil || !res.NeedsInput() || res.RequestState == "" {
+			return res, err
+		}
+		if res.RequestState, err = m.sealPromptState(c, rp.id, res.RequestState); err != nil {
+			return nil, err
+		}
+		return res, nil
 	}
 }
 

@@ -27,13 +27,22 @@ import (
 // Each state is claimed once (Options.ClaimOnce, in the store the
 // replicas share) before it is acted on: a replayed state is refused.
 type requestState struct {
-	ID      string      `json:"id"`  // the job's id
-	Use     string      `json:"use"` // random, this state's own: the key it is claimed under
-	Sub     string      `json:"sub"`
-	Exp     int64       `json:"exp"`           // unix milliseconds
-	Replica string      `json:"replica"`       // the replica that holds the job
-	URL     string      `json:"url,omitempty"` // that replica's internal URL, "" for none
-	Skill   *skillState `json:"skill,omitempty"`
+	ID      string       `json:"id"`  // the job's id
+	Use     string       `json:"use"` // random, this state's own: the key it is claimed under
+	Sub     string       `json:"sub"`
+	Exp     int64        `json:"exp"`           // unix milliseconds
+	Replica string       `json:"replica"`       // the replica that holds the job
+	URL     string       `json:"url,omitempty"` // that replica's internal URL, "" for none
+	Skill   *skillState  `json:"skill,omitempty"`
+	Prompt  *promptState `json:"prompt,omitempty"`
+}
+
+// promptState is a prompts/get whose upstream asked for input: the
+// prompt's directive id and the upstream's own requestState, which the
+// client carries sealed and never reads.
+type promptState struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
 }
 
 // skillState is a use_skill run waiting for the client's model: enough to

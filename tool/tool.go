@@ -241,3 +241,35 @@ func InputKey(ctx context.Context) (key string, together int) {
 	}
 	return r.key, r.together
 }
+
+type askableKey struct{}
+
+// WithAskable marks ctx with the capabilities the calling MCP client
+// declared (its ClientCapabilities as JSON: sampling, elicitation,
+// roots, ...), so that a source that declares capabilities upstream per
+// request declares only what its caller can answer.
+func WithAskable(ctx context.Context, caps json.RawMessage) context.Context {
+	return context.WithValue(ctx, askableKey{}, caps)
+}
+
+// Askable is what WithAskable put in ctx; ok is false when nothing was.
+func Askable(ctx context.Context) (caps json.RawMessage, ok bool) {
+	caps, ok = ctx.Value(askableKey{}).(json.RawMessage)
+	return caps, ok
+}
+
+type answersKey struct{}
+
+// WithAnswers marks ctx with answers the calling client sent with a call
+// that carries no requestState (MCP inputResponses, a JSON object by
+// key): a source that asks in rounds passes them on with its first
+// request, and its upstream takes what it recognises.
+func WithAnswers(ctx context.Context, responses json.RawMessage) context.Context {
+	return context.WithValue(ctx, answersKey{}, responses)
+}
+
+// Answers is what WithAnswers put in ctx, or nil.
+func Answers(ctx context.Context) json.RawMessage {
+	r, _ := ctx.Value(answersKey{}).(json.RawMessage)
+	return r
+}

@@ -209,6 +209,12 @@ func TestRunAsIsVisible(t *testing.T) {
 	}
 	pack = "id: probe\nname: Probe\ndescription: Probe\ncommands:\n  shadow:\n    description: Read\n    run: [\"./bin/hostile\", \"id\"]\n    risk: LOW\n    side_effects: []\n"
 	s, _ = serve(packs, "")
+	// Its calls say why, from the launcher, as the error they get.
+	_, errb, code := s.as(t, s.cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}), "invoke", "--capability", "ext:probe:shadow")
+	if code == 0 || !strings.Contains(errb, "capability_backend_unavailable") ||
+		!strings.Contains(errb, "could not start in its sandbox: capgate sandbox: exec") || !strings.Contains(errb, "as run_as 65534:65534") {
+		t.Errorf("a call of the unreachable command does not say why it could not start: %d\n%s", code, errb)
+	}
 	if !logged(s, "extension command unreachable by the user tools run as") ||
 		!logged(s, "run_as 65534:65534 cannot run "+filepath.Join(bin, "hostile")+" from "+filepath.Join(packs, "probe")+": "+bin+" is mode 0700") {
 		t.Errorf("serve did not name the program nobody cannot reach:\n%s", s.logs())

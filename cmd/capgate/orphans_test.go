@@ -87,7 +87,9 @@ grants = ["rye.execute.tool.ext.daemon.*"]
 `, packs)})
 	tok := cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"})
 	answer := make(chan keyAnswer, 1)
-	go func() { answer <- keyedCall(&http.Client{Timeout: time.Minute}, cg.Addr, tok, "ext:daemon:spawn", `{}`, "daemon-1") }()
+	go func() {
+		answer <- keyedCall(&http.Client{Timeout: time.Minute}, cg.Addr, tok, "ext:daemon:spawn", `{}`, "daemon-1")
+	}()
 	pidIn := func(name string) int {
 		b, _ := os.ReadFile(filepath.Join(out, name))
 		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))

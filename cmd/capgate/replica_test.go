@@ -86,6 +86,10 @@ type mcpReply struct {
 			Text string `json:"text"`
 		} `json:"content"`
 	} `json:"result"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
 }
 
 func (r mcpReply) text() string {
@@ -170,9 +174,10 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 		c = "B"
 	}
 	changed := s1[:i] + c + s1[i+1:]
-	if r := useSkillOn(t, b.URL, alice, changed, key, useEcho); !r.Result.IsError || !strings.Contains(r.text(), "capability_invalid_input") ||
-		!strings.Contains(r.text(), "not one capgate sealed") {
-		t.Errorf("a changed state: %+v %q", r.Result, r.text())
+	// A changed state fails its integrity check: a JSON-RPC error (SEP-2322).
+	if r := useSkillOn(t, b.URL, alice, changed, key, useEcho); r.Error == nil || !strings.Contains(r.Error.Message, "capability_invalid_input") ||
+		!strings.Contains(r.Error.Message, "not one capgate sealed") {
+		t.Errorf("a changed state: %+v %+v", r.Result, r.Error)
 	}
 	if r := useSkillOn(t, b.URL, bob, s1, key, useEcho); !r.Result.IsError || !strings.Contains(r.text(), "capability_invalid_input") {
 		t.Errorf("bob with alice's state: %+v %q", r.Result, r.text())

@@ -253,12 +253,12 @@ backend replicas
     # HTTP/1.1 with a Host: capgate refuses a loopback request naming no host.
     http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host 127.0.0.1
     default-server inter 100ms fall 2 rise 1
-    server r1 %s check
-    server r2 %s check
-`, lb.sock, lb.addr, r1, r2)
+`, lb.sock, lb.addr)
+	// Before the servers, so that a default-server line here applies.
 	for _, l := range backend {
 		cfg += "    " + l + "\n"
 	}
+	cfg += fmt.Sprintf("    server r1 %s check\n    server r2 %s check\n", r1, r2)
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

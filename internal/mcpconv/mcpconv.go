@@ -154,15 +154,37 @@ func ToResult(res *tool.Result) (*mcp.CallToolResult, error) {
 // sampling, and sampling with tools: on 2026-07-28 in this request's
 // _meta, before that at initialize.
 func ClientSampling(ctx context.Context) (sampling, tools bool) {
-	var caps *mcp.ClientCapabilities
-	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		caps = info.ClientCapabilities
-	} else if s, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithClientInfo); ok {
-		c := s.GetClientCapabilities()
-		caps = &c
-	}
+	caps := ClientCapabilities(ctx)
 	if caps == nil || caps.Sampling == nil {
 		return false, false
 	}
 	return true, caps.Sampling.Tools != nil
+}
+
+// ClientCapabilities are the capabilities the client of the request in
+// ctx declared: on 2026-07-28 in this request's _meta, before that at
+// initialize; nil when mcp-go knows of none.
+func ClientCapabilities(ctx context.Context) *mcp.ClientCapabilities {
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		return info.ClientCapabilities
+	}
+	if s, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithClientInfo); ok {
+		c := s.GetClientCapabilities()
+		return &c
+	}
+	return nil
+}
+
+// WithAskable is ctx marked with the capabilities its client declared
+// (tool.WithAskable), when mcp-go knows them.
+func WithAskable(ctx context.Context) context.Context {
+	caps := ClientCapabilities(ctx)
+	if caps == nil {
+		return ctx
+	}
+	b, err := json.Marshal(caps)
+	if err != nil {
+		return ctx
+	}
+	return tool.WithAskable(ctx, b)
 }

@@ -290,8 +290,15 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // with the token and returns the status, the content type and the body.
 func PostMCP(tb testing.TB, base, tok, name, body string) (int, string, []byte) {
 	tb.Helper()
+	return PostMCPMethod(tb, base, tok, "tools/call", name, body)
+}
+
+// PostMCPMethod is PostMCP for any method: Mcp-Method is method, and
+// Mcp-Name name (the tool, prompt or resource the request names).
+func PostMCPMethod(tb testing.TB, base, tok, method, name, body string) (int, string, []byte) {
+	tb.Helper()
 	return post(tb, base, tok, body, map[string]string{
-		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": name,
+		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Mcp-Name": name,
 	})
 }
 

@@ -47,7 +47,7 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 		metaAt = len(body)
 		body = append(body, '{')
 		if modern {
-			body = append(body, modernMeta...)
+			body = append(body, metaFor(ctx, call.Ask != nil)...)
 		}
 		if call.Progress != nil {
 			// Progress may also come on the standalone stream (mcp-go servers
@@ -67,6 +67,10 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	var meta []byte
 	if metaAt >= 0 {
 		meta = body[metaAt:]
+	}
+	if answers := tool.Answers(ctx); modern && answers != nil {
+		body = append(body, `,"inputResponses":`...)
+		body = append(body, answers...)
 	}
 	body = append(body, "}}"...)
 	if modern {
@@ -226,7 +230,35 @@ func readBody(resp *http.Response, max int64) ([]byte, error) {
 // httpError is a non-2xx answer.
 type httpError struct {
 	status int
-	body   string
+	body   string // its start, for messages
+	raw    []byte // the body, up to maxErrorBody
+}
+
+// maxErrorBody bounds what is read of a non-2xx answer: enough for a
+// JSON-RPC error and its data.
+const maxErrorBody = 64 << 10
+
+// refusal is the JSON-RPC error an upstream answered with in a 4xx
+// response (the stateless protocol answers -32021, -32020, -32602 and
+// others with 400), passed on as an RPCError that keeps the status; nil
+// when err is not that.
+func (s *Source) refusal(what string, err error) error {
+	var he *httpError
+	if !errors.As(err, &he) || he.status/100 != 4 || he.status == http.StatusUnauthorized {
+		return nil
+	}
+	var msg struct {
+		Error *mcpgo.JSONRPCErrorDetails `json:"error"`
+	}
+	if json.Unmarshal(he.raw, &msg) != nil || msg.Error == nil {
+		return nil
+	}
+	out := s.rpcError(what, msg.Error.Code, msg.Error.Message, msg.Error.Data)
+	var re *RPCError
+	if errors.As(out, &re) {
+		re.Status = he.status
+	}
+	return out
 }
 
 func (e *httpError) Error() string {
@@ -253,6 +285,9 @@ func (s *Source) httpFailed(ctx context.Context, l *link, id string, call tool.C
 	if errors.As(err, &he) && he.status == http.StatusNotFound && l.session != "" {
 		s.drop(l, errors.New("the upstream ended its session"))
 		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: the upstream ended its session; reconnecting", s.opts.Name, call.Tool.Name)
+	}
+	if re := s.refusal("tools/call "+call.Tool.Name, err); re != nil {
+		return re
 	}
 	if errors.As(err, &he) {
 		return tool.Wrap(err, tool.CodeBackendUnavailable, "mcp server %s: tools/call %s: %v", s.opts.Name, call.Tool.Name, err)
@@ -300,9 +335,10 @@ func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) 
 		}
 	}
 	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
-		return nil, &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(b))}
+		short := b[:min(len(b), 512)]
+		return nil, &httpError{status: resp.StatusCode, body: strings.TrimSpace(string(short)), raw: b}
 	}
 	return resp, nil
 }

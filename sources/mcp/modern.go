@@ -46,23 +46,60 @@ var clientCaps = mcpgo.ClientCapabilities{
 var clientInfo = mcpgo.Implementation{Name: "capgate", Version: "1"}
 
 // modernMeta is the _meta members every stateless request carries, as
-// JSON object members (no braces), made once.
-var modernMeta = func() []byte {
+// JSON object members (no braces), made once: with every client
+// capability capgate relays, for requests made for no known client.
+var modernMeta = buildMeta(clientCaps)
+
+// askNothingMeta is modernMeta declaring no client capability: for a call
+// whose caller can be asked nothing.
+var askNothingMeta = buildMeta(struct{}{})
+
+func buildMeta(caps any) []byte {
 	b, _ := json.Marshal(map[string]any{
 		mcpgo.MetaKeyProtocolVersion:    Modern,
-		mcpgo.MetaKeyClientCapabilities: clientCaps,
+		mcpgo.MetaKeyClientCapabilities: caps,
 		mcpgo.MetaKeyClientInfo:         clientInfo,
 		mcpgo.MetaKeyLogLevel:           mcpgo.LoggingLevelDebug,
 	})
 	return b[1 : len(b)-1]
-}()
+}
+
+// relayedCaps are the client capabilities whose requests capgate relays.
+var relayedCaps = []string{"sampling", "elicitation", "roots"}
+
+// metaFor is the _meta members of a stateless request made for ctx. Its
+// client capabilities are honest: of those capgate relays, what the
+// calling client declared (tool.Askable), none when the caller can be
+// asked nothing (asks false), all when no client is known (capgate's own
+// requests, such as lists). An upstream must not ask a client what it
+// did not say it can answer, and may refuse a call that needs it.
+func metaFor(ctx context.Context, asks bool) []byte {
+	if !asks {
+		return askNothingMeta
+	}
+	declared, ok := tool.Askable(ctx)
+	if !ok {
+		return modernMeta
+	}
+	var all map[string]json.RawMessage
+	if json.Unmarshal(declared, &all) != nil {
+		return askNothingMeta
+	}
+	caps := make(map[string]json.RawMessage, len(relayedCaps))
+	for _, k := range relayedCaps {
+		if v, ok := all[k]; ok && string(v) != "null" {
+			caps[k] = v
+		}
+	}
+	return buildMeta(caps)
+}
 
 // modern reports whether l speaks the stateless protocol.
 func (l *link) modern() bool { return mcpgo.IsModernProtocol(l.version) }
 
 // modernParams returns params (a JSON object or nil) with capgate's _meta
-// members added to its _meta.
-func modernParams(params any) (json.RawMessage, error) {
+// members for ctx (metaFor) added to its _meta.
+func modernParams(ctx context.Context, params any) (json.RawMessage, error) {
 	var fields map[string]json.RawMessage
 	if params != nil {
 		b, err := json.Marshal(params)
@@ -76,17 +113,18 @@ func modernParams(params any) (json.RawMessage, error) {
 	if fields == nil {
 		fields = map[string]json.RawMessage{}
 	}
-	fields["_meta"] = mergeMeta(fields["_meta"])
+	fields["_meta"] = mergeMeta(metaFor(ctx, true), fields["_meta"])
 	return json.Marshal(fields)
 }
 
-// mergeMeta adds capgate's members to a _meta object (raw, maybe empty).
-func mergeMeta(meta json.RawMessage) json.RawMessage {
+// mergeMeta adds capgate's members (metaFor) to a _meta object (raw, maybe
+// empty).
+func mergeMeta(ours []byte, meta json.RawMessage) json.RawMessage {
 	meta = bytes.TrimSpace(meta)
 	if len(meta) < 2 || string(meta) == "null" || string(meta) == "{}" {
-		return append(append([]byte{'{'}, modernMeta...), '}')
+		return append(append([]byte{'{'}, ours...), '}')
 	}
-	out := append([]byte{'{'}, modernMeta...)
+	out := append([]byte{'{'}, ours...)
 	out = append(out, ',')
 	return append(out, meta[1:]...)
 }

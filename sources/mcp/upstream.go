@@ -83,11 +83,20 @@ func (s *Source) ReadResource(ctx context.Context, uri string) ([]mcpgo.Resource
 	return res.Contents, nil
 }
 
-// GetPrompt gets the prompt s calls name.
-func (s *Source) GetPrompt(ctx context.Context, name string, args map[string]string) (*mcpgo.GetPromptResult, error) {
+// GetPrompt gets the prompt s calls name. round carries the answers to
+// the input the upstream asked for in an earlier round and its
+// requestState, as it sent it (the zero value for a first round); a result
+// that needs input again comes back with its input requests and state.
+func (s *Source) GetPrompt(ctx context.Context, name string, args map[string]string, round mcpgo.MultiRoundTripParams) (*mcpgo.GetPromptResult, error) {
 	params := map[string]any{"name": name}
 	if len(args) > 0 {
 		params["arguments"] = args
+	}
+	if len(round.InputResponses) > 0 {
+		params["inputResponses"] = round.InputResponses
+	}
+	if round.RequestState != "" {
+		params["requestState"] = round.RequestState
 	}
 	raw, err := s.Request(ctx, "prompts/get", params)
 	if err != nil {

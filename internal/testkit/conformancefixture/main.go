@@ -386,6 +386,19 @@ func addPrompts(s *server.MCPServer) {
 				mcp.NewPromptMessage(mcp.RoleUser, mcp.NewTextContent("Please process the embedded resource above.")),
 			), nil
 		})
+	// Needs the user's context first (SEP-2322), under a state of its own
+	// that must come back as it went: what capgate relays in rounds.
+	s.AddPrompt(mcp.NewPrompt("test_prompt_needs_input", mcp.WithPromptDescription("A prompt that asks the user for context first")),
+		func(_ context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			if res := server.ElicitationResponse(req.Params.InputResponses, "context"); res != nil && req.Params.RequestState == "fixture-prompt-state" {
+				b, _ := json.Marshal(res.Content)
+				return msgs(mcp.NewPromptMessage(mcp.RoleUser, mcp.NewTextContent("Context: "+string(b)))), nil
+			}
+			return server.NewInputRequestBuilder("fixture-prompt-state").Elicit("context", mcp.ElicitationParams{
+				Mode: mcp.ElicitationModeForm, Message: "What context should the prompt use?",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"context": map[string]any{"type": "string"}}},
+			}).PromptResult(), nil
+		})
 	s.AddPrompt(mcp.NewPrompt("test_prompt_with_image", mcp.WithPromptDescription("A prompt with an image")),
 		func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			return msgs(

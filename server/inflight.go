@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// inFlight counts the connections that are reading or answering a
+// request (net/http's StateNew and StateActive), as http.Server.ConnState
+// reports them: a connection leaves it once its answer is written and
+// flushed, or it is closed.
+type inFlight struct {
+	mu      sync.Mutex
+	busy    map[net.Conn]bool
+	changed chan struct{} // closed, and replaced, whenever one leaves
+}
+
+func newInFlight() *inFlight {
+	return &inFlight{busy: map[net.Conn]bool{}, changed: make(chan struct{})}
+}
+
+// track is the servers' ConnState; a nil f counts nothing.
+func (f *inFlight) track(c net.Conn, st http.ConnState) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch st {
+	case http.StateNew, http.StateActive:
+		f.busy[c] = true
+	default: // idle, hijacked (its handler's now, not the server's), closed
+		if f.busy[c] {
+			delete(f.busy, c)
+			close(f.changed)
+			f.changed = make(chan struct{})
+		}
+	}
+}
+
+// wait returns once no connection is busy, or when ctx ends.
+func (f *inFlight) wait(ctx context.Context) {
+	for {
+		f.mu.Lock()
+		n, changed := len(f.busy), f.changed
+		f.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
