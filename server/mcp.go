@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -83,6 +84,14 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	hooks.AddAfterListResourceTemplates(m.filterTemplates)
 	hooks.AddAfterSubscribe(m.subscribed)
 	hooks.AddAfterUnsubscribe(m.unsubscribed)
+	// mcp-go answers a tools/call of a tool it does not list (unknown, or
+	// one the caller may not see) itself: count it and fail its span as
+	// what it is, not as a success.
+	hooks.AddOnError(func(ctx context.Context, _ any, method mcp.MCPMethod, _ any, err error) {
+		if method == mcp.MethodToolsCall && errors.Is(err, mcpserver.ErrToolNotFound) {
+			telemetry.OpFrom(ctx).Fail(string(tool.CodeNotFound))
+		}
+	})
 	m.live.hook(hooks)
 	m.srv = mcpserver.NewMCPServer(serverInfo.Name, serverInfo.Version,
 		mcpserver.WithToolCapabilities(true),
