@@ -32,11 +32,29 @@ func Broker(cfg *config.Config, st *store.Store, logger *slog.Logger, lookupEnv 
 	if err != nil || len(servers) == 0 {
 		return nil, err
 	}
-	b, err := upstreamauth.New(upstreamauth.Options{PublicURL: cfg.Server.PublicURL, Servers: servers, Store: st, Logger: logger})
+	b, err := upstreamauth.New(upstreamauth.Options{PublicURL: cfg.Server.PublicURL, Servers: servers, Store: st, Logger: logger,
+		Exchange: exchangeOf(cfg)})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
 	return b, nil
+}
+
+// exchangeOf is token exchange at cfg's [auth.oidc] issuer: what is
+// exchanged is the caller's own bearer token, when the issuer issued it
+// (never an Ash context token, nor a token of another issuer).
+func exchangeOf(cfg *config.Config) upstreamauth.Exchange {
+	if cfg.Auth.OIDC == nil {
+		return upstreamauth.Exchange{}
+	}
+	issuer := cfg.Auth.OIDC.Issuer
+	return upstreamauth.Exchange{Issuer: issuer, SubjectToken: func(ctx context.Context) string {
+		c := server.CallerFrom(ctx)
+		if c == nil || c.Anonymous || c.Claims == nil || c.Claims.Issuer != issuer {
+			return ""
+		}
+		return server.BearerFrom(ctx)
+	}}
 }
 
 // authServers are cfg's [mcp.servers] with auth set, as the broker takes
@@ -47,11 +65,6 @@ func authServers(cfg *config.Config, lookupEnv func(string) (string, bool)) ([]u
 		sc := cfg.MCP.Servers[name]
 		if sc.Auth == "" || sc.Auth == "none" {
 			continue
-		}
-		if sc.Auth == string(upstreamauth.ModeTokenExchange) {
-			// The broker can exchange (upstreamauth/exchange.go), but the
-			// router does not yet hand it the caller's own token.
-			return nil, fmt.Errorf("%s: mcp.servers.%s.auth: \"token-exchange\" is not wired into capgate serve yet", cfg.Path, name)
 		}
 		srv := upstreamauth.Server{Name: name, URL: sc.URL, Mode: upstreamauth.Mode(sc.Auth), ClientID: sc.ClientID,
 			Scopes: sc.Scopes, Header: sc.TokenHeader}

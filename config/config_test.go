@@ -103,6 +103,8 @@ func TestErrors(t *testing.T) {
 		{"[server]\npublic_url = \"https://cg.example\"\n[mcp.servers.a]\nurl = \"http://h/\"\nauth = \"magic\"\n", nil, []string{`mcp.servers.a.auth: "magic": valid values are none, oauth, token-exchange and user-token`}},
 		{"[server]\npublic_url = \"https://cg.example\"\n[mcp.servers.a]\ncommand = \"x\"\nauth = \"user-token\"\n", nil, []string{"needs a streamable-http url"}},
 		{"[mcp.servers.a]\nurl = \"http://h/\"\nauth = \"token-exchange\"\n", nil, []string{"needs [auth.oidc]"}},
+		{"[auth.oidc]\nissuer = \"https://idp.example\"\n[mcp.servers.a]\nurl = \"http://h/\"\nauth = \"token-exchange\"\n", nil,
+			[]string{`mcp.servers.a.client_id: auth = "token-exchange" needs client_id`}},
 		{"[mcp.servers.a]\nurl = \"http://h/\"\nclient_id = \"c\"\n", nil, []string{"mcp.servers.a.auth: client_id"}},
 		{"[server]\npublic_url = \"cg.example\"\n", nil, []string{`server.public_url: "cg.example" is not an absolute http or https URL`}},
 		{"[mcp.servers.a]\ncommand = \"x\"\nprefix = \"a b\"\n", nil, []string{"mcp.servers.a.prefix"}},

@@ -5,17 +5,22 @@ package connect
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/internal/buildinfo"
+	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/internal/mcpconv"
 	mcpsrc "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/tool"
@@ -34,6 +39,11 @@ func Serve(ctx context.Context, url, tok string, in io.Reader, out io.Writer, lo
 	}
 	defer src.Close()
 	if err := src.Connect(ctx); err != nil {
+		if errors.Is(err, transport.ErrAuthorizationRequired) {
+			if why := refusal(ctx, url, tok); why != "" {
+				return fmt.Errorf("connecting to %s: the remote refused the token: %s", url, why)
+			}
+		}
 		return fmt.Errorf("connecting to %s: %w", url, err)
 	}
 	mr := &mirror{src: src}
@@ -184,4 +194,50 @@ func askClient(ctx context.Context, method string, params json.RawMessage) (json
 		return nil, tool.Errorf(tool.CodeBackendUnavailable, "the client's sampling: %v", err)
 	}
 	return json.Marshal(res)
+}
+
+// refusal asks the remote once more why it refuses tok, since mcp-go keeps
+// only "authorization required" of its 401: the Bearer challenge's error
+// and error_description (RFC 6750), else the first line of the body.
+// The token itself never appears in what it returns.
+func refusal(ctx context.Context, url, tok string) string {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"capgate-connect","version":"1"}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return ""
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+		return ""
+	}
+	c := httpadmit.BearerChallenge(resp.Header.Values("WWW-Authenticate"))
+	var why string
+	switch {
+	case c["error_description"] != "":
+		why = c["error"] + ": " + c["error_description"]
+	case c["error"] != "":
+		why = c["error"]
+	default:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		why, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
+	}
+	if why == "" {
+		why = resp.Status
+	} else {
+		why = fmt.Sprintf("%s (HTTP %d)", why, resp.StatusCode)
+	}
+	if m := c["resource_metadata"]; m != "" && c["error"] == "" {
+		why += "; its protected-resource metadata, naming where to get a token: " + m
+	}
+	if tok != "" {
+		why = strings.ReplaceAll(why, tok, "[the token]")
+	}
+	return why
 }

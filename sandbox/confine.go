@@ -112,7 +112,12 @@ func (c Confinement) describe(miss []Missing) *tool.Guarantees {
 	if out.SecretsAllowed == nil {
 		out.SecretsAllowed = []string{}
 	}
-
+	if !g.Has(NoFilesystemRead) {
+		out.ReadPaths = slices.Clone(g.ReadPaths)
+	}
+	if !g.Has(NoFilesystemWrite) {
+		out.WritePaths = slices.Clone(g.WritePaths)
+	}
 
 	for _, k := range Keys {
 		out.Flat[string(k)] = false

@@ -45,8 +45,8 @@ func Main() {
 func init() { Main() }
 
 func fail(err error) {
-	fmt.Fprintf(os.Stderr, "capgate sandbox: %v\n", err)
-	os.Exit(126)
+	fmt.Fprintf(os.Stderr, "%s%v\n", failPrefix, err)
+	os.Exit(startFailure)
 }
 
 // apply confines this process as planned and execs the tool. seccomp

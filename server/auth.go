@@ -33,7 +33,11 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	a.next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
+	ctx := WithCaller(r.Context(), c)
+	if !c.Anonymous {
+		ctx = WithBearer(ctx, httpadmit.BearerToken(r.Header.Get("Authorization")))
+	}
+	a.next.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // admit verifies the request's bearer token and its claim on a session;

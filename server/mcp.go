@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -53,6 +54,20 @@ func WithCaller(ctx context.Context, c *router.Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
 
+type bearerKey struct{}
+
+// WithBearer returns ctx carrying the caller's own verified bearer token:
+// for token exchange (upstreamauth), never to be sent on or logged.
+func WithBearer(ctx context.Context, raw string) context.Context {
+	return context.WithValue(ctx, bearerKey{}, raw)
+}
+
+// BearerFrom returns the bearer token WithBearer put in ctx, or "".
+func BearerFrom(ctx context.Context) string {
+	raw, _ := ctx.Value(bearerKey{}).(string)
+	return raw
+}
+
 // CallerFrom returns the caller ctx carries, or nil.
 func CallerFrom(ctx context.Context) *router.Caller {
 	c, _ := ctx.Value(callerKey{}).(*router.Caller)
@@ -70,6 +85,14 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	hooks.AddAfterListResourceTemplates(m.filterTemplates)
 	hooks.AddAfterSubscribe(m.subscribed)
 	hooks.AddAfterUnsubscribe(m.unsubscribed)
+	// mcp-go answers a tools/call of a tool it does not list (unknown, or
+	// one the caller may not see) itself: count it and fail its span as
+	// what it is, not as a success.
+	hooks.AddOnError(func(ctx context.Context, _ any, method mcp.MCPMethod, _ any, err error) {
+		if method == mcp.MethodToolsCall && errors.Is(err, mcpserver.ErrToolNotFound) {
+			telemetry.OpFrom(ctx).Fail(string(tool.CodeNotFound))
+		}
+	})
 	m.live.hook(hooks)
 	m.srv = mcpserver.NewMCPServer(serverInfo.Name, serverInfo.Version,
 		mcpserver.WithToolCapabilities(true),

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -15,6 +16,33 @@ import (
 // pythonMint runs testdata/ash_mint.py, which mints as Ash does, with
 // claims on stdin.
 func pythonMint(t *testing.T, secret []byte, claims map[string]any) string {
+	t.Helper()
+	return pythonMintAll(t, secret, []map[string]any{claims})[0]
+}
+
+// ashTokens are ashCases minted by ash_mint.py, once for the tests that
+// need them (a Python start costs seconds on a busy machine).
+var ashTokens = struct {
+	sync.Mutex
+	toks []string
+}{}
+
+func ashCaseTokens(t *testing.T) []string {
+	t.Helper()
+	ashTokens.Lock()
+	defer ashTokens.Unlock()
+	if ashTokens.toks == nil {
+		var claims []map[string]any
+		for _, tc := range ashCases() {
+			claims = append(claims, tc.py)
+		}
+		ashTokens.toks = pythonMintAll(t, testSecret, claims)
+	}
+	return ashTokens.toks
+}
+
+// pythonMintAll is pythonMint for many claim sets, in one run.
+func pythonMintAll(t *testing.T, secret []byte, claims []map[string]any) []string {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -35,7 +63,11 @@ func pythonMint(t *testing.T, secret []byte, claims map[string]any) string {
 	if err != nil {
 		t.Fatalf("ash_mint.py: %v\n%s", err, stderr.String())
 	}
-	return strings.TrimSuffix(string(out), "\n")
+	toks := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(toks) != len(claims) {
+		t.Fatalf("ash_mint.py printed %d tokens for %d claim sets", len(toks), len(claims))
+	}
+	return toks
 }
 
 // ashCases are claim sets as Ash writes them, with the same claims for Mint.
@@ -80,10 +112,12 @@ func ashCases() []struct {
 }
 
 func TestAshPythonTokenVerifies(t *testing.T) {
+	t.Parallel()
 	v := newHS(t, func(o *Options) { o.Audience = "capgate" })
-	for _, tc := range ashCases() {
+	toks := ashCaseTokens(t)
+	for i, tc := range ashCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			tok := pythonMint(t, testSecret, tc.py)
+			tok := toks[i]
 			got, err := v.Verify(tok)
 			if err != nil {
 				t.Fatal(err)
@@ -96,9 +130,11 @@ func TestAshPythonTokenVerifies(t *testing.T) {
 }
 
 func TestAshMintMatchesPython(t *testing.T) {
-	for _, tc := range ashCases() {
+	t.Parallel()
+	toks := ashCaseTokens(t)
+	for i, tc := range ashCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			want := pythonMint(t, testSecret, tc.py)
+			want := toks[i]
 			got, err := Mint(testSecret, tc.c, MintOptions{Ash: true})
 			if err != nil {
 				t.Fatal(err)
@@ -111,6 +147,7 @@ func TestAshMintMatchesPython(t *testing.T) {
 }
 
 func TestAshPythonDefaults(t *testing.T) {
+	t.Parallel()
 	// The script's own iat/exp/jti, from the real clock.
 	tok := pythonMint(t, testSecret, map[string]any{"sub": testSub, "chat_id": "1"})
 	v, err := NewVerifier(Options{Secret: testSecret})

@@ -16,9 +16,6 @@
 package upstreamauth
 
 import (
-	"maps"
-	"reflect"
-	"slices"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -27,8 +24,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,7 +174,7 @@ func (b *Broker) Reconfigure(servers []Server) error {
 				return fmt.Errorf("upstreamauth: server %s: auth %q needs server.public_url", s.Name, s.Mode)
 			}
 		case ModeTokenExchange:
-			if b.opts.Exchange.TokenURL == "" {
+			if b.opts.Exchange.Issuer == "" {
 				return fmt.Errorf("upstreamauth: server %s: auth %q needs [auth.oidc] (its issuer's token endpoint)", s.Name, s.Mode)
 			}
 		default:
@@ -384,6 +384,8 @@ func (b *Broker) ListerHeader(ctx context.Context, server string) (http.Header, 
 	}
 	var capID, ref string
 	switch srv.Mode {
+	case ModeTokenExchange:
+		return b.exchangeListerHeader(ctx, srv)
 	case ModeUserToken:
 		capID, ref = userTokenKey(srv)
 	case ModeOAuth:

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/capgate/capgate/internal/httpadmit"
 )
 
 // What the MCP authorization specification has a client find out about a
@@ -97,44 +99,7 @@ func (b *Broker) challenge(ctx context.Context, endpoint string) (map[string]str
 		// No challenge: the well-known URI may still say.
 		return map[string]string{}, nil
 	}
-	return bearerParams(resp.Header.Values("WWW-Authenticate")), nil
-}
-
-// bearerParams reads the auth-params of a Bearer challenge (RFC 6750 §3):
-// name=value or name="quoted value" pairs separated by commas.
-func bearerParams(headers []string) map[string]string {
-	out := map[string]string{}
-	for _, h := range headers {
-		scheme, rest, _ := strings.Cut(strings.TrimSpace(h), " ")
-		if !strings.EqualFold(scheme, "Bearer") {
-			continue
-		}
-		for rest = strings.TrimSpace(rest); rest != ""; rest = strings.TrimLeft(strings.TrimSpace(rest), ",") {
-			rest = strings.TrimSpace(rest)
-			name, after, ok := strings.Cut(rest, "=")
-			if !ok {
-				break
-			}
-			name, after = strings.ToLower(strings.TrimSpace(name)), strings.TrimSpace(after)
-			var value string
-			if strings.HasPrefix(after, `"`) {
-				var b strings.Builder
-				i := 1
-				for ; i < len(after) && after[i] != '"'; i++ {
-					if after[i] == '\\' && i+1 < len(after) {
-						i++
-					}
-					b.WriteByte(after[i])
-				}
-				value, rest = b.String(), after[min(i+1, len(after)):]
-			} else {
-				value, rest, _ = strings.Cut(after, ",")
-				value = strings.TrimSpace(value)
-			}
-			out[name] = value
-		}
-	}
-	return out
+	return httpadmit.BearerChallenge(resp.Header.Values("WWW-Authenticate")), nil
 }
 
 // prmURLs are where srv's protected-resource metadata may be: the URL its

@@ -1,12 +1,16 @@
 package upstreamauth
 
 import (
+	"cmp"
 	"context"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/zitadel/oidc/v3/pkg/client/tokenexchange"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
 
 	"github.com/capgate/capgate/tool"
 )
@@ -20,9 +24,11 @@ import (
 
 // Exchange configures token exchange.
 type Exchange struct {
-	Issuer       string
-	TokenURL     string // the issuer's token endpoint
-	ClientID     string // capgate's client at the issuer
+	Issuer   string
+	TokenURL string // the issuer's token endpoint; "" to discover it
+	// ClientID and ClientSecret are capgate's client at the issuer; a
+	// server's own (Server.ClientID) wins.
+	ClientID     string
 	ClientSecret string
 	// SubjectToken returns the caller's own verified token for ctx: the
 	// one exchanged.
@@ -59,8 +65,14 @@ func (b *Broker) exchangeHeader(ctx context.Context, sub string, srv *Server, st
 		return nil, err
 	}
 	x := b.opts.Exchange
-	te, err := tokenexchange.NewTokenExchangerClientCredentials(ctx, x.Issuer, x.ClientID, x.ClientSecret,
-		tokenexchange.WithHTTPClient(b.http), tokenexchange.WithStaticTokenEndpoint(x.Issuer, x.TokenURL))
+	if srv.ClientID != "" {
+		x.ClientID, x.ClientSecret = srv.ClientID, srv.ClientSecret
+	}
+	topts := []func(*tokenexchange.OAuthTokenExchange){tokenexchange.WithHTTPClient(b.http)}
+	if x.TokenURL != "" {
+		topts = append(topts, tokenexchange.WithStaticTokenEndpoint(x.Issuer, x.TokenURL))
+	}
+	te, err := tokenexchange.NewTokenExchangerClientCredentials(ctx, x.Issuer, x.ClientID, x.ClientSecret, topts...)
 	if err != nil {
 		return nil, tool.Errorf(tool.CodeBackendUnavailable, "mcp server %s: token exchange: the issuer's token endpoint", srv.Name)
 	}
@@ -87,4 +99,46 @@ func (b *Broker) forgetExchanged(sub, server string) {
 	b.mu.Lock()
 	delete(b.exchanged, sub+"\x00"+server)
 	b.mu.Unlock()
+}
+
+// exchangeListerHeader is capgate's own token for srv, from the client
+// credentials grant at the issuer for srv's resource: what lists srv's
+// tools, a request made for no caller, so no user's token is exchanged
+// for it. Cached until shortly before it expires.
+func (b *Broker) exchangeListerHeader(ctx context.Context, srv *Server) (http.Header, error) {
+	key := "\x00lister\x00" + srv.Name
+	b.mu.Lock()
+	e, ok := b.exchanged[key]
+	b.mu.Unlock()
+	if ok && b.opts.Now().Before(e.until) {
+		return e.header, nil
+	}
+	up, err := b.upstreamOf(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	x := b.opts.Exchange
+	if srv.ClientID != "" {
+		x.ClientID, x.ClientSecret = srv.ClientID, srv.ClientSecret
+	}
+	cc := clientcredentials.Config{ClientID: x.ClientID, ClientSecret: x.ClientSecret, TokenURL: cmp.Or(x.TokenURL, up.TokenEndpoint),
+		Scopes: up.Scopes, EndpointParams: url.Values{"resource": {up.Resource}}}
+	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, b.http))
+	if err != nil {
+		b.opts.Logger.Info("client credentials for listing refused", "server", srv.Name, "reason", oauthReason(err))
+		return nil, tool.Errorf(tool.CodeBackendUnavailable, "mcp server %s: the issuer gave capgate no token of its own to list the tools (%s)",
+			srv.Name, oauthReason(err))
+	}
+	life := 5 * time.Minute
+	if !tok.Expiry.IsZero() {
+		life = tok.Expiry.Sub(b.opts.Now())
+	}
+	e = exchanged{header: bearer(tok.AccessToken), until: b.opts.Now().Add(life - min(b.opts.RefreshBefore, life/2))}
+	b.mu.Lock()
+	if b.exchanged == nil {
+		b.exchanged = map[string]exchanged{}
+	}
+	b.exchanged[key] = e
+	b.mu.Unlock()
+	return e.header, nil
 }

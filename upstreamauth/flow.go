@@ -1,10 +1,10 @@
 package upstreamauth
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"

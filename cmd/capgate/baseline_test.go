@@ -186,6 +186,12 @@ func TestRunAsIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ = serve(closed, "")
+	// Its calls say why, from the launcher, as the error they get.
+	_, errb, code := s.as(t, s.cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}), "invoke", "--capability", "ext:probe:shadow")
+	if code == 0 || !strings.Contains(errb, "capability_backend_unavailable") ||
+		!strings.Contains(errb, "could not start in its sandbox: capgate sandbox: working directory as run_as 65534:65534") {
+		t.Errorf("a call of the closed pack's command does not say why it could not start: %d\n%s", code, errb)
+	}
 	if !logged(s, "extension command unreachable by the user tools run as") ||
 		!logged(s, "run_as 65534:65534 cannot enter "+filepath.Join(closed, "probe")+": "+closed+" is mode 0700") {
 		t.Errorf("serve did not name the pack nobody cannot reach:\n%s", s.logs())

@@ -65,3 +65,41 @@ func BearerToken(h string) string {
 	}
 	return ""
 }
+
+// BearerChallenge reads the auth-params of the Bearer challenges among
+// WWW-Authenticate headers (RFC 6750 §3): name=value or name="quoted
+// value" pairs separated by commas; names lower-cased.
+func BearerChallenge(headers []string) map[string]string {
+	out := map[string]string{}
+	for _, h := range headers {
+		scheme, rest, _ := strings.Cut(strings.TrimSpace(h), " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			continue
+		}
+		for rest = strings.TrimSpace(rest); rest != ""; rest = strings.TrimLeft(strings.TrimSpace(rest), ",") {
+			rest = strings.TrimSpace(rest)
+			name, after, ok := strings.Cut(rest, "=")
+			if !ok {
+				break
+			}
+			name, after = strings.ToLower(strings.TrimSpace(name)), strings.TrimSpace(after)
+			var value string
+			if strings.HasPrefix(after, `"`) {
+				var b strings.Builder
+				i := 1
+				for ; i < len(after) && after[i] != '"'; i++ {
+					if after[i] == '\\' && i+1 < len(after) {
+						i++
+					}
+					b.WriteByte(after[i])
+				}
+				value, rest = b.String(), after[min(i+1, len(after)):]
+			} else {
+				value, rest, _ = strings.Cut(after, ",")
+				value = strings.TrimSpace(value)
+			}
+			out[name] = value
+		}
+	}
+	return out
+}

@@ -3,7 +3,8 @@
 
 Usage: ash_mint.py SECRET_HEX < claims.json
 
-claims.json is a JSON object of claims (sub, iat, exp, jti, chat_id, ...).
+claims.json is a JSON object of claims (sub, iat, exp, jti, chat_id, ...),
+or an array of them: one token a line, in order (one interpreter for many).
 iat defaults to now, exp to iat + 300 and jti to 16 random bytes in hex.
 The token is printed on stdout.
 """
@@ -44,7 +45,8 @@ def main() -> int:
         return 2
     secret = bytes.fromhex(sys.argv[1])
     claims = json.load(sys.stdin)
-    print(mint(secret, claims))
+    for c in claims if isinstance(claims, list) else [claims]:
+        print(mint(secret, c))
     return 0
 
 

@@ -9,9 +9,11 @@ package oauthas
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"html"
 	"io"
@@ -26,6 +28,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/oauth2"
 
 	"github.com/capgate/capgate/internal/testkit"
 )
@@ -197,4 +201,53 @@ func Get(tb testing.TB, browser *http.Client, link string) (int, string, string)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), resp.Request.URL.String()
+}
+
+// UserToken is an access token the AS issues user for resource, as an
+// MCP client of capgate would get one: a public client registered
+// dynamically, the authorization code flow with PKCE in user's browser,
+// and the resource parameter (RFC 8707). It is a JWT (at+jwt) whose aud is
+// resource and whose sub is user.
+func (a *AS) UserToken(tb testing.TB, user, resource string) string {
+	tb.Helper()
+	const redirect = "http://127.0.0.1:9/callback" // never reached: the browser stops before it
+	body, _ := json.Marshal(map[string]any{"redirect_uris": []string{redirect}, "grant_types": []string{"authorization_code"},
+		"response_types": []string{"code"}, "token_endpoint_auth_method": "none"})
+	resp, err := http.Post(a.Issuer+"/reg", "application/json", bytes.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var reg struct {
+		ClientID string `json:"client_id"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&reg)
+	resp.Body.Close()
+	if err != nil || reg.ClientID == "" {
+		tb.Fatalf("registering a client: %d %v", resp.StatusCode, err)
+	}
+	cfg := &oauth2.Config{ClientID: reg.ClientID, RedirectURL: redirect, Scopes: []string{"mcp:tools"},
+		Endpoint: oauth2.Endpoint{AuthURL: a.Issuer + "/auth", TokenURL: a.Issuer + "/token", AuthStyle: oauth2.AuthStyleInParams}}
+	verifier := oauth2.GenerateVerifier()
+	browser := a.Browser(tb, user)
+	browser.CheckRedirect = func(req *http.Request, _ []*http.Request) error {
+		if strings.HasPrefix(req.URL.String(), redirect) {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
+	resp, err = browser.Get(cfg.AuthCodeURL("s", oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("resource", resource)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil || loc.Query().Get("code") == "" {
+		tb.Fatalf("no code from the AS: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	tok, err := cfg.Exchange(context.Background(), loc.Query().Get("code"), oauth2.VerifierOption(verifier),
+		oauth2.SetAuthURLParam("resource", resource))
+	if err != nil {
+		tb.Fatalf("the code exchange: %v", err)
+	}
+	return tok.AccessToken
 }
