@@ -174,6 +174,7 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	snap.down = maps.Clone(r.failures)
 	r.snap.Store(snap)
 	for _, w := range r.watchers {
 		w(snap)
@@ -316,6 +317,7 @@ type Snapshot struct {
 	// listedDesc are the descriptions sources listed, of the tools whose
 	// description an operator overrides (Definition needs them).
 	listedDesc map[string]string
+	down       map[string]error // sources whose listing failed, by key
 }
 
 // Definition is the definition of the tool id as its source listed it
@@ -364,6 +366,10 @@ func (r *Registry) SetLock(ctx context.Context, l *Lock) error {
 	r.lock.Store(l)
 	return r.Refresh(ctx)
 }
+
+// Down is why the source with key ("mcp:files") failed to list its tools
+// at this snapshot's refresh (a server that would not start), or nil.
+func (s *Snapshot) Down(key string) error { return s.down[key] }
 
 // Lookup finds a tool by id.
 func (s *Snapshot) Lookup(id string) (*tool.Descriptor, bool) {

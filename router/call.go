@@ -411,6 +411,9 @@ func (r *Router) resolve(c *Caller, name string, byID bool) (*tool.Descriptor, e
 		d, ok = snap.Lookup(name)
 	}
 	if !ok || d == nil || !r.visible(c, d) {
+		if e := r.downSource(c, snap, name); e != nil {
+			return nil, e
+		}
 		notFound := &tool.Error{Code: tool.CodeNotFound, Gate: GateResolve, Message: fmt.Sprintf("no tool named %q", name)}
 		if byID {
 			if alias, ok := snap.ByExposedName(name); ok && alias != nil && r.visible(c, alias) {
@@ -421,6 +424,26 @@ func (r *Router) resolve(c *Caller, name string, byID bool) (*tool.Descriptor, e
 		return nil, notFound
 	}
 	return d, nil
+}
+
+// downSource answers a call by id of a tool whose source failed to list
+// (a stdio server that would not start) with why, as
+// capability_backend_unavailable, when the caller may see that tool;
+// nil otherwise (not found, as any unknown tool).
+func (r *Router) downSource(c *Caller, snap *registry.Snapshot, id string) *tool.Error {
+	kind, rest, ok := strings.Cut(id, ":")
+	source, _, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 {
+		return nil
+	}
+	err := snap.Down(kind + ":" + source)
+	if err == nil || !(c.grants.Allows(permissions.Required(permissions.Fetch, permissions.Tool, id)) ||
+		c.grants.Allows(permissions.Required(permissions.Execute, permissions.Tool, id))) {
+		return nil
+	}
+	e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s: its source %s:%s is down: %v", id, kind, source, err)
+	e.Gate = GateResolve
+	return e
 }
 
 // idHint is how the capability RPC names a tool: a bridge operation by

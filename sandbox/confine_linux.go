@@ -48,7 +48,8 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 		g.SecretsAllowed = append(g.SecretsAllowed, name)
 	}
 	spec := Spec{Path: path, Args: argv[1:], Dir: dir, Env: env, Secrets: secrets,
-		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe, Observe: c.Observe}
+		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe, Observe: c.Observe,
+		ReadPaths: g.ReadPaths, WritePaths: g.WritePaths}
 	if u := c.RunAs; u != nil {
 		spec.Credential = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}
 	}

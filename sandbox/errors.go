@@ -23,3 +23,16 @@ func (e *UnenforceableError) Error() string {
 	}
 	return "sandbox: guarantees not enforceable on this kernel: " + strings.Join(parts, "; ")
 }
+
+// StartFailed reports whether a process that exited with status and wrote
+// stderr was refused by the launcher before its program ran: the
+// trampoline exits 126 after saying why, prefixed "capgate sandbox: ".
+func StartFailed(status int, stderr string) bool {
+	return status == startFailure && strings.HasPrefix(strings.TrimSpace(stderr), failPrefix)
+}
+
+// startFailure and failPrefix are how the trampoline ends (fail).
+const (
+	startFailure = 126
+	failPrefix   = "capgate sandbox: "
+)

@@ -6,6 +6,7 @@ package sandbox
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -69,10 +70,19 @@ type Guarantees struct {
 	SecretsAllowed []string
 	SecretsFrom    Source
 	Pure           bool // declared purity: pure, which set every key
+	// ReadPaths and WritePaths are the declared paths beyond the tool's
+	// own (read_paths under filesystem read, write_paths under write);
+	// a guarantee that forbids them (no_filesystem_read, no_filesystem_write)
+	// wins.
+	ReadPaths, WritePaths []string
 }
 
 // confined reports whether g guarantees anything beyond the baseline.
 func confined(g Guarantees) bool {
+	// write_paths is a limit too: no writes outside them.
+	if len(g.WritePaths) > 0 {
+		return true
+	}
 	for _, v := range g.Set {
 		if v {
 			return true
@@ -107,6 +117,9 @@ type Declared struct {
 	// top-level capabilities), which holds for each of its commands on top
 	// of the command's own: it only adds guarantees, each from "pack".
 	Pack *Declared
+	// ReadPaths (filesystem read) and WritePaths (filesystem write) are
+	// absolute paths the tool may use beyond its own dir and work dir.
+	ReadPaths, WritePaths []string
 }
 
 var declaredValues = map[string][]string{
@@ -137,6 +150,16 @@ func ParseDeclared(m map[string]any, where string) (Declared, error) {
 			case "subprocess":
 				d.Subprocess = s
 			}
+		case "read_paths", "write_paths":
+			paths, err := pathList(v, where+"."+k)
+			if err != nil {
+				return Declared{}, err
+			}
+			if k == "read_paths" {
+				d.ReadPaths = paths
+			} else {
+				d.WritePaths = paths
+			}
 		case "secrets":
 			list, ok := v.([]any)
 			if !ok {
@@ -154,7 +177,7 @@ func ParseDeclared(m map[string]any, where string) (Declared, error) {
 				d.Secrets = append(d.Secrets, s)
 			}
 		default:
-			return Declared{}, fmt.Errorf("%s: unknown key %q (want filesystem, network, env, subprocess, secrets)", where, k)
+			return Declared{}, fmt.Errorf("%s: unknown key %q (want filesystem, network, env, subprocess, secrets, read_paths, write_paths)", where, k)
 		}
 	}
 	return d, d.Validate(where)
@@ -174,7 +197,46 @@ func (d Declared) Validate(where string) error {
 			return fmt.Errorf("%s.secrets[%d]: %q is not a variable name", where, i, s)
 		}
 	}
+	// A path list widens what a filesystem declaration narrows; without
+	// that declaration it would read as a limit that nothing enforces.
+	if len(d.ReadPaths) > 0 && d.Filesystem != "read" && d.Filesystem != "write" {
+		return fmt.Errorf("%s.read_paths: needs filesystem: read (it lists what a tool that reads only its own files may read too); filesystem is %s", where, orUndeclared(d.Filesystem))
+	}
+	if len(d.WritePaths) > 0 && d.Filesystem != "write" {
+		return fmt.Errorf("%s.write_paths: needs filesystem: write (it lists where such a tool may write); filesystem is %s", where, orUndeclared(d.Filesystem))
+	}
 	return nil
+}
+
+func orUndeclared(s string) string {
+	if s == "" {
+		return "undeclared"
+	}
+	return s
+}
+
+// pathList reads a list of absolute paths.
+func pathList(v any, where string) ([]string, error) {
+	var list []any
+	switch v := v.(type) {
+	case []any:
+		list = v
+	case []string:
+		for _, s := range v {
+			list = append(list, s)
+		}
+	default:
+		return nil, fmt.Errorf("%s: want a list of absolute paths, got %T", where, v)
+	}
+	out := make([]string, 0, len(list))
+	for i, e := range list {
+		s, ok := e.(string)
+		if !ok || !filepath.IsAbs(s) {
+			return nil, fmt.Errorf("%s[%d]: want an absolute path, got %v", where, i, e)
+		}
+		out = append(out, filepath.Clean(s))
+	}
+	return out, nil
 }
 
 func validEnvName(s string) bool {
@@ -278,7 +340,8 @@ func joinKeys(ks []Key) string {
 // only). Every step can only add guarantees or narrow secrets. Notes lists
 // what an override asked that was not applied because it would loosen.
 func Derive(decl Declared, over Overrides, trust Declared) (g Guarantees, notes []string) {
-	g = Guarantees{Set: map[Key]bool{}, From: map[Key]Source{}, Pure: decl.Pure}
+	g = Guarantees{Set: map[Key]bool{}, From: map[Key]Source{}, Pure: decl.Pure,
+		ReadPaths: slices.Clone(decl.ReadPaths), WritePaths: slices.Clone(decl.WritePaths)}
 	for _, k := range decl.keys() {
 		g.tighten(k, FromDeclaration)
 	}

@@ -104,6 +104,11 @@ func TestParseDeclared(t *testing.T) {
 		{map[string]any{"secrets": []any{"A-B"}}, `caps.secrets[0]: "A-B" is not a variable name`},
 		{map[string]any{"env": "write"}, `caps.env: "write" is not one of none|read`},
 		{map[string]any{"subprocess": "some"}, `caps.subprocess: "some" is not one of none|allow`},
+		{map[string]any{"filesystem": "read", "read_paths": []any{"data"}}, `caps.read_paths[0]: want an absolute path, got data`},
+		{map[string]any{"filesystem": "read", "read_paths": "/srv"}, `caps.read_paths: want a list of absolute paths, got string`},
+		{map[string]any{"filesystem": "none", "read_paths": []any{"/srv"}}, `caps.read_paths: needs filesystem: read`},
+		{map[string]any{"read_paths": []any{"/srv"}}, `filesystem is undeclared`},
+		{map[string]any{"filesystem": "read", "write_paths": []any{"/srv"}}, `caps.write_paths: needs filesystem: write`},
 	}
 	for _, b := range bad {
 		_, err := ParseDeclared(b.in, "caps")

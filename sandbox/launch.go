@@ -258,6 +258,9 @@ func (f Features) missing(g Guarantees, deny []string) []Missing {
 	if len(deny) > 0 && f.LandlockABI < 1 {
 		miss = append(miss, Missing{Key: "deny", Feature: "Landlock"})
 	}
+	if len(g.WritePaths) > 0 && f.LandlockABI < 1 {
+		miss = append(miss, Missing{Key: "write_paths", Feature: "Landlock"})
+	}
 	return miss
 }
 
@@ -288,8 +291,9 @@ func buildEnv(spec Spec, tmp string) []string {
 }
 
 // filesystem decides the Landlock rules. Reads: the system dirs, the
-// program's own dir, its own files and, unless no_filesystem_read, the
-// listed read paths and its work dir; with writes allowed, everything.
+// program's own dir, its own files, its work dir and, unless
+// no_filesystem_read, the listed read paths; with writes allowed,
+// everything.
 // Writes: none under no_filesystem_write; under a declared write the work
 // dir, the private temp dir and the listed write paths; undeclared (the
 // baseline), everything. Deny paths are carved out of all of it, and its
@@ -304,15 +308,17 @@ func (p *plan) filesystem(spec Spec, tmp string) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: own path: %w", err)
 	}
+	// Its work dir is where its operator starts it (a server's script
+	// sits there): readable under every guarantee, like its own files.
 	reads := append(append(slices.Clone(SystemDirs), filepath.Dir(spec.Path)), spec.Own...)
+	if spec.Dir != "" {
+		reads = append(reads, spec.Dir)
+	}
 	var writes []string
 	switch {
 	case g.Has(NoFilesystemRead):
 	case g.Has(NoFilesystemWrite):
 		reads = append(reads, spec.ReadPaths...)
-		if spec.Dir != "" {
-			reads = append(reads, spec.Dir)
-		}
 	case !confined(g):
 		reads, writes = []string{"/"}, []string{"/"}
 	default:

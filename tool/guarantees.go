@@ -52,6 +52,10 @@ type Guarantees struct {
 	// it and this kernel enforces it, so a tool run without that proof
 	// (allow_unsafe_execution) reads false.
 	Flat map[string]bool `json:"flat"`
+	// ReadPaths and WritePaths are the declared paths the tool may read
+	// and write beyond its own (read_paths, write_paths), as in effect.
+	ReadPaths  []string `json:"read_paths,omitempty"`
+	WritePaths []string `json:"write_paths,omitempty"`
 }
 
 // Guarantee is one guarantee: its key ("no_network"), the derivation step
@@ -86,5 +90,6 @@ func (g *Guarantees) Clone() *Guarantees {
 	c.Keys = slices.Clone(g.Keys)
 	c.SecretsAllowed = slices.Clone(g.SecretsAllowed)
 	c.Flat = maps.Clone(g.Flat)
+	c.ReadPaths, c.WritePaths = slices.Clone(g.ReadPaths), slices.Clone(g.WritePaths)
 	return &c
 }

@@ -393,6 +393,11 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		e := tool.Errorf(tool.CodeInvalidOutput, "%s: the output exceeds the limit of %d bytes for extensions", id, p.opts.MaxOutput)
 		e.Hint = "extensions.max_output_bytes in capgate.toml sets the limit"
 		return nil, e
+	case errors.As(err, &exit) && sandbox.StartFailed(exit.Status, stderr):
+		// The launcher's own refusal, before the tool ran: what it says
+		// (a path run_as cannot enter, a rule the kernel refused) is
+		// capgate's, so the caller sees it, bounded and scrubbed.
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s could not start in its sandbox: %s", id, proc.Reported(stderr))
 	case errors.As(err, &exit):
 		e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d (its stderr is in capgate's log)", id, exit.Status)
 		if msg, hint := denials.Explain(conf.Guarantees, id, fmt.Sprintf("commands.%s.capabilities of %s", c.Tool.Name, filepath.Join(p.Dir, ManifestFile))); msg != "" {

@@ -112,6 +112,10 @@ type Source struct {
 
 	keyed keyed // the sessions of Hooks.SessionKey
 
+	// stderr is the tail of the newest stdio process's stderr, shown
+	// (bounded, scrubbed) when it fails to start or to initialize.
+	stderr atomic.Pointer[proc.Tail]
+
 	changeMu sync.Mutex
 	onChange []func()
 	onNotify []func(method string, params json.RawMessage)
@@ -294,7 +298,7 @@ func (s *Source) handshake(ctx context.Context, l *link, c *client.Client, versi
 	// so that is the source's life, not this dial's deadline.
 	if err := c.Start(s.life); err != nil {
 		c.Close()
-		return fmt.Errorf("mcp server %s: start: %w", s.opts.Name, err)
+		return fmt.Errorf("mcp server %s: start: %w%s", s.opts.Name, err, s.stderrTail())
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -311,8 +315,8 @@ func (s *Source) handshake(ctx context.Context, l *link, c *client.Client, versi
 	}
 	res, err := c.Initialize(ctx, init)
 	if err != nil {
-		c.Close()
-		return fmt.Errorf("mcp server %s: initialize: %w", s.opts.Name, err)
+		c.Close() // waits for the process, so its stderr is whole
+		return fmt.Errorf("mcp server %s: initialize: %w%s", s.opts.Name, err, s.stderrTail())
 	}
 	l.version, l.caps = res.ProtocolVersion, res.Capabilities
 	if l.modern() {
@@ -351,6 +355,21 @@ func (s *Source) handshake(ctx context.Context, l *link, c *client.Client, versi
 	}
 	c.OnConnectionLost(func(err error) { s.drop(l, err) })
 	return nil
+}
+
+// stderrTail is "; its stderr ends: ..." for a stdio upstream that wrote
+// to stderr before failing, "" otherwise: a server refused by its sandbox
+// (a script it may not read) says why there, and the operator and the
+// caller see it, bounded and with credentials withheld.
+func (s *Source) stderrTail() string {
+	t := s.stderr.Load()
+	if t == nil {
+		return ""
+	}
+	if tail := proc.Reported(t.String()); tail != "" {
+		return "; its stderr ends: " + tail
+	}
+	return ""
 }
 
 // restart replaces l, whose stream a message over the limit put out of
@@ -405,7 +424,9 @@ func (s *Source) newClient(g *guard, base *http.Header, modern bool) (*client.Cl
 		// values, never capgate's own (mcp-go would append os.Environ()).
 		env := proc.Env(s.opts.LookupEnv, nil, extra...)
 		// The process lives as long as the source (see dial).
-		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g, s.opts.Confine)
+		stderr := new(proc.Tail)
+		s.stderr.Store(stderr)
+		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g, s.opts.Confine, stderr)
 		if err != nil {
 			return nil, fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
 		}

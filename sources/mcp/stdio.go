@@ -20,7 +20,7 @@ import (
 // limit trips g and kills the upstream at once; the stream is out of step
 // from there, so the caller starts a new connection (see restart).
 // It starts through the sandbox launcher when conf guarantees anything.
-func startStdio(ctx context.Context, command string, env, args []string, cwd string, limit int64, g *guard, conf sandbox.Confinement) (*transport.Stdio, error) {
+func startStdio(ctx context.Context, command string, env, args []string, cwd string, limit int64, g *guard, conf sandbox.Confinement, stderr io.Writer) (*transport.Stdio, error) {
 	cmd, cleanup, err := conf.Command(ctx, append([]string{command}, args...), cwd, env, nil)
 	if err != nil {
 		return nil, err
@@ -37,7 +37,8 @@ func startStdio(ctx context.Context, command string, env, args []string, cwd str
 	if err != nil {
 		return nil, fmt.Errorf("stdout pipe: %w", err)
 	}
-	// stderr goes nowhere (the null device), as mcp-go's drain did.
+	// stderr is kept as a tail, for a start that fails (stderrTail).
+	cmd.Stderr = stderr
 	if err := proc.Start(cmd); err != nil {
 		cleanup()
 		return nil, fmt.Errorf("start %s: %w", command, err)

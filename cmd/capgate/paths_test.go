@@ -1,0 +1,118 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/sandbox"
+	"github.com/capgate/capgate/token"
+)
+
+// TestDeclaredPathsAsRoot: through a root capgate serve, a command
+// declaring filesystem read with read_paths reads those and nothing else
+// outside its own dirs; one declaring write with write_paths writes there
+// and nowhere else; a stdio MCP server whose start its sandbox refuses
+// (it may not read its script) is reported by name with its stderr tail,
+// a credential in it withheld, at start and in the error its calls get.
+func TestDeclaredPathsAsRoot(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("runs serve as root; TestDeclaredPathsUnprivileged covers this user")
+	}
+	declaredPaths(t, nil)
+}
+
+// TestDeclaredPathsUnprivileged is the same with serve running as nobody.
+func TestDeclaredPathsUnprivileged(t *testing.T) {
+	if os.Getuid() != 0 {
+		declaredPaths(t, nil)
+		return
+	}
+	declaredPaths(t, &testkit.User{Uid: 65534, Gid: 65534})
+}
+
+func declaredPaths(t *testing.T, user *testkit.User) {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	f := sandbox.Probe()
+	if f.LandlockABI < 1 || (user != nil && !f.UserNS) {
+		t.Skipf("this kernel cannot enforce filesystem guarantees here: %+v", f)
+	}
+	// Every dir is open to the tools' user by its mode (nobody's own, or
+	// 0755), so each refusal below is the sandbox's.
+	owned := func() string { return publicDir(t, &testkit.User{Uid: testkit.ToolUID, Gid: testkit.ToolUID}) }
+	if os.Getuid() != 0 {
+		owned = func() string { return publicDir(t, nil) }
+	}
+	dir, packs, allowed, other, w, v := publicDir(t, user), publicDir(t, nil), publicDir(t, nil), publicDir(t, nil), owned(), owned()
+	writeFile(t, filepath.Join(allowed, "f"), "allowed")
+	writeFile(t, filepath.Join(other, "f"), "other")
+	script := filepath.Join(other, "server.sh")
+	writeFile(t, script, "echo never\n")
+
+	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
+	command := func(name, caps string, tries ...string) string {
+		return fmt.Sprintf("  %s:\n    description: Try paths\n    run: %s\n    risk: LOW\n    side_effects: []\n    capabilities: %s\n",
+			name, quoteList(append([]string{hostile, "--json"}, tries...)), caps)
+	}
+	readAllowed, readOther := "read="+filepath.Join(allowed, "f"), "read="+filepath.Join(other, "f")
+	writeW, writeV := "write="+filepath.Join(w, "x"), "write="+filepath.Join(v, "x")
+	writeFile(t, filepath.Join(packs, "paths", "extension.yaml"), "id: paths\nname: Paths\ndescription: Paths\ncommands:\n"+
+		command("reader", fmt.Sprintf("{filesystem: read, read_paths: [%q]}", allowed), readAllowed, readOther, writeW)+
+		command("writer", fmt.Sprintf("{filesystem: write, write_paths: [%q]}", w), writeW, writeV))
+	const key = "sk_test_4eC39HqLyjWDarjtT1zdp7dc"
+	cg := testkit.StartCapgate(t, testkit.Capgate{User: user, Dir: dir, Config: fmt.Sprintf(`
+[policy]
+grants = ["rye.fetch.*", "rye.execute.tool.*"]
+acknowledge = ["elevated"]
+
+[extensions]
+paths = [%q]
+
+# It may read only system dirs and its own: not its script.
+[mcp.servers.broken]
+command = "/bin/sh"
+args = ["-c", "echo 'starting with api_key=%s' >&2; . %s || exit 3"]
+capabilities = { filesystem = "read", network = "none" }
+`, packs, key, script)})
+	s := fromCapgate(cg)
+	tok := cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"})
+	invoke := invoker(t, s, tok)
+
+	out := invoke("ext:paths:reader")
+	if !strings.Contains(out, fmt.Sprintf("%q: \"ok", readAllowed)) {
+		t.Errorf("read_paths did not let the tool read %s:\n%s", allowed, out)
+	}
+	for _, a := range []string{readOther, writeW} {
+		if !strings.Contains(out, fmt.Sprintf("%q: \"denied", a)) {
+			t.Errorf("filesystem read with read_paths let the tool %s:\n%s", a, out)
+		}
+	}
+	out = invoke("ext:paths:writer")
+	if !strings.Contains(out, fmt.Sprintf("%q: \"ok", writeW)) || !strings.Contains(out, fmt.Sprintf("%q: \"denied", writeV)) {
+		t.Errorf("write_paths: want %s written and %s refused:\n%s", w, v, out)
+	}
+
+	// The refused server: named at start with its stderr, the key withheld.
+	refusal := "cannot open " + script
+	if !testkit.Poll(10e9, func() bool { return strings.Contains(s.logs(), refusal) }) {
+		t.Errorf("serve did not log why mcp server broken would not start:\n%s", s.logs())
+	}
+	outb, errb, code := s.as(t, tok, "invoke", "--capability", "mcp:broken:echo")
+	for _, want := range []string{"capability_backend_unavailable", "mcp:broken is down", "its stderr ends:", refusal,
+		"[a line withheld: it holds"} {
+		if code == 0 || !strings.Contains(errb, want) {
+			t.Errorf("a call of the refused server's tool lacks %q: %d\n%s%s", want, code, outb, errb)
+		}
+	}
+	t.Logf("the call's error: %s", errb)
+	if strings.Contains(errb, key) || strings.Contains(s.logs(), key) {
+		t.Errorf("the credential in the server's stderr reached the caller or the log")
+	}
+}
