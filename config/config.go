@@ -124,6 +124,22 @@ func (a *Auth) HS256() bool {
 	return a.JWKSFile == "" && a.JWKSURL == "" && a.OIDC == nil
 }
 
+// HS256OffBy names the key that turned HS256 off ("" when it is on): for
+// messages that tell the operator why there is no shared key.
+func (a *Auth) HS256OffBy() string {
+	switch {
+	case a.HS256():
+		return ""
+	case a.AllowHS256 != nil:
+		return "auth.allow_hs256 = false"
+	case a.OIDC != nil:
+		return "auth.oidc"
+	case a.JWKSURL != "":
+		return "auth.jwks_url"
+	}
+	return "auth.jwks_file"
+}
+
 // OIDC is an OpenID Connect issuer whose tokens capgate accepts.
 type OIDC struct {
 	Issuer   string `toml:"issuer"`   // the exact iss; its discovery document is at Issuer/.well-known/openid-configuration
