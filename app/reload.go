@@ -63,7 +63,7 @@ func (a *App) newRouter(cfg *config.Config, reg *registry.Registry, table *risk.
 	rt, err := router.New(router.Options{
 		Registry: reg, Verifier: a.verifier, Risk: table, Policy: Policy(cfg),
 		State: a.Store, Audit: a.Audit, Secret: a.master, Logger: a.logger,
-		RateBuckets: buckets, Metrics: routerMetrics(a.Metrics), Tracer: routerTracer(a.Tracer),
+		RateBuckets: buckets, Metrics: routerMetrics(a.Metrics), Tracer: routerTracer(a.Tracer, cfg),
 		InFlight:         &a.inFlight,
 		ApprovalWait:     cfg.Policy.ApprovalWait.Std(),
 		IdempotencyLease: cfg.Idempotency.Lease.Std(), IdempotencyWait: cfg.Idempotency.Wait.Std(),

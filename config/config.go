@@ -6,7 +6,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/capgate/capgate/internal/suggest"
 )
 
 // Config is capgate.toml.
@@ -121,6 +122,22 @@ func (a *Auth) HS256() bool {
 		return *a.AllowHS256
 	}
 	return a.JWKSFile == "" && a.JWKSURL == "" && a.OIDC == nil
+}
+
+// HS256OffBy names the key that turned HS256 off ("" when it is on): for
+// messages that tell the operator why there is no shared key.
+func (a *Auth) HS256OffBy() string {
+	switch {
+	case a.HS256():
+		return ""
+	case a.AllowHS256 != nil:
+		return "auth.allow_hs256 = false"
+	case a.OIDC != nil:
+		return "auth.oidc"
+	case a.JWKSURL != "":
+		return "auth.jwks_url"
+	}
+	return "auth.jwks_file"
 }
 
 // OIDC is an OpenID Connect issuer whose tokens capgate accepts.
@@ -445,16 +462,21 @@ func Parse(name string, data []byte, dir string, opts Options) (*Config, error) 
 		return nil, err
 	}
 	c.SkillDirs = dirs
-	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(c); err != nil {
+	// Every problem in one run: a value of the wrong type is reported and
+	// decoding goes on without it; then the unknown keys, then what the
+	// values mean. Only a syntax error stops it.
+	errs, data, err := decodeAll(name, data, c)
+	if err != nil {
 		if err := c.skillEnvKeys(name, data, err); err != nil {
-			return nil, err
+			errs = append(errs, err)
+		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) && len(errs) > 0 && !isStrict(err) {
+			return nil, errors.Join(errs...) // a syntax error: nothing more can be read
 		}
 	}
 	c.applyAshProviders()
 	c.mergeSkillProviders()
-	var errs []error
 	fail := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", name, key, fmt.Sprintf(format, args...)))
 	}
@@ -475,7 +497,7 @@ func decodeError(name string, err error) error {
 		var errs []error
 		for _, e := range strict.Errors {
 			row, _ := e.Position()
-			errs = append(errs, fmt.Errorf("%s:%d: %s: unknown key", name, row, strings.Join(e.Key(), ".")))
+			errs = append(errs, unknownKey(name, row, e.Key()))
 		}
 		return errors.Join(errs...)
 	}
@@ -492,6 +514,26 @@ func decodeError(name string, err error) error {
 		return fmt.Errorf("%s:%d: %s", name, row, msg)
 	}
 	return fmt.Errorf("%s: %w", name, err)
+}
+
+// isStrict reports unknown keys, the one decode error after which the
+// rest of the config was read.
+func isStrict(err error) bool {
+	var strict *toml.StrictMissingError
+	return errors.As(err, &strict)
+}
+
+// unknownKey is the problem of a key the config does not have, with the
+// nearest one it does where that is a likely typo.
+func unknownKey(name string, row int, key []string) error {
+	msg := fmt.Sprintf("%s:%d: %s: unknown key", name, row, strings.Join(key, "."))
+	if len(key) > 0 {
+		known := knownKeys(key[:len(key)-1])
+		if s := suggest.Nearest(key[len(key)-1], known); s != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", s)
+		}
+	}
+	return errors.New(msg)
 }
 
 var typeMismatch = regexp.MustCompile(`^cannot decode TOML (\w+) into (?:struct field )?\S+ of type (\S+)$`)

@@ -38,7 +38,8 @@ func (d *Discovery) applyDefaults() {
 
 func (d *Discovery) validate(fail func(key, format string, args ...any)) {
 	if !slices.Contains([]string{DiscoveryList, DiscoverySearch, DiscoveryAuto}, d.Mode) {
-		fail("discovery.mode", "%q: want \"list\", \"search\" or \"auto\"", d.Mode)
+		fail("discovery.mode", "%q: want \"list\", \"search\" or \"auto\"%s", d.Mode,
+			didYouMean(d.Mode, []string{DiscoveryList, DiscoverySearch, DiscoveryAuto}))
 	}
 	if d.Threshold < 0 {
 		fail("discovery.threshold", "%d: want a number of tools, 0 or more", d.Threshold)

@@ -52,7 +52,7 @@ func (c *Config) skillEnvKeys(name string, data []byte, decodeErr error) error {
 				}
 			}
 		default:
-			errs = append(errs, fmt.Errorf("%s:%d: %s: unknown key", name, row, strings.Join(key, ".")))
+			errs = append(errs, unknownKey(name, row, key))
 		}
 	}
 	for _, skill := range slices.Sorted(maps.Keys(raw.Skills)) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"net"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capgate/capgate/internal/suggest"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
@@ -46,6 +48,15 @@ func checkHTTPURL(key, raw string, fail func(key, format string, args ...any)) {
 	default:
 		fail(key, "%q: must be https (http only to a loopback host)", raw)
 	}
+}
+
+// didYouMean is " (did you mean X?)" for the known word nearest to a
+// mistyped one, or "" when none is near.
+func didYouMean(s string, known []string) string {
+	if n := suggest.Nearest(s, known); n != "" {
+		return fmt.Sprintf(" (did you mean %s?)", n)
+	}
+	return ""
 }
 
 func sortProviders(p []NamedProvider) {
@@ -115,10 +126,18 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 	for _, tag := range slices.Sorted(maps.Keys(c.Policy.SideEffects)) {
 		key := "policy.side_effects." + strconv.Quote(tag)
 		if _, err := risk.ParseSideEffect(tag); err != nil {
-			fail(key, "%v", err)
+			names := make([]string, len(risk.SideEffects))
+			for i, e := range risk.SideEffects {
+				names[i] = string(e)
+			}
+			fail(key, "%v%s", err, didYouMean(tag, names))
 		}
-		if _, err := risk.ParseEffectPolicy(c.Policy.SideEffects[tag]); err != nil {
-			fail(key, "%v", err)
+		if v := c.Policy.SideEffects[tag]; v != "" {
+			if _, err := risk.ParseEffectPolicy(v); err != nil {
+				fail(key, "%v%s", err, didYouMean(v, []string{"allow", "acknowledge", "deny"}))
+			}
+		} else {
+			fail(key, "empty: want allow, acknowledge or deny")
 		}
 	}
 	tiers("policy.acknowledge", c.Policy.Acknowledge)
@@ -284,7 +303,8 @@ func (c *Config) validateServer(key, name string, s *MCPServer, fail func(key, f
 			fail(key+".url", "%q is not an http(s) URL", s.URL)
 		}
 		if s.Transport != "streamable-http" && s.Transport != "sse" {
-			fail(key+".transport", "%q: valid transports are streamable-http and sse", s.Transport)
+			fail(key+".transport", "%q: valid transports are streamable-http and sse%s", s.Transport,
+				didYouMean(s.Transport, []string{"streamable-http", "sse"}))
 		}
 		if len(s.Args) > 0 || len(s.Env) > 0 || s.Cwd != "" {
 			fail(key, "args, env and cwd go with command, not url")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -33,6 +34,7 @@ type MCP struct {
 	// that sessions and streams are shared.
 	stream   *mcpserver.StreamableHTTPServer
 	sessions *sessionIDs    // the stream's Mcp-Session-Id, bound to subjects
+	ends     sessionEnds    // sessions their clients ended (DELETE)
 	internal *internalCalls // continuations forwarded between replicas
 
 	metrics *telemetry.Metrics // nil: off
@@ -83,6 +85,14 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	hooks.AddAfterListResourceTemplates(m.filterTemplates)
 	hooks.AddAfterSubscribe(m.subscribed)
 	hooks.AddAfterUnsubscribe(m.unsubscribed)
+	// mcp-go answers a tools/call of a tool it does not list (unknown, or
+	// one the caller may not see) itself: count it and fail its span as
+	// what it is, not as a success.
+	hooks.AddOnError(func(ctx context.Context, _ any, method mcp.MCPMethod, _ any, err error) {
+		if method == mcp.MethodToolsCall && errors.Is(err, mcpserver.ErrToolNotFound) {
+			telemetry.OpFrom(ctx).Fail(string(tool.CodeNotFound))
+		}
+	})
 	m.live.hook(hooks)
 	m.srv = mcpserver.NewMCPServer(serverInfo.Name, serverInfo.Version,
 		mcpserver.WithToolCapabilities(true),

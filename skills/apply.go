@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/capgate/capgate/internal/suggest"
 )
 
 // SourceConfig is the Source of the problems Apply reports.
@@ -46,7 +48,7 @@ func Apply(set *Set, cfg map[string]Settings) (enabled []*Skill, problems []Prob
 		if len(set.Skills) > 0 {
 			known = "the skills are " + strings.Join(set.Names(), ", ")
 		}
-		if hint := suggest(name, set.Names()); hint != "" {
+		if hint := suggest.Nearest(name, set.Names()); hint != "" {
 			known = fmt.Sprintf("did you mean %q? %s", hint, known)
 		}
 		fail(name, "[skills.%s] in the config: there is no skill %q (%s)", name, name, known)

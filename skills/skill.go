@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/capgate/capgate/internal/suggest"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/tool"
 )
@@ -258,7 +259,7 @@ func (p *parser) frontmatter(front []byte) {
 		seen[key] = line
 		if !slices.Contains(KnownFields, key) {
 			hint := ""
-			if s := suggest(key, KnownFields); s != "" {
+			if s := suggest.Nearest(key, KnownFields); s != "" {
 				hint = fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			p.fail(line, "", "unknown field %q%s; known fields: %s", key, hint, strings.Join(KnownFields, ", "))
@@ -484,7 +485,7 @@ func (p *parser) access(v *yaml.Node) {
 		k, val := v.Content[i], deref(v.Content[i+1])
 		if k.Value != "chat_types" {
 			hint := ""
-			if s := suggest(k.Value, []string{"chat_types"}); s != "" {
+			if s := suggest.Nearest(k.Value, []string{"chat_types"}); s != "" {
 				hint = fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			p.fail(fileLine(k.Line), "access", "unknown key %q%s; the only key is chat_types", k.Value, hint)
@@ -526,41 +527,6 @@ func (p *parser) body(body []byte, closeLine int) {
 	}
 	p.s.BlockGrants = perms.Grants
 	p.s.Acknowledge = perms.Tiers()
-}
-
-// suggest returns the candidate closest to s when it is close enough to be
-// a likely typo ('-' and '_' and case not counted), else "".
-func suggest(s string, candidates []string) string {
-	norm := func(x string) string { return strings.ReplaceAll(strings.ToLower(x), "-", "_") }
-	best, bestD := "", 3
-	for _, c := range candidates {
-		d := distance(norm(s), norm(c))
-		if d < bestD && d*2 < len(c) {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// distance is the Levenshtein distance between a and b, in bytes.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // Grants are the skill's grants for its inner calls: each capability id

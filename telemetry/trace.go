@@ -167,13 +167,18 @@ func extract(ctx context.Context, traceparent, tracestate string) context.Contex
 }
 
 // Upstream starts the client span of a call to a source: named after the
-// method and the tool's name upstream.
+// method and the tool's name upstream, with the server's address and port
+// when the source is reached over the network (host "": a subprocess).
 // The source is named kind:source; both are taken apart so that a nil
 // tracer costs no concatenation.
-func (t *Tracer) Upstream(ctx context.Context, name, id, kind, source string) (context.Context, Span) {
+func (t *Tracer) Upstream(ctx context.Context, name, id, kind, source, host string, port int) (context.Context, Span) {
 	if t == nil {
 		return ctx, Span{}
 	}
-	return t.Start(ctx, "tools/call "+name, trace.SpanKindClient, attribute.String("mcp.method.name", "tools/call"),
-		attribute.String("gen_ai.tool.name", name), attribute.String("capgate.tool.id", id), attribute.String("capgate.source", kind+":"+source))
+	attrs := []attribute.KeyValue{attribute.String("mcp.method.name", "tools/call"),
+		attribute.String("gen_ai.tool.name", name), attribute.String("capgate.tool.id", id), attribute.String("capgate.source", kind+":"+source)}
+	if host != "" {
+		attrs = append(attrs, attribute.String("server.address", host), attribute.Int("server.port", port))
+	}
+	return t.Start(ctx, "tools/call "+name, trace.SpanKindClient, attrs...)
 }

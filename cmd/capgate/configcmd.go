@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -88,9 +90,26 @@ func checkConfig(path string) (cfg *config.Config, src []byte, problems []string
 	src, _ = os.ReadFile(path)
 	cfg, err := config.Load(path)
 	if err != nil {
-		return nil, src, withLines(src, lines(err))
+		return nil, src, byLine(withLines(src, lines(err)))
 	}
-	return cfg, src, semanticProblems(cfg, src)
+	return cfg, src, byLine(semanticProblems(cfg, src))
+}
+
+// lineRE is the line a "file:line: ..." problem names.
+var lineRE = regexp.MustCompile(`^[^:]+:(\d+): `)
+
+// byLine orders problems by the line they name, in the order the file
+// reads; those without a line keep their order, after the rest.
+func byLine(problems []string) []string {
+	line := func(p string) int {
+		if m := lineRE.FindStringSubmatch(p); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			return n
+		}
+		return math.MaxInt
+	}
+	slices.SortStableFunc(problems, func(a, b string) int { return line(a) - line(b) })
+	return problems
 }
 
 // semanticProblems are the problems of a config that loaded: its grants
@@ -145,46 +164,12 @@ func withLines(src []byte, problems []string) []string {
 		if m == nil {
 			continue
 		}
-		if n := keyLine(src, m[2]); n > 0 {
+		if n := config.KeyLine(src, m[2]); n > 0 {
 			problems[i] = fmt.Sprintf("%s:%d: %s: %s", m[1], n, m[2], m[3])
 		}
 	}
 	return problems
 }
-
-// keyLine is the 1-based line of src where the dotted key (indices like
-// [2] ignored) is set, or its table's header; 0 when neither is found.
-func keyLine(src []byte, key string) int {
-	key = indexRE.ReplaceAllString(key, "")
-	table, header := "", 0
-	for i, l := range strings.Split(string(src), "\n") {
-		l = strings.TrimSpace(l)
-		switch {
-		case strings.HasPrefix(l, "["):
-			table = unquote(strings.Trim(strings.SplitN(l, "#", 2)[0], "[] \t"))
-			if table == key && header == 0 {
-				header = i + 1
-			}
-		case strings.Contains(l, "=") && !strings.HasPrefix(l, "#"):
-			k := unquote(strings.TrimSpace(strings.SplitN(l, "=", 2)[0]))
-			if table != "" {
-				k = table + "." + k
-			}
-			if k == key {
-				return i + 1
-			}
-		}
-	}
-	return header
-}
-
-var indexRE = regexp.MustCompile(`\[[0-9]+\]`)
-
-// unquote drops the quotes of quoted key parts: a."b.c" reads as a.b.c,
-// which is how config names such a key too.
-func unquote(k string) string { return unquoter.Replace(k) }
-
-var unquoter = strings.NewReplacer(`"`, "", "'", "", " ", "")
 
 // lines splits a (joined) error into its lines.
 func lines(err error) []string {

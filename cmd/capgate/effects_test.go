@@ -24,7 +24,7 @@ func TestSideEffectPolicy(t *testing.T) {
 	}
 	root := t.TempDir()
 	dir := filepath.Join(root, "fx")
-	log := filepath.Join(t.TempDir(), "runs.log")
+	log := filepath.Join(testkit.ToolDir(t), "runs.log") // the tools run as nobody under root
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 					// A token to paste into a client's config: one that lasts a working day.
 					fmt.Fprintf(out, "  a dev token     %s token mint --config %s --sub you --ttl 12h\n", selfCommand(), configPath)
 				} else {
-					fmt.Fprintf(out, "  a dev token     none: HS256 is off (auth.jwks_file); present a token your issuer signs\n")
+					fmt.Fprintf(out, "  a dev token     none: HS256 is off (%s); present a token your issuer signs\n", cfg.Auth.HS256OffBy())
 				}
 			})
 			if errors.Is(err, syscall.EADDRINUSE) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,15 @@ func (rc *receiver) waitFor(t *testing.T, traceID, name string) []*tracepb.Span 
 	return out
 }
 
+func spanIntAttr(s *tracepb.Span, key string) int64 {
+	for _, a := range s.Attributes {
+		if a.Key == key {
+			return a.Value.GetIntValue()
+		}
+	}
+	return 0
+}
+
 func spanAttr(s *tracepb.Span, key string) string {
 	for _, a := range s.Attributes {
 		if a.Key == key {
@@ -241,8 +251,10 @@ url = %q
 	if status != 200 || !strings.Contains(string(body), "permission_denied") {
 		t.Fatalf("denied call: %d %s", status, body)
 	}
-	// An unknown tool's name never becomes a label.
-	testkit.PostMCP(t, cg.URL, tok, "no_such_tool_4711", stateless(4, "no_such_tool_4711", "x", ""))
+	// An unknown tool's name never becomes a label. Its call is in a
+	// trace of its own, to find its span.
+	const unknownTrace = "5cf92f3577b34da6a3ce929d0e0e4799"
+	testkit.PostMCP(t, cg.URL, tok, "no_such_tool_4711", stateless(4, "no_such_tool_4711", "x", `,"traceparent":"00-`+unknownTrace+`-`+clientSpan+`-01"`))
 	// A refused token: logged with its reason, never the token.
 	expired := cg.Token(t, token.Claims{Sub: "alice", IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
 	if status, _, _ := testkit.PostMCP(t, cg.URL, expired, "wx__get_weather", stateless(5, "wx__get_weather", "x", "")); status != http.StatusUnauthorized {
@@ -283,6 +295,23 @@ url = %q
 	}
 	if c := children["tools/call get_weather"]; c != nil && c.Kind != tracepb.Span_SPAN_KIND_CLIENT {
 		t.Errorf("the upstream span is of kind %v, want client", c.Kind)
+	}
+	// The client span names the server it calls (semantic conventions:
+	// server.address and server.port).
+	upURL, _ := url.Parse(up.URL)
+	if c := children["tools/call get_weather"]; c != nil {
+		if got := spanAttr(c, "server.address"); got != upURL.Hostname() {
+			t.Errorf("the upstream span's server.address %q, want %q", got, upURL.Hostname())
+		}
+		if got := spanIntAttr(c, "server.port"); fmt.Sprint(got) != upURL.Port() {
+			t.Errorf("the upstream span's server.port %d, want %s", got, upURL.Port())
+		}
+	}
+	// The unknown tool's span failed, as capability_not_found.
+	for _, s := range rc.waitFor(t, unknownTrace, "tools/call other") {
+		if s.Name == "tools/call other" && (s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || spanAttr(s, "error.type") != "capability_not_found") {
+			t.Errorf("the unknown tool's span: status %v, error.type %q; want an error, capability_not_found", s.Status, spanAttr(s, "error.type"))
+		}
 	}
 	headers, metas := up.seen()
 	if len(headers) < 1 || len(metas) < 1 {
@@ -364,8 +393,11 @@ url = %q
 			}
 		}
 	}
-	if series(fams, "mcp_server_operation_duration_seconds", map[string]string{"mcp_method_name": "tools/call", "gen_ai_tool_name": "other", "error_type": ""}) == nil {
-		t.Errorf("the unknown tool is not counted as other")
+	if n := count(op("other", "capability_not_found")); n != 1 {
+		t.Errorf("calls of an unknown tool counted as other, capability_not_found: %d, want 1", n)
+	}
+	if n := count(op("other", "")); n != 0 {
+		t.Errorf("calls of an unknown tool counted as successes: %d", n)
 	}
 	if m := series(fams, "capgate_denials_total", map[string]string{"code": "permission_denied", "gate": "capability"}); m.GetCounter().GetValue() != 1 {
 		t.Errorf("denials by the capability gate: %v", m)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/proc"
+	"github.com/capgate/capgate/internal/testkit/pgtest"
 )
 
 var (
@@ -128,9 +129,11 @@ func Cleanup() {
 }
 
 // Main runs a package's tests and removes what Build made; use it as
-// func TestMain(m *testing.M) { testkit.Main(m) }.
+// func TestMain(m *testing.M) { testkit.Main(m) }. The package's tests
+// share one PostgreSQL (pgtest.Run: started on first use, a fresh
+// database per test), rather than initdb a cluster each.
 func Main(m *testing.M) {
-	code := m.Run()
+	code := pgtest.Run(m)
 	Cleanup()
 	os.Exit(code)
 }

@@ -55,3 +55,16 @@ func TestTrackerConcurrent(t *testing.T) {
 		t.Fatalf("%d calls left behind", len(l))
 	}
 }
+
+// BenchmarkStartDone is the tracker's cost per call, calls running in
+// parallel (what every call through the router pays).
+func BenchmarkStartDone(b *testing.B) {
+	var tr Tracker
+	c := Call{RequestID: "cap_x", Sub: "alice", Tool: "wipe", Started: time.Now()}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tr.Done(tr.Start(c))
+		}
+	})
+}
