@@ -168,3 +168,29 @@ func TestLoosenedPackIsQuarantined(t *testing.T) {
 		t.Errorf("serve did not log what changed:\n%s", s.logs())
 	}
 }
+
+// TestBridgeDenialNamesTheGuarantee: a bridge provider declaring network
+// none connects anyway and gives up (exit 254); the caller's error names
+// the guarantee the kernel refused and the declaration that would allow it.
+func TestBridgeDenialNamesTheGuarantee(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	if f := sandbox.Probe(); !f.Seccomp || !f.NetNS {
+		t.Skipf("this kernel cannot observe denials here: %+v", f)
+	}
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(
+		"[policy]\ngrants = [\"rye.fetch.*\", \"rye.execute.tool.*\"]\nacknowledge = [\"elevated\"]\n\n[capabilities.providers.gog]\ncommand = [%q]\ncapabilities = { network = \"none\" }\n",
+		testkit.Build(t, testkit.BridgeFixture))})
+	s := fromCapgate(cg)
+	out, errb, code := s.as(t, cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}), "invoke", "--capability", "gog.calendar",
+		"--operation", "list_events", "--input-json", fmt.Sprintf(`{"attempt_or_fail":%q}`, "tcp="+helloServer(t)))
+	t.Logf("%s", errb)
+	for _, want := range []string{"capability_backend_unavailable", "command failed with exit 254",
+		"the kernel refused it a socket (no_network, set by tool)",
+		"declare network: outbound in capabilities of [capabilities.providers.gog]"} {
+		if code == 0 || !strings.Contains(errb, want) {
+			t.Errorf("the caller's error lacks %q: %d\n%s%s", want, code, out, errb)
+		}
+	}
+}

@@ -120,10 +120,11 @@ func (p *Provider) invalid(format string, args ...any) *tool.Error {
 // c, for an invoke, brings a skill's secrets and the observer of denials.
 func (p *Provider) call(ctx context.Context, method string, params any, c *tool.Call) (json.RawMessage, error) {
 	var secrets []string
+	var denials sandbox.Denials
 	conf := p.opts.Confine
 	if c != nil {
 		secrets = c.SecretsEnv()
-		conf = conf.ObservedBy(c.Denied)
+		conf = conf.ObservedBy(denials.Observe(c.Denied))
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
@@ -156,8 +157,17 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 		e := p.invalid("%s: the answer exceeds the limit of %d bytes for bridge providers", method, p.opts.MaxOutput)
 		e.Hint = "capabilities.max_output_bytes in capgate.toml sets the limit"
 		return nil, e
+	case errors.As(err, &exit) && sandbox.StartFailed(exit.Status, stderr):
+		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: could not start in its sandbox: %s", ns, proc.Reported(stderr))
 	case errors.As(err, &exit):
-		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command failed with exit %d (its stderr is in capgate's log)", ns, exit.Status)
+		e := tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command failed with exit %d (its stderr is in capgate's log)", ns, exit.Status)
+		// What the kernel refused it during this call, and what would
+		// allow it, as for an extension command.
+		if msg, hint := denials.Explain(conf.Guarantees, "bridge:"+ns, fmt.Sprintf("capabilities of [capabilities.providers.%s]", ns)); msg != "" {
+			e.Message += "; " + msg
+			e.Hint = hint
+		}
+		return nil, e
 	case errors.As(err, &start):
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command not found: %s", ns, p.opts.Command[0])
 	default:

@@ -124,6 +124,15 @@ func main() {
 			a, _ := in["attempt"].(string)
 			ok(map[string]any{"output": map[string]any{"attempt": attempt.Try(a)}})
 			return
+		case in["attempt_or_fail"] != nil:
+			// A provider that gives up when the kernel refuses it.
+			a, _ := in["attempt_or_fail"].(string)
+			if r := attempt.Try(a); strings.HasPrefix(r, "denied") {
+				fmt.Fprintln(os.Stderr, a, r)
+				os.Exit(254)
+			}
+			ok(map[string]any{"output": "done"})
+			return
 		case in["environ"] == true:
 			// The whole environment the provider was given.
 			ok(map[string]any{"output": map[string]any{"environ": os.Environ()}})
