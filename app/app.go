@@ -160,7 +160,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err er
 	}
 	a.Server = server.New(server.Options{Router: a.Router, Registry: a.Registry, Logger: opts.Logger,
 		Listen: cfg.Server.Listen, Socket: cfg.Server.Socket, Issuer: issuer, Ready: a.ready, Secret: master,
-		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce,
+		ReplicaID: a.ReplicaID, AdvertiseURL: cfg.Server.AdvertiseURL, ClaimOnce: a.claimOnce, Claimed: a.Store.Claimed,
 		Metrics: a.Metrics, Tracer: a.Tracer, MetricsListen: cfg.Server.MetricsListen, Discovery: DiscoveryOf(cfg.Discovery),
 		Sessions: server.SessionLimits{Idle: cfg.Server.SessionIdleTimeout.Std(), Max: cfg.Server.MaxSessions},
 		Browser:  a.browser(),

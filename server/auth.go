@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
@@ -28,7 +29,7 @@ type bearerAuth struct {
 }
 
 func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, ok := a.admit(w, r.Method, r.Host, r.Header)
+	c, ok := a.admit(r.Context(), w, r.Method, r.Host, r.Header)
 	if !ok {
 		return
 	}
@@ -41,7 +42,7 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // admit verifies the request's bearer token and its claim on a session;
 // when it fails it has written the answer.
-func (a *bearerAuth) admit(w http.ResponseWriter, method, host string, h http.Header) (*router.Caller, bool) {
+func (a *bearerAuth) admit(ctx context.Context, w http.ResponseWriter, method, host string, h http.Header) (*router.Caller, bool) {
 	raw := httpadmit.BearerToken(h.Get("Authorization"))
 	c, err := a.mcp.rt().Authenticate(raw)
 	if err != nil {
@@ -64,8 +65,33 @@ func (a *bearerAuth) admit(w http.ResponseWriter, method, host string, h http.He
 			http.Error(w, "404 not found: no such session for this subject; open a new one with initialize", http.StatusNotFound)
 			return nil, false
 		}
+		if !modern && !a.sessionLives(ctx, w, method, sid) {
+			return nil, false
+		}
 	}
 	return c, true
+}
+
+// sessionLives ends session sid on its client's DELETE (mcp-go then
+// drops its state and answers), and answers 404 to any other request of
+// a session that ended, on whichever replica (ended.go). A store that
+// cannot say fails closed.
+func (a *bearerAuth) sessionLives(ctx context.Context, w http.ResponseWriter, method, sid string) bool {
+	var err error
+	if method == http.MethodDelete {
+		err = a.mcp.ends.end(ctx, sid)
+	} else {
+		var ended bool
+		if ended, err = a.mcp.ends.ended(ctx, sid); err == nil && ended {
+			http.Error(w, "404 not found: the client ended this session; open a new one with initialize", http.StatusNotFound)
+			return false
+		}
+	}
+	if err != nil {
+		http.Error(w, "503 service unavailable: the session's state cannot be checked: "+string(tool.CodeBackendUnavailable), http.StatusServiceUnavailable)
+		return false
+	}
+	return true
 }
 
 // localLoopback says whether a connection came in on a loopback address.

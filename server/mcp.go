@@ -34,6 +34,7 @@ type MCP struct {
 	// that sessions and streams are shared.
 	stream   *mcpserver.StreamableHTTPServer
 	sessions *sessionIDs    // the stream's Mcp-Session-Id, bound to subjects
+	ends     sessionEnds    // sessions their clients ended (DELETE)
 	internal *internalCalls // continuations forwarded between replicas
 
 	metrics *telemetry.Metrics // nil: off

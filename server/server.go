@@ -47,6 +47,10 @@ type Options struct {
 	// ClaimOnce records a request state as used, in the store the
 	// replicas share; nil: claims hold in this process only.
 	ClaimOnce ClaimFunc
+	// Claimed says whether a key is claimed there: with ClaimOnce, a
+	// session ended by its client's DELETE ends on every replica
+	// (ended.go). nil: ends hold in this process only.
+	Claimed ClaimedFunc
 	// Metrics and Tracer observe every MCP request (nil: off); with
 	// MetricsListen, Serve serves GET /metrics there, without a token.
 	Metrics       *telemetry.Metrics
@@ -94,6 +98,9 @@ func New(opts Options) *Server {
 	}
 	s.MCP = NewMCP(opts.Router, opts.Registry, secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
+	if opts.ClaimOnce != nil && opts.Claimed != nil {
+		s.MCP.ends.claim, s.MCP.ends.claimed = opts.ClaimOnce, opts.Claimed
+	}
 	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
 	s.MCP.SetDiscovery(opts.Discovery)
 	s.MCP.live.limit(opts.Sessions, s.MCP.forget)

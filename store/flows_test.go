@@ -190,3 +190,32 @@ func TestFlowByID(t *testing.T) {
 		t.Errorf("take after expiry: %v", err)
 	}
 }
+
+// TestFlowStateSealed: a flow's state is not in the operations database
+// in the clear, and a row edited to name another subject does not open.
+func TestFlowStateSealed(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, t.TempDir(), nil)
+	secret := []byte(`{"verifier":"pkce-verifier-that-must-not-be-readable-0123456789"}`)
+	f, err := s.BeginFlow(ctx, "alice", "mcp:tracker", "", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	if err := s.ops.QueryRowContext(ctx, `SELECT state FROM auth_flows WHERE id = ?`, f.ID).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("pkce-verifier")) || len(raw) <= len(secret) {
+		t.Fatalf("the stored state is in the clear: %q", raw)
+	}
+	got, err := s.FlowByID(ctx, f.ID)
+	if err != nil || !bytes.Equal(got.State, secret) {
+		t.Fatalf("FlowByID: %q %v", got, err)
+	}
+	if _, err := s.ops.ExecContext(ctx, `UPDATE auth_flows SET sub = 'mallory' WHERE id = ?`, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TakeFlowByID(ctx, f.ID); !errors.Is(err, ErrFlowInvalid) {
+		t.Errorf("a flow moved to another subject: %v, want ErrFlowInvalid", err)
+	}
+}

@@ -35,3 +35,15 @@ func (s *Store) ClaimOnce(ctx context.Context, key string, expires time.Time) er
 	}
 	return nil
 }
+
+// Claimed says whether key is claimed (ClaimOnce) and the claim lives:
+// one indexed read, for a check made on every request (an ended MCP
+// session) where claiming would be a write.
+func (s *Store) Claimed(ctx context.Context, key string) (bool, error) {
+	var n int
+	err := s.ops.QueryRowContext(ctx, `SELECT COUNT(*) FROM once_claims WHERE claim_key = ? AND expires_at > ?`, key, s.nowMS()).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("store: claimed: %w", err)
+	}
+	return n > 0, nil
+}

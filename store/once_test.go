@@ -100,3 +100,24 @@ func BenchmarkClaimOnce(b *testing.B) {
 		}
 	}
 }
+
+// Claimed sees a live claim from any store on the data directory, and
+// neither an unknown key nor an expired claim.
+func TestClaimed(t *testing.T) {
+	ctx := context.Background()
+	c := newClock()
+	dir := t.TempDir()
+	a, b := mustOpen(t, dir, c), mustOpen(t, dir, c)
+	if err := a.ClaimOnce(ctx, "session-ended:s1", c.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{"session-ended:s1": true, "session-ended:s2": false} {
+		if got, err := b.Claimed(ctx, key); err != nil || got != want {
+			t.Errorf("Claimed(%q) = %v, %v; want %v", key, got, err, want)
+		}
+	}
+	c.Advance(2 * time.Minute)
+	if got, err := b.Claimed(ctx, "session-ended:s1"); err != nil || got {
+		t.Errorf("Claimed after expiry = %v, %v; want false", got, err)
+	}
+}

@@ -50,3 +50,24 @@ func sessionHeaders(sid string) map[string]string {
 	}
 	return map[string]string{"Mcp-Session-Id": sid, "MCP-Protocol-Version": SessionProtocol}
 }
+
+// DeleteSession ends session sid on base+"/mcp" as its client does
+// (HTTP DELETE) and returns the status.
+func DeleteSession(tb testing.TB, base, tok, sid string) int {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodDelete, base+"/mcp", nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	for k, v := range sessionHeaders(sid) {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
