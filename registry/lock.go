@@ -46,7 +46,7 @@ func hashDefinition(def []byte) string {
 }
 
 // Definition is the JSON document DefinitionHash hashes: the tool's name,
-// title, description, schemas and annotations.
+// title, description, schemas, annotations and launch digest.
 func Definition(d *tool.Descriptor) json.RawMessage {
 	b, _ := json.Marshal(struct {
 		Name         string           `json:"name"`
@@ -55,7 +55,8 @@ func Definition(d *tool.Descriptor) json.RawMessage {
 		InputSchema  json.RawMessage  `json:"input_schema,omitempty"`
 		OutputSchema json.RawMessage  `json:"output_schema,omitempty"`
 		Annotations  tool.Annotations `json:"annotations"`
-	}{d.Name, d.Title, d.Description, compact(d.InputSchema), compact(d.OutputSchema), d.Annotations})
+		Launch       string           `json:"launch,omitempty"`
+	}{d.Name, d.Title, d.Description, compact(d.InputSchema), compact(d.OutputSchema), d.Annotations, d.Launch})
 	return b
 }
 
@@ -196,4 +197,13 @@ func WriteLock(path string, tools []*tool.Descriptor) error {
 		}
 	}
 	return l.Write(path)
+}
+
+// launchChanged reports whether the pinned definition def (when the lock
+// keeps it) had another launch digest than d.
+func launchChanged(def json.RawMessage, d *tool.Descriptor) bool {
+	var pinned struct {
+		Launch string `json:"launch"`
+	}
+	return len(def) > 0 && json.Unmarshal(def, &pinned) == nil && pinned.Launch != d.Launch
 }

@@ -233,6 +233,10 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 			switch {
 			case pinned && pin != d.DefinitionHash:
 				d.Quarantined = "its definition changed since capgate.lock pinned it; review it and run `capgate tools lock`"
+				if launchChanged(lock.Defs[pin], d) {
+					d.Quarantined = "its run, program or declared guarantees changed since capgate.lock pinned it; review it and run `capgate tools lock`"
+				}
+				r.opts.Logger.Warn("tool quarantined", "tool", d.ID, "why", d.Quarantined)
 			case !pinned && r.opts.RequireLock:
 				d.Quarantined = "it is not in capgate.lock and policy.require_lock is set; review it and run `capgate tools lock`"
 			}

@@ -54,8 +54,10 @@ func (p Policy) For(key string, decl Declared, own ...string) (Confinement, []st
 }
 
 // Unreachable says why c's user cannot run argv in dir by the file modes
-// (a pack under a 0700 dir with run_as nobody), nil when it can or when c
-// runs as capgate's own user.
+// (a program in a 0700 dir with run_as nobody), nil when it can or when c
+// runs as capgate's own user. The launcher enters dir before it switches
+// to that user and runs a program below dir by a relative path, so only
+// the directories from dir down count for it.
 func (c Confinement) Unreachable(argv []string, dir string) error {
 	u := c.RunAs
 	if u == nil || len(argv) == 0 {
@@ -65,13 +67,14 @@ func (c Confinement) Unreachable(argv []string, dir string) error {
 	if err != nil {
 		return nil // the start says so
 	}
-	if dir != "" {
-		if err := u.Reach(dir, false); err != nil {
-			return fmt.Errorf("run_as %s cannot enter %s: %w", u, dir, err)
+	if dir == "" {
+		if err := u.Reach(path, true); err != nil {
+			return fmt.Errorf("run_as %s cannot run %s: %w", u, path, err)
 		}
+		return nil
 	}
-	if err := u.Reach(path, true); err != nil {
-		return fmt.Errorf("run_as %s cannot run %s: %w", u, path, err)
+	if err := u.ReachFrom(dir, path, true); err != nil {
+		return fmt.Errorf("run_as %s cannot run %s from %s: %w", u, path, dir, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -15,19 +16,34 @@ import (
 // launcher drops supplementary groups) and other bits, not ACLs, so it is
 // a diagnosis for operators (a pack under a 0700 dir), never a gate.
 func (u User) Reach(path string, exec bool) error {
+	return u.ReachFrom("/", path, exec)
+}
+
+// ReachFrom is Reach for a process whose working directory is base,
+// entered for it by root: it needs to enter base and the directories
+// below it on the way, none above. A path outside base is Reach's.
+func (u User) ReachFrom(base, path string, exec bool) error {
 	p, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return err
 	}
-	p, err = filepath.Abs(p)
-	if err != nil {
+	if p, err = filepath.Abs(p); err != nil {
 		return err
+	}
+	if base, err = filepath.EvalSymlinks(base); err != nil {
+		return err
+	}
+	if base, err = filepath.Abs(base); err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(base, p); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		base = "/"
 	}
 	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
 		if err := u.may(dir, 1); err != nil {
 			return err
 		}
-		if dir == "/" {
+		if dir == base || dir == "/" {
 			break
 		}
 	}

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -88,6 +90,16 @@ func (p plan) apply() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	// The working directory is entered before the switch to run_as: a pack
+	// in a clone under /root (mode 0700) is then usable by nobody, who
+	// needs no way through /root to what is below its working directory
+	// (the program is run by a path relative to it, see execPath).
+	if p.Dir != "" {
+		if err := os.Chdir(p.Dir); err != nil {
+			return fmt.Errorf("working directory%s: %w", p.as(), err)
+		}
+	}
+	wd, _ := os.Getwd()
 	if p.SetUser {
 		if err := switchUser(p.UID, p.GID); err != nil {
 			return fmt.Errorf("run_as %d:%d: %w", p.UID, p.GID, err)
@@ -99,18 +111,28 @@ func (p plan) apply() error {
 	if err := p.tieToCapgate(); err != nil {
 		return err
 	}
-	if p.Dir != "" {
-		if err := os.Chdir(p.Dir); err != nil {
-			return fmt.Errorf("working directory%s: %w", p.as(), err)
-		}
-	}
 	if p.NoSocket || p.NoUnix || p.NoFork {
 		if err := loadSeccomp(p.NoSocket, p.NoUnix, p.NoFork, p.Notify); err != nil {
 			return fmt.Errorf("seccomp: %w", err)
 		}
 	}
-	err := syscall.Exec(p.Path, p.Argv, p.Env)
+	err := syscall.Exec(p.execPath(wd), p.Argv, p.Env)
 	return fmt.Errorf("exec %s%s: %w", p.Path, p.as(), err)
+}
+
+// execPath is the program's path for exec: relative to the working
+// directory wd when the program is below it, so that run_as needs to
+// enter only the directories from there down (the kernel passes this path
+// on to a script's interpreter, which opens it from the same directory).
+func (p plan) execPath(wd string) string {
+	if wd == "" || !filepath.IsAbs(p.Path) {
+		return p.Path
+	}
+	rel, err := filepath.Rel(wd, p.Path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return p.Path
+	}
+	return "./" + rel
 }
 
 // as names the user a path was refused to, when the tool is not

@@ -93,6 +93,11 @@ type Descriptor struct {
 	Available        bool            `json:"available"`
 	// DefinitionHash pins what the source said of the tool (see registry).
 	DefinitionHash string `json:"definition_hash,omitempty"`
+	// Launch digests what the tool starts, where its source starts one per
+	// call (an extension command): its run argv, its program's bytes and
+	// its guarantees. It is part of the pinned definition, so a pack that
+	// rewrites its run or drops its capabilities is quarantined.
+	Launch string `json:"launch,omitempty"`
 	// Quarantined, when set, says why the tool is listed but never callable.
 	Quarantined string `json:"quarantined,omitempty"`
 	// Guarantees are what the tool cannot do, for a tool whose process

@@ -181,20 +181,43 @@ func TestRunAsIsVisible(t *testing.T) {
 		t.Errorf("run_as = \"root\" did not run the tool as root:\n%s", out)
 	}
 
+	// A pack in a dir nobody cannot enter (a clone under /root) still
+	// runs: the launcher enters the working dir as root, then runs the
+	// program from there as nobody.
 	closed := publicDir(t, nil)
 	if err := os.Chmod(closed, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s, _ = serve(closed, "")
+	s, invoke = serve(closed, "")
+	if out := invoke("ext:probe:shadow"); !strings.Contains(out, `"id": "ok uid=65534"`) {
+		t.Errorf("a pack under a 0700 dir did not run as nobody:\n%s\n%s", out, s.logs())
+	}
+
+	// A program nobody cannot reach from the pack's dir is named at start.
+	packs := publicDir(t, nil)
+	bin := filepath.Join(packs, "probe", "bin")
+	if err := os.MkdirAll(bin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(hostile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(bin, "hostile"), string(b))
+	if err := os.Chmod(filepath.Join(bin, "hostile"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pack = "id: probe\nname: Probe\ndescription: Probe\ncommands:\n  shadow:\n    description: Read\n    run: [\"./bin/hostile\", \"id\"]\n    risk: LOW\n    side_effects: []\n"
+	s, _ = serve(packs, "")
 	// Its calls say why, from the launcher, as the error they get.
 	_, errb, code := s.as(t, s.cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}), "invoke", "--capability", "ext:probe:shadow")
 	if code == 0 || !strings.Contains(errb, "capability_backend_unavailable") ||
-		!strings.Contains(errb, "could not start in its sandbox: capgate sandbox: working directory as run_as 65534:65534") {
-		t.Errorf("a call of the closed pack's command does not say why it could not start: %d\n%s", code, errb)
+		!strings.Contains(errb, "could not start in its sandbox: capgate sandbox: exec") || !strings.Contains(errb, "as run_as 65534:65534") {
+		t.Errorf("a call of the unreachable command does not say why it could not start: %d\n%s", code, errb)
 	}
 	if !logged(s, "extension command unreachable by the user tools run as") ||
-		!logged(s, "run_as 65534:65534 cannot enter "+filepath.Join(closed, "probe")+": "+closed+" is mode 0700") {
-		t.Errorf("serve did not name the pack nobody cannot reach:\n%s", s.logs())
+		!logged(s, "run_as 65534:65534 cannot run "+filepath.Join(bin, "hostile")+" from "+filepath.Join(packs, "probe")+": "+bin+" is mode 0700") {
+		t.Errorf("serve did not name the program nobody cannot reach:\n%s", s.logs())
 	}
 }
 

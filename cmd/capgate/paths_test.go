@@ -116,3 +116,55 @@ capabilities = { filesystem = "read", network = "none" }
 		t.Errorf("the credential in the server's stderr reached the caller or the log")
 	}
 }
+
+// TestLoosenedPackIsQuarantined: a locked extension command whose pack is
+// rewritten to drop its capabilities (and, apart, to run another
+// program) is quarantined by the reload that would have loosened it: its
+// calls are refused (capability_access_denied, gate definition_pin) and
+// serve logs what changed, instead of running it unconfined.
+func TestLoosenedPackIsQuarantined(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	if sandbox.Probe().LandlockABI < 1 {
+		t.Skip("needs Landlock for the declared guarantees")
+	}
+	packs := publicDir(t, nil)
+	hostile := testkit.Build(t, "github.com/capgate/capgate/internal/testkit/hostile")
+	manifest := func(caps string) string {
+		return fmt.Sprintf("id: probe\nname: Probe\ndescription: Probe\ncommands:\n  p:\n    description: Read\n    run: [%q, \"--json\", \"id\"]\n    risk: LOW\n    side_effects: []\n%s",
+			hostile, caps)
+	}
+	yaml := filepath.Join(packs, "probe", "extension.yaml")
+	writeFile(t, yaml, manifest("    capabilities: {filesystem: none, network: none}\n"))
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(
+		"[policy]\nrequire_lock = true\ngrants = [\"rye.fetch.*\", \"rye.execute.tool.*\"]\nacknowledge = [\"elevated\"]\n\n[extensions]\npaths = [%q]\n", packs)})
+	s := fromCapgate(cg)
+	if out, errb, code := s.run(t, nil, "tools", "lock", "--config", s.config); code != 0 {
+		t.Fatalf("tools lock: %d %s %s", code, out, errb)
+	}
+	reload := func(n int) {
+		t.Helper()
+		if out, errb, code := s.run(t, nil, "reload", "--config", s.config); code != 0 {
+			t.Fatalf("reload: %d %s %s", code, out, errb)
+		}
+		if !testkit.Poll(20e9, func() bool { return strings.Count(s.logs(), "reload applied") >= n }) {
+			t.Fatalf("the reload was not applied:\n%s", s.logs())
+		}
+	}
+	reload(1)
+	tok := cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"})
+	if out := invoker(t, s, tok)("ext:probe:p"); !strings.Contains(out, `"id": "ok`) {
+		t.Fatalf("the locked command does not run: %s", out)
+	}
+
+	writeFile(t, yaml, manifest("")) // its capabilities deleted
+	reload(2)
+	out, errb, code := s.as(t, tok, "invoke", "--capability", "ext:probe:p")
+	if code == 0 || !strings.Contains(errb, "capability_access_denied") || !strings.Contains(errb, "its run, program or declared guarantees changed") {
+		t.Errorf("a locked command whose capabilities were deleted still runs after a reload: %d %s %s", code, out, errb)
+	}
+	if !strings.Contains(s.logs(), `msg="tool quarantined" tool=ext:probe:p why="its run, program or declared guarantees changed`) {
+		t.Errorf("serve did not log what changed:\n%s", s.logs())
+	}
+}
