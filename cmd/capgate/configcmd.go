@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -26,6 +27,7 @@ func newConfigCmd() *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	var path string
+	var asJSON bool
 	check := &cobra.Command{
 		Use:   "check --config FILE",
 		Short: "Report everything capgate serve would refuse in a config, without starting anything",
@@ -39,10 +41,14 @@ Exit status: 0 the config is usable ("FILE: OK" on stdout), 2 it is not.`,
 		Example: `  capgate config check --config capgate.toml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if asJSON {
+				return runConfigCheckJSON(cmd.OutOrStdout(), path)
+			}
 			return runConfigCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), path)
 		},
 	}
 	check.Flags().StringVar(&path, "config", "", "the config file to check (required)")
+	check.Flags().BoolVar(&asJSON, "json", false, `print one JSON object on stdout: {"file","ok","notes","problems"}, problems as the text prints them`)
 	cmd.AddCommand(check)
 	return cmd
 }
@@ -65,6 +71,38 @@ func runConfigCheck(out, errOut io.Writer, path string) error {
 		fmt.Fprintln(errOut, p)
 	}
 	return &exitError{code: exitUsage}
+}
+
+// configCheckResult is what `config check --json` prints; the exit
+// status is the text form's (0 usable, 2 not).
+type configCheckResult struct {
+	File     string   `json:"file"`
+	OK       bool     `json:"ok"`
+	Notes    []string `json:"notes"`    // what loading decided that the file does not say
+	Problems []string `json:"problems"` // "file:line: key: problem", as the text form prints them
+}
+
+func runConfigCheckJSON(out io.Writer, path string) error {
+	res := configCheckResult{File: path, Notes: []string{}, Problems: []string{}}
+	if path == "" {
+		res.Problems = append(res.Problems, "--config is required")
+	} else {
+		cfg, src, problems := checkConfig(path)
+		if len(problems) == 0 {
+			res.OK = true
+			res.Notes = append(res.Notes, withLines(src, prefixed(cfg.Path, cfg.Notes))...)
+		}
+		for _, p := range problems {
+			res.Problems = append(res.Problems, fmt.Sprint(p))
+		}
+	}
+	if err := json.NewEncoder(out).Encode(res); err != nil {
+		return err
+	}
+	if !res.OK {
+		return &exitError{code: exitUsage}
+	}
+	return nil
 }
 
 // prefixed puts "file: " before each line.
