@@ -161,3 +161,8 @@ func program(name, dir string) (string, error) {
 	}
 	return filepath.Abs(p)
 }
+
+// under reports whether p is d or inside it.
+func under(p, d string) bool {
+	return p == d || d == "/" || strings.HasPrefix(p, d+"/")
+}

@@ -365,11 +365,6 @@ func resolveAll(paths []string) ([]string, error) {
 	return out, nil
 }
 
-// under reports whether p is d or inside it.
-func under(p, d string) bool {
-	return p == d || d == "/" || strings.HasPrefix(p, d+"/")
-}
-
 // carve returns roots, as dirs and files, with every deny path cut out: a
 // root that holds a deny path is replaced by its other entries, level by
 // level (Landlock only allows, so a hole is made by allowing around it).

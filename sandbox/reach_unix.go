@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 )
 
@@ -36,7 +35,7 @@ func (u User) ReachFrom(base, path string, exec bool) error {
 	if base, err = filepath.Abs(base); err != nil {
 		return err
 	}
-	if rel, err := filepath.Rel(base, p); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+	if !under(p, base) {
 		base = "/"
 	}
 	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {

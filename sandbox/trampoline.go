@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -125,11 +124,11 @@ func (p plan) apply() error {
 // enter only the directories from there down (the kernel passes this path
 // on to a script's interpreter, which opens it from the same directory).
 func (p plan) execPath(wd string) string {
-	if wd == "" || !filepath.IsAbs(p.Path) {
+	if wd == "" || !filepath.IsAbs(p.Path) || !under(filepath.Clean(p.Path), wd) {
 		return p.Path
 	}
 	rel, err := filepath.Rel(wd, p.Path)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+	if err != nil {
 		return p.Path
 	}
 	return "./" + rel

@@ -38,17 +38,15 @@ type sessionEnds struct {
 	mu      sync.Mutex
 	local   map[string]time.Time // with no store: id → until
 
-	seenOnce sync.Once
-	seen     *lru.Cache[string, time.Time] // with a store: id → when it said "not ended"
-	gone     *lru.Cache[string, time.Time] // with a store: id ended here → until
+	seen *lru.Cache[string, time.Time] // with a store: id → when it said "not ended"
+	gone *lru.Cache[string, time.Time] // with a store: id ended here → until
 }
 
-func (e *sessionEnds) caches() (seen, gone *lru.Cache[string, time.Time]) {
-	e.seenOnce.Do(func() {
-		e.seen, _ = lru.New[string, time.Time](endSeen)
-		e.gone, _ = lru.New[string, time.Time](endSeen)
-	})
-	return e.seen, e.gone
+// shared makes the ends shared through the store's claims.
+func (e *sessionEnds) shared(claim ClaimFunc, claimed ClaimedFunc) {
+	e.claim, e.claimed = claim, claimed
+	e.seen, _ = lru.New[string, time.Time](endSeen)
+	e.gone, _ = lru.New[string, time.Time](endSeen)
 }
 
 func endKey(id string) string { return "session-ended:" + id }
@@ -67,8 +65,7 @@ func (e *sessionEnds) end(ctx context.Context, id string) error {
 	}
 	_, err := e.claim(ctx, endKey(id), until) // already ended: ended
 	if err == nil {
-		_, gone := e.caches()
-		gone.Add(id, until)
+		e.gone.Add(id, until)
 	}
 	return err
 }
@@ -85,17 +82,16 @@ func (e *sessionEnds) ended(ctx context.Context, id string) (bool, error) {
 		}
 		return ok, nil
 	}
-	seen, gone := e.caches()
-	if until, ok := gone.Get(id); ok && time.Now().Before(until) {
+	if until, ok := e.gone.Get(id); ok && time.Now().Before(until) {
 		return true, nil
 	}
-	if at, ok := seen.Get(id); ok && time.Since(at) < endRecheck {
+	if at, ok := e.seen.Get(id); ok && time.Since(at) < endRecheck {
 		return false, nil
 	}
 	now := time.Now()
 	ended, err := e.claimed(ctx, endKey(id))
 	if err == nil && !ended {
-		seen.Add(id, now)
+		e.seen.Add(id, now)
 	}
 	return ended, err
 }

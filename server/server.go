@@ -99,7 +99,7 @@ func New(opts Options) *Server {
 	s.MCP = NewMCP(opts.Router, opts.Registry, secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	if opts.ClaimOnce != nil && opts.Claimed != nil {
-		s.MCP.ends.claim, s.MCP.ends.claimed = opts.ClaimOnce, opts.Claimed
+		s.MCP.ends.shared(opts.ClaimOnce, opts.Claimed)
 	}
 	s.MCP.metrics, s.MCP.tracer = opts.Metrics, opts.Tracer
 	s.MCP.SetDiscovery(opts.Discovery)
