@@ -24,7 +24,7 @@ func provider(t *testing.T, mode string) *Provider {
 	bin := testkit.Build(t, testkit.BridgeFixture)
 	t.Setenv("BRIDGE_FIXTURE_MODE", mode)
 	p, err := New(Options{
-		Namespace: "gog", Command: []string{bin}, Timeout: 2 * time.Second, Secret: secret,
+		Namespace: "gog", Command: []string{bin}, Timeout: 5 * time.Second, Secret: secret,
 		Env: []string{"BRIDGE_FIXTURE_MODE"},
 	})
 	if err != nil {
@@ -165,7 +165,7 @@ func TestEnvelopeViolations(t *testing.T) {
 		{"resultnotobject", tool.CodeInvalidOutput, "result must be an object"},
 		{"providererror", "gog_quota_exceeded", "daily quota exceeded"},
 		{"exit3", tool.CodeBackendUnavailable, "command failed with exit 3 (its stderr is in capgate's log)"},
-		{"sleep", tool.CodeBackendUnavailable, "invoke timed out after 2s"},
+		{"sleep", tool.CodeBackendUnavailable, "invoke timed out after 5s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
