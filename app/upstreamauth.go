@@ -17,6 +17,7 @@ import (
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/sources/mcp"
@@ -41,19 +42,20 @@ func Broker(cfg *config.Config, st *store.Store, logger *slog.Logger, lookupEnv 
 }
 
 // exchangeOf is token exchange at cfg's [auth.oidc] issuer: what is
-// exchanged is the caller's own bearer token, when the issuer issued it
-// (never an Ash context token, nor a token of another issuer).
+// exchanged is the token the caller of ctx was verified from, at /mcp or
+// /rpc, when that issuer issued it to sub (never an Ash context token,
+// a token of another issuer, or another subject's).
 func exchangeOf(cfg *config.Config) upstreamauth.Exchange {
 	if cfg.Auth.OIDC == nil {
 		return upstreamauth.Exchange{}
 	}
 	issuer := cfg.Auth.OIDC.Issuer
-	return upstreamauth.Exchange{Issuer: issuer, SubjectToken: func(ctx context.Context) string {
-		c := server.CallerFrom(ctx)
-		if c == nil || c.Anonymous || c.Claims == nil || c.Claims.Issuer != issuer {
+	return upstreamauth.Exchange{Issuer: issuer, SubjectToken: func(ctx context.Context, sub string) string {
+		raw, c := router.CallerToken(ctx)
+		if c == nil || c.Claims == nil || c.Claims.Issuer != issuer || c.Sub != sub {
 			return ""
 		}
-		return server.BearerFrom(ctx)
+		return raw
 	}}
 }
 

@@ -215,6 +215,8 @@ func (h *Handler) dispatch(r *http.Request, req rpcRequest, parseErr error) rpcR
 		resp.Error = &rpcError{Code: rpcInvalidParams, Message: rpcMessage(err), Data: rpcErrData(err)}
 		return resp
 	}
+	// Token exchange (upstreamauth) trades this same token at its issuer.
+	r = r.WithContext(router.WithCallerToken(r.Context(), caller, raw))
 	result, err := m(h, r, caller, params)
 	if err != nil {
 		code := rpcInternalError
