@@ -92,6 +92,8 @@ type Options struct {
 // Source is one upstream MCP server.
 type Source struct {
 	opts Options
+	// launch is a stdio server's pin (sandbox.Launch), nil for a URL.
+	launch json.RawMessage
 
 	mu       sync.Mutex
 	conn     *link // nil while disconnected
@@ -186,7 +188,15 @@ func New(opts Options) (*Source, error) {
 		opts.Transport = "streamable-http"
 	}
 	life, end := context.WithCancel(context.Background())
-	return &Source{opts: opts, stop: make(chan struct{}), wake: make(chan struct{}, 1), life: life, end: end}, nil
+	src := &Source{opts: opts, stop: make(chan struct{}), wake: make(chan struct{}, 1), life: life, end: end}
+	if opts.Command != "" {
+		// Pinned by capgate.lock with each of its tools: the program as
+		// it is when the source is built (at start and at each reload).
+		l := opts.Confine.Launch(append([]string{opts.Command}, opts.Args...), opts.Cwd)
+		l.Cwd = opts.Cwd
+		src.launch = l.JSON()
+	}
+	return src, nil
 }
 
 func (s *Source) ID() string      { return s.opts.Name }
@@ -788,6 +798,7 @@ func (s *Source) descriptor(t rawTool) *tool.Descriptor {
 		}),
 		Available:  true,
 		Guarantees: g,
+		Launch:     s.launch,
 	}
 }
 
