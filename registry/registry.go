@@ -60,6 +60,9 @@ type Registry struct {
 	lock     atomic.Pointer[Lock] // the pins (opts.Lock, then SetLock's)
 	mu       sync.Mutex           // serialises refreshes
 	lastGood map[string][]*tool.Descriptor
+	// noted holds, by tool id, the definition hash whose outdated pin
+	// was logged (under mu), so each is logged once.
+	noted    map[string]string
 	changed  chan struct{}
 	watchers []func(*Snapshot)
 	inflight atomic.Int64 // calls held or in Call now; Drain waits for none
@@ -76,7 +79,7 @@ func New(ctx context.Context, sources []tool.Source, opts Options) (*Registry, e
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Registry{sources: sources, byKey: map[string]tool.Source{}, opts: opts,
-		lastGood: map[string][]*tool.Descriptor{}, changed: make(chan struct{}, 1)}
+		lastGood: map[string][]*tool.Descriptor{}, noted: map[string]string{}, changed: make(chan struct{}, 1)}
 	r.lock.Store(opts.Lock)
 	for _, s := range sources {
 		key := SourceKey(s)
@@ -198,7 +201,8 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 	var errs []error
 	for _, src := range listed {
 		d := src.Clone()
-		d.DefinitionHash = DefinitionHash(d)
+		listedDef := Definition(d)
+		d.DefinitionHash = hashDefinition(listedDef)
 		srcKey := string(d.Kind) + ":" + d.Source
 		prefix, ok := r.opts.Prefixes[srcKey]
 		if !ok {
@@ -232,11 +236,13 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 			}
 			switch {
 			case pinned && pin != d.DefinitionHash:
-				d.Quarantined = "its definition changed since capgate.lock pinned it; review it and run `capgate tools lock`"
-				if launchChanged(lock.Defs[pin], d) {
-					d.Quarantined = "its run, program or declared guarantees changed since capgate.lock pinned it; review it and run `capgate tools lock`"
+				var note string
+				if d.Quarantined, note = judge(pin, lock.Defs[pin], listedDef, d); d.Quarantined != "" {
+					r.opts.Logger.Warn("tool quarantined", "tool", d.ID, "why", d.Quarantined)
+				} else if r.noted[d.ID] != d.DefinitionHash {
+					r.noted[d.ID] = d.DefinitionHash
+					r.opts.Logger.Warn("tool runs under an outdated pin", "tool", d.ID, "note", note)
 				}
-				r.opts.Logger.Warn("tool quarantined", "tool", d.ID, "why", d.Quarantined)
 			case !pinned && r.opts.RequireLock:
 				d.Quarantined = "it is not in capgate.lock and policy.require_lock is set; review it and run `capgate tools lock`"
 			}
