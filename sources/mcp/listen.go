@@ -16,7 +16,7 @@ import (
 // others go to OnNotification (the relay lists resources and prompts
 // again). A stream that ends is opened again, after a backoff while it
 // keeps ending early, as long as the link is the source's; on reopening
-// the lists are read again, as a change may have come in between.
+// every list is read again (OnChange), as a change may have come between.
 
 // listenFilter is what l's upstream declares it announces.
 func listenFilter(caps mcpgo.ServerCapabilities) (f mcpgo.SubscriptionFilter, any bool) {
@@ -36,13 +36,7 @@ func (s *Source) listen(l *link) {
 	wait := s.opts.MinBackoff
 	for opened := false; s.live(l); opened = true {
 		if opened {
-			s.changed()
-			if filter.PromptsListChanged {
-				s.notify(string(mcpgo.MethodNotificationPromptsListChanged), nil)
-			}
-			if filter.ResourcesListChanged {
-				s.notify(string(mcpgo.MethodNotificationResourcesListChanged), nil)
-			}
+			s.changed() // the catalog, and the relay's resources and prompts
 		}
 		start := time.Now()
 		err := l.c.Listen(s.life, filter)
