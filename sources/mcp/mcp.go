@@ -111,6 +111,10 @@ type Source struct {
 	// of any other is capability_not_found, not an upstream failure; nil
 	// until a list succeeds, when calls go to the upstream unchecked.
 	listed atomic.Pointer[map[string]bool]
+	// callHeads are the standard headers of a tools/call of each listed
+	// tool (Mcp-Method, Mcp-Name), made once per list: mcp-go derives
+	// them by decoding the call's params, a cost on every call.
+	callHeads atomic.Pointer[map[string]http.Header]
 
 	keyed keyed // the sessions of Hooks.SessionKey
 
@@ -665,10 +669,13 @@ func (s *Source) List(ctx context.Context) ([]*tool.Descriptor, error) {
 		return out, err
 	}
 	names := make(map[string]bool, len(out))
+	heads := make(map[string]http.Header, len(out))
 	for _, d := range out {
 		names[d.Name] = true
+		heads[d.Name] = toolsCallHeaders(d.Name)
 	}
 	s.listed.Store(&names)
+	s.callHeads.Store(&heads)
 	return out, nil
 }
 
