@@ -135,7 +135,7 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 			r, op = m.begin(r, p)
 			defer op.End()
 		}
-		if fast && m.fastCall(w, r, p) {
+		if fast && m.fastCall(w, r, p) || m.downCall(w, r, body) {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
