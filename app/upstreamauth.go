@@ -33,12 +33,34 @@ func Broker(cfg *config.Config, st *store.Store, logger *slog.Logger, lookupEnv 
 	if err != nil || len(servers) == 0 {
 		return nil, err
 	}
+	signIn, err := signInOf(cfg, lookupEnv)
+	if err != nil {
+		return nil, err
+	}
 	b, err := upstreamauth.New(upstreamauth.Options{PublicURL: cfg.Server.PublicURL, Servers: servers, Store: st, Logger: logger,
-		Exchange: exchangeOf(cfg)})
+		Exchange: exchangeOf(cfg), SignIn: signIn})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
 	return b, nil
+}
+
+// signInOf is the browser sign-in of account links: capgate's client at
+// its [auth.oidc] provider, when the config names one.
+func signInOf(cfg *config.Config, lookupEnv func(string) (string, bool)) (*upstreamauth.SignIn, error) {
+	o := cfg.Auth.OIDC
+	if o == nil || o.ClientID == "" {
+		return nil, nil
+	}
+	s := &upstreamauth.SignIn{Issuer: o.Issuer, ClientID: o.ClientID}
+	if o.ClientSecretEnv != "" {
+		v, ok := lookupEnv(o.ClientSecretEnv)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("%s: auth.oidc.client_secret_env: %s is not set", cfg.Path, o.ClientSecretEnv)
+		}
+		s.ClientSecret = v
+	}
+	return s, nil
 }
 
 // exchangeOf is token exchange at cfg's [auth.oidc] issuer: what is
