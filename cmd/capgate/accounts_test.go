@@ -51,17 +51,23 @@ func startOAuthReplica(t *testing.T, as *oauthas.AS, up *authmcp.Server, addr, p
 	t.Helper()
 	s := testkit.StartCapgate(t, testkit.Capgate{Addr: addr, Env: env, Secret: "oauth-replicas-secret-0123456789ab",
 		Server: strings.Join(append([]string{fmt.Sprintf("public_url = %q", publicURL)}, server...), "\n"),
-		Config: fmt.Sprintf(`[audit]
+		Config: authServerConfig("tracker", up.URL, "oauth") + more})
+	return &oauthServe{Served: s, as: as, up: up, env: env}
+}
+
+// authServerConfig is an audited config with one upstream, name at url
+// with auth, whose whoami every caller may call.
+func authServerConfig(name, url, auth string) string {
+	return fmt.Sprintf(`[audit]
 path = "audit.jsonl"
 [policy]
-grants = ["rye.fetch.*", "rye.execute.tool.mcp.tracker.*"]
-[mcp.servers.tracker]
-url = %q
-auth = "oauth"
-[mcp.servers.tracker.tools.whoami]
+grants = ["rye.fetch.*", "rye.execute.tool.mcp.%[1]s.*"]
+[mcp.servers.%[1]s]
+url = %[2]q
+auth = %[3]q
+[mcp.servers.%[1]s.tools.whoami]
 risk = "LOW"
-%s`, up.URL, more)})
-	return &oauthServe{Served: s, as: as, up: up, env: env}
+`, name, url, auth)
 }
 
 func (o *oauthServe) keep(b []byte) {
