@@ -27,6 +27,7 @@ import (
 // The tokens entered are in no response, log line or audit record, nor
 // in the clear in capgate.db.
 func TestUpstreamUserToken(t *testing.T) {
+	t.Parallel()
 	as := oauthas.Start(t)
 	wiki := authmcp.Start(t, as.Issuer)
 	addr := testkit.FreeAddr(t)

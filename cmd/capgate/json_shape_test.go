@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/store"
+	"github.com/capgate/capgate/token"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -114,7 +115,22 @@ auth = "user-token"
 	if _, err := st.RequestApproval(ctx, "alice", "ext:notes:count_words", audit.HashInput(input), input, time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	other := []byte(`{"text":"approve me"}`)
+	toApprove, err := st.RequestApproval(ctx, "alice", "ext:notes:count_words", audit.HashInput(other), other, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st.Close()
+	// A serve for the capability RPC: alice may count words, unless her
+	// token narrows her to fetching.
+	srv := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`[extensions]
+paths = [%q]
+[policy]
+grants = ["rye.fetch.*", "rye.execute.tool.ext.notes.*"]
+`, filepath.Join(quickstart, "extensions"))})
+	rpcURL := srv.URL + "/rpc"
+	allowed := "ASH_CONTEXT_TOKEN=" + srv.Token(t, token.Claims{Sub: "alice"})
+	narrowed := "ASH_CONTEXT_TOKEN=" + srv.Token(t, token.Claims{Sub: "alice", Caps: []string{"rye.fetch.*"}})
 	// An intact audit log and a broken one.
 	intact, _ := auditLog(t, t.TempDir(), 3)
 	broken, lines := auditLog(t, t.TempDir(), 3)
@@ -129,6 +145,9 @@ auth = "user-token"
 	auditLogShape := shape{keys: map[string]string{"file": "string", "state": "string", "problem": "string", "line": "number",
 		"lines": "number", "head": "string", "files": "array", "first_seq": "number", "sidecar": "bool", "keyed": "bool"}}
 
+	approval := shape{keys: map[string]string{"id": "string", "sub": "string",
+		"tool_id": "string", "input_hash": "string", "state": "string", "created_at": "string", "expires_at": "string",
+		"input": "string", "input_size": "number"}}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -162,9 +181,24 @@ auth = "user-token"
 			shape{keys: map[string]string{"skills": "array", "problems": "array"}, elem: map[string]shape{
 				"skills": {keys: map[string]string{"name": "string", "source": "string", "state": "string", "description": "string", "path": "string"}}}}, "", nil},
 		{"skill list/error", []string{"skill", "list", "--json", "--config", missing}, 2, nil, errCodeUsage, nil},
-		{"approvals", []string{"approvals", "--json", "--config", cfg}, 0, list{shape{keys: map[string]string{"id": "string", "sub": "string",
-			"tool_id": "string", "input_hash": "string", "state": "string", "created_at": "string", "expires_at": "string",
-			"input": "string", "input_size": "number"}}, 1}, "", nil},
+		{"approvals", []string{"approvals", "--json", "--config", cfg}, 0, list{approval, 1}, "", nil},
+		{"approve", []string{"approve", toApprove.ID, "--json", "--by", "ops", "--config", cfg}, 0, approval, "", func(t *testing.T, v any) {
+			if a := v.(map[string]any); a["state"] != "approved" || a["approved_by"] != "ops" || a["approved_at"] == nil {
+				t.Errorf("approve printed %v, want it approved by ops", a)
+			}
+		}},
+		{"approve/error", []string{"approve", "apr_00000000000000000000000000000000", "--json", "--by", "ops", "--config", cfg}, 1, nil, errCodeFailed, nil},
+		{"token mint", []string{"token", "mint", "--json", "--sub", "alice", "--ttl", "1h"}, 0,
+			shape{keys: map[string]string{"token": "string", "sub": "string", "expires_at": "string"}}, "", nil},
+		{"token mint/error", []string{"token", "mint", "--json"}, 2, nil, errCodeUsage, nil},
+		{"capability list", []string{"capability", "list", "--json", "--url", rpcURL}, 0,
+			shape{keys: map[string]string{"capabilities": "array"}, elem: map[string]shape{"capabilities": {keys: map[string]string{
+				"id": "string", "description": "string", "available": "bool", "requires_auth": "bool", "operations": "array"}}}}, "", nil},
+		{"capability invoke", []string{"capability", "invoke", "--json", "--url", rpcURL, "--capability", "ext:notes:count_words", "--input-json", `{"text":"a b"}`}, 0,
+			shape{keys: map[string]string{"ok": "bool", "output": "object", "request_id": "string", "invocation_id": "string",
+				"duration_ms": "number", "side_effects": "array"}}, "", nil},
+		{"capability invoke/denied", []string{"capability", "invoke", "--json", "--url", rpcURL, "--capability", "ext:notes:count_words"}, 1, nil, "permission_denied", nil},
+		{"capability invoke/error", []string{"capability", "invoke", "--json", "--url", rpcURL}, 2, nil, errCodeUsage, nil},
 		{"approvals/error", []string{"approvals", "--json", "--config", missing}, 2, nil, errCodeUsage, nil},
 		{"accounts list", []string{"accounts", "list", "--json", "--config", cfg, "--sub", "alice"}, 0,
 			list{shape{keys: map[string]string{"server": "string", "auth": "string", "linked": "bool"}}, 1}, "", nil},
@@ -195,7 +229,15 @@ auth = "user-token"
 			t.Parallel()
 			cmd := exec.Command(bin, tc.args...)
 			cmd.Dir, _ = os.Getwd()
-			cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET=")
+			cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET=", "ASH_CONTEXT_TOKEN=", "CAPGATE_TOKEN=", "CAPGATE_URL=")
+			switch tc.name {
+			case "token mint":
+				cmd.Env = append(cmd.Env, "CAPGATE_TOKEN_SECRET=json-shape-test-secret-0123456789abcdef")
+			case "capability list", "capability invoke":
+				cmd.Env = append(cmd.Env, allowed)
+			case "capability invoke/denied":
+				cmd.Env = append(cmd.Env, narrowed)
+			}
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -260,6 +302,9 @@ auth = "user-token"
 			if *e.Error.Code != tc.code || *e.Error.Message == "" {
 				t.Errorf("error %q %q, want code %q and a message", *e.Error.Code, *e.Error.Message, tc.code)
 			}
+			if tc.code == "permission_denied" && !strings.Contains(stderr.String(), `"hint":"`) {
+				t.Errorf("a refusal without the server's hint: %s", stderr.String())
+			}
 		})
 	}
 }
@@ -267,21 +312,23 @@ auth = "user-token"
 // TestJSONErrorCodes: an error's stable code is its JSON code; else the
 // exit status says usage (2) or failed (1).
 func TestJSONErrorCodes(t *testing.T) {
+	denied := &tool.Error{Code: tool.CodePermissionDenied, Message: "not granted", Hint: "grant it"}
 	for _, tc := range []struct {
-		exit int
-		err  error
-		want string
+		exit            int
+		err             error
+		code, msg, hint string
 	}{
-		{exitDenied, fmt.Errorf("calling: %w", tool.Errorf(tool.CodePermissionDenied, "no")), "permission_denied"},
-		{exitUsage, tool.Errorf(tool.CodeNotFound, "no tool x"), "capability_not_found"},
-		{exitUsage, errors.New("--config is required"), errCodeUsage},
-		{exitDenied, errors.New("store: locked"), errCodeFailed},
+		{exitDenied, fmt.Errorf("calling: %w", denied), "permission_denied", "calling: permission_denied: not granted", "grant it"},
+		{exitDenied, denied, "permission_denied", "not granted", "grant it"},
+		{exitUsage, tool.Errorf(tool.CodeNotFound, "no tool x"), "capability_not_found", "no tool x", ""},
+		{exitUsage, errors.New("--config is required"), errCodeUsage, "--config is required", ""},
+		{exitDenied, errors.New("store: locked"), errCodeFailed, "store: locked", ""},
 	} {
 		var b bytes.Buffer
 		writeJSONError(&b, tc.exit, tc.err)
 		var e jsonError
-		if err := json.Unmarshal(b.Bytes(), &e); err != nil || e.Error.Code != tc.want || e.Error.Message != tc.err.Error() {
-			t.Errorf("%v (exit %d): %s, want code %s", tc.err, tc.exit, b.String(), tc.want)
+		if err := json.Unmarshal(b.Bytes(), &e); err != nil || e.Error != (jsonErrorBody{tc.code, tc.msg, tc.hint}) {
+			t.Errorf("%v (exit %d): %s, want %q %q %q", tc.err, tc.exit, b.String(), tc.code, tc.msg, tc.hint)
 		}
 	}
 }

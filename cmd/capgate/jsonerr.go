@@ -17,6 +17,7 @@ import (
 //
 //	{"error":{"code":"usage","message":"--config is required"}}
 //
+// (with "hint" when the error says what would allow a refused call).
 // code is the stable error code the error carries (permission_denied,
 // capability_not_found, ...), else "usage" for exit status 2 (bad flags,
 // arguments, files or config) and "failed" for 1. The exit status is the
@@ -35,6 +36,7 @@ type jsonError struct {
 type jsonErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty"` // what would allow a refused call
 }
 
 // writeJSONError writes err, which ends the command with exit status
@@ -44,7 +46,10 @@ func writeJSONError(w io.Writer, code int, err error) {
 	var te *tool.Error
 	switch {
 	case errors.As(err, &te):
-		body.Code = string(te.Code)
+		body.Code, body.Hint = string(te.Code), te.Hint
+		if te == err {
+			body.Message = te.Message // the code is said once
+		}
 	case code == exitUsage:
 		body.Code = errCodeUsage
 	}
