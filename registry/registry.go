@@ -178,6 +178,14 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		return err
 	}
 	snap.down = maps.Clone(r.failures)
+	for key := range snap.down {
+		if p := r.Prefix(key); p != "" {
+			if snap.downNames == nil {
+				snap.downNames = map[string]string{}
+			}
+			snap.downNames[sanitize(p)+"__"] = key
+		}
+	}
 	r.snap.Store(snap)
 	for _, w := range r.watchers {
 		w(snap)
@@ -328,6 +336,9 @@ type Snapshot struct {
 	// description an operator overrides (Definition needs them).
 	listedDesc map[string]string
 	down       map[string]error // sources whose listing failed, by key
+	// downNames maps the exposed-name prefix ("files__") of each down
+	// source that has one to its key.
+	downNames map[string]string
 }
 
 // Definition is the definition of the tool id as its source listed it
@@ -380,6 +391,29 @@ func (r *Registry) SetLock(ctx context.Context, l *Lock) error {
 // Down is why the source with key ("mcp:files") failed to list its tools
 // at this snapshot's refresh (a server that would not start), or nil.
 func (s *Snapshot) Down(key string) error { return s.down[key] }
+
+// AnyDown reports whether any source failed to list at this refresh.
+func (s *Snapshot) AnyDown() bool { return len(s.down) > 0 }
+
+// DownTool is, for a tool the catalog lacks, the id it would have and why
+// its source is down, when name is a tool id ("mcp:files:read") or an
+// exposed name ("files__read") of a source whose listing failed (a stdio
+// server that would not start); a nil err otherwise. An exposed name
+// without a prefix cannot be told apart from any other unknown name.
+func (s *Snapshot) DownTool(name string) (id string, err error) {
+	if kind, rest, found := strings.Cut(name, ":"); found {
+		if source, _, found := strings.Cut(rest, ":"); found {
+			return name, s.down[kind+":"+source]
+		}
+		return "", nil
+	}
+	for prefix, key := range s.downNames {
+		if rest, found := strings.CutPrefix(name, prefix); found && rest != "" {
+			return key + ":" + rest, s.down[key]
+		}
+	}
+	return "", nil
+}
 
 // Lookup finds a tool by id.
 func (s *Snapshot) Lookup(id string) (*tool.Descriptor, bool) {
@@ -442,6 +476,9 @@ func (r *Registry) Call(ctx context.Context, id string, c tool.Call) (*tool.Resu
 			Gate: "definition_pin", Hint: "an operator reviews the new definition and runs `capgate tools lock`"}
 	}
 	if !d.Available {
+		if err := r.Snapshot().Down(string(d.Kind) + ":" + d.Source); err != nil {
+			return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s is unavailable: its source %s:%s is down: %v", id, d.Kind, d.Source, err)
+		}
 		return nil, tool.Errorf(tool.CodeBackendUnavailable, "%s is unavailable: its source is not answering", id)
 	}
 	src, ok := r.Source(d)
