@@ -135,10 +135,12 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 			r, op = m.begin(r, p)
 			defer op.End()
 		}
-		if fast && m.fastCall(w, r, p) {
+		if m.asks.answer(w, r, body) || (fast && (m.fastCall(w, r, p) || m.streamCall(w, r, p))) {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+	} else if id := r.Header.Get(mcp.HeaderLastEventID); id != "" && r.Method == http.MethodGet && m.resumeStream(w, r, id) {
+		return
 	}
 	m.stream.ServeHTTP(w, r)
 }
