@@ -17,6 +17,7 @@ import (
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/sources"
 	"github.com/capgate/capgate/sources/mcp"
@@ -32,28 +33,51 @@ func Broker(cfg *config.Config, st *store.Store, logger *slog.Logger, lookupEnv 
 	if err != nil || len(servers) == 0 {
 		return nil, err
 	}
+	signIn, err := signInOf(cfg, lookupEnv)
+	if err != nil {
+		return nil, err
+	}
 	b, err := upstreamauth.New(upstreamauth.Options{PublicURL: cfg.Server.PublicURL, Servers: servers, Store: st, Logger: logger,
-		Exchange: exchangeOf(cfg)})
+		Exchange: exchangeOf(cfg), SignIn: signIn})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
 	return b, nil
 }
 
+// signInOf is the browser sign-in of account links: capgate's client at
+// its [auth.oidc] provider, when the config names one.
+func signInOf(cfg *config.Config, lookupEnv func(string) (string, bool)) (*upstreamauth.SignIn, error) {
+	o := cfg.Auth.OIDC
+	if o == nil || o.ClientID == "" {
+		return nil, nil
+	}
+	s := &upstreamauth.SignIn{Issuer: o.Issuer, ClientID: o.ClientID}
+	if o.ClientSecretEnv != "" {
+		v, ok := lookupEnv(o.ClientSecretEnv)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("%s: auth.oidc.client_secret_env: %s is not set", cfg.Path, o.ClientSecretEnv)
+		}
+		s.ClientSecret = v
+	}
+	return s, nil
+}
+
 // exchangeOf is token exchange at cfg's [auth.oidc] issuer: what is
-// exchanged is the caller's own bearer token, when the issuer issued it
-// (never an Ash context token, nor a token of another issuer).
+// exchanged is the token the caller of ctx was verified from, at /mcp or
+// /rpc, when that issuer issued it to sub (never an Ash context token,
+// a token of another issuer, or another subject's).
 func exchangeOf(cfg *config.Config) upstreamauth.Exchange {
 	if cfg.Auth.OIDC == nil {
 		return upstreamauth.Exchange{}
 	}
 	issuer := cfg.Auth.OIDC.Issuer
-	return upstreamauth.Exchange{Issuer: issuer, SubjectToken: func(ctx context.Context) string {
-		c := server.CallerFrom(ctx)
-		if c == nil || c.Anonymous || c.Claims == nil || c.Claims.Issuer != issuer {
+	return upstreamauth.Exchange{Issuer: issuer, SubjectToken: func(ctx context.Context, sub string) string {
+		raw, c := router.CallerToken(ctx)
+		if c == nil || c.Claims == nil || c.Claims.Issuer != issuer || c.Sub != sub {
 			return ""
 		}
-		return server.BearerFrom(ctx)
+		return raw
 	}}
 }
 

@@ -69,6 +69,12 @@ const (
 	// maxOutbox is about how many bytes of lines, hashed and waiting to be
 	// written, the writer runs ahead of the disk.
 	maxOutbox = 16 * chunkSize
+	// headEvery: the .head sidecar is replaced at most this often (and at
+	// every Flush, rotation and Close). Each replacement is a file made,
+	// fsynced and renamed, which at one group every FlushInterval was
+	// most of the log's CPU per second; the head is a hint that lags the
+	// log anyway (see writeHead).
+	headEvery = time.Second
 )
 
 // Log is an append-only, hash-chained audit log file. It is safe for
@@ -134,7 +140,10 @@ type Log struct {
 	size      int64 // bytes of whole lines in the file
 	wroteSeq  uint64
 	wroteHash [sha256.Size]byte
-	synced    uint64 // last line fsynced and recorded in .head
+	synced    uint64 // last line fsynced
+	headSeq   uint64 // last line recorded in .head by this Log
+	headAt    time.Time
+	headEvery time.Duration // headEvery; tests shorten or lengthen it
 	fclosed   bool
 	rebuf     []byte // for rechain
 	noFalloc  bool   // the filesystem cannot reserve space
@@ -218,6 +227,7 @@ func Open(path string, opts Options) (*Log, error) {
 		reserve:    opts.Reserve,
 		onHealth:   opts.OnHealth,
 		headKey:    opts.HeadKey,
+		headEvery:  headEvery,
 		f:          f,
 		w:          f,
 		wsig:       make(chan struct{}, 1),
@@ -278,7 +288,7 @@ func (l *Log) resume() error {
 			return err
 		}
 	}
-	l.wroteSeq, l.wroteHash, l.synced = l.seq, l.prev, l.seq
+	l.wroteSeq, l.wroteHash, l.synced, l.headSeq = l.seq, l.prev, l.seq, l.seq
 	l.tailSeq, l.tailHash = l.seq, l.prev
 	h, ok, err := readHead(l.path + ".head")
 	if err != nil {
@@ -417,7 +427,7 @@ func signal(c chan struct{}) {
 // tried again.
 func (l *Log) Flush() error {
 	l.write()
-	l.io()
+	l.io(true)
 	return l.takeErr()
 }
 
@@ -443,7 +453,7 @@ func (l *Log) Close() error {
 	l.write()
 	close(l.iostp)
 	<-l.iodon
-	if !l.io() {
+	if !l.io(true) {
 		l.omu.Lock()
 		var last *chunk
 		for _, c := range l.outbox {
@@ -553,13 +563,18 @@ func (l *Log) ioer() {
 	defer close(l.iodon)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	// head fires when a head held back by headEvery is due, so that a
+	// burst followed by silence is not left out of .head until Close.
+	head := time.NewTimer(time.Hour)
+	head.Stop()
 	for {
 		select {
 		case <-l.iosig:
+		case <-head.C:
 		case <-l.iostp:
 			return
 		}
-		if !l.io() {
+		if !l.io(false) {
 			t.Reset(l.interval)
 			select {
 			case <-t.C:
@@ -568,7 +583,21 @@ func (l *Log) ioer() {
 			}
 			signal(l.iosig)
 		}
+		if due := l.headDue(); due > 0 {
+			head.Reset(due)
+		}
 	}
+}
+
+// headDue is how long until the head held back by headEvery is due; 0
+// when .head names every line synced.
+func (l *Log) headDue() time.Duration {
+	l.iomu.Lock()
+	defer l.iomu.Unlock()
+	if l.fclosed || l.headSeq >= l.synced {
+		return 0
+	}
+	return max(l.headEvery-time.Since(l.headAt), time.Millisecond)
 }
 
 // queue is encoded events, in blocks. Each event is the head and tail
@@ -785,7 +814,7 @@ func (l *Log) post(c *chunk) {
 // first in the outbox, to be tried again with the same seqs and prevs, so
 // the chain on disk never skips a record. If it cannot be cut back the log
 // is broken, and what the outbox holds is dropped and counted.
-func (l *Log) io() bool {
+func (l *Log) io(forceHead bool) bool {
 	l.iomu.Lock()
 	defer l.iomu.Unlock()
 	if l.fclosed {
@@ -794,7 +823,8 @@ func (l *Log) io() bool {
 	l.omu.Lock()
 	idle := len(l.outbox) == 0
 	l.omu.Unlock()
-	if idle && l.wroteSeq <= l.synced && l.sick.Load() == nil {
+	if idle && l.wroteSeq <= l.synced && l.sick.Load() == nil &&
+		(l.headSeq >= l.synced || !(forceHead || time.Since(l.headAt) >= l.headEvery)) {
 		return true
 	}
 	if l.broken.Load() {
@@ -808,7 +838,7 @@ func (l *Log) io() bool {
 		return false
 	}
 	defer func() { unlockFile(l.f) }() // l.f as it is then: rotation may swap in a new file, locked
-	err := l.ioLocked(idle)
+	err := l.ioLocked(idle, forceHead)
 	l.account(0)
 	if err != nil {
 		l.setErr(err)
@@ -826,8 +856,9 @@ func (l *Log) io() bool {
 	return true
 }
 
-// ioLocked is io's work under the flock.
-func (l *Log) ioLocked(idle bool) error {
+// ioLocked is io's work under the flock; forceHead replaces .head even
+// if it was replaced less than headEvery ago.
+func (l *Log) ioLocked(idle, forceHead bool) error {
 	if !idle {
 		if err := l.follow(); err != nil {
 			return err
@@ -905,14 +936,16 @@ func (l *Log) ioLocked(idle bool) error {
 			return fmt.Errorf("audit: %s: fsync: %w", l.path, err)
 		}
 		l.syncs.Add(1)
-		// The lines are durable now. The sidecar is a hint that lags
-		// behind anyway (VerifyFile accepts a log longer than it), so
-		// failing to replace it refuses no call: Flush and Close report
-		// it, and the next group tries again.
-		if err := l.writeHead(l.wroteSeq, &l.wroteHash); err != nil {
+		l.synced = l.wroteSeq
+	}
+	// The lines are durable now. The sidecar is a hint that lags behind
+	// anyway (VerifyFile accepts a log longer than it), so it is replaced
+	// at most every headEvery, and failing to replace it refuses no call:
+	// Flush and Close report it, and the next group tries again.
+	if l.headSeq < l.synced && (forceHead || time.Since(l.headAt) >= l.headEvery) {
+		if err := l.writeHead(l.synced, &l.wroteHash); err != nil {
 			l.setErr(err)
 		}
-		l.synced = l.wroteSeq
 	}
 	return rotErr
 }
@@ -951,5 +984,6 @@ func (l *Log) writeHead(seq uint64, hash *[sha256.Size]byte) error {
 	if err != nil {
 		return fmt.Errorf("audit: %s: %w", head, err)
 	}
+	l.headSeq, l.headAt = seq, time.Now()
 	return nil
 }

@@ -144,6 +144,15 @@ func (a *Auth) HS256OffBy() string {
 type OIDC struct {
 	Issuer   string `toml:"issuer"`   // the exact iss; its discovery document is at Issuer/.well-known/openid-configuration
 	Audience string `toml:"audience"` // the aud its tokens must carry; default auth.audience
+	// ClientID is capgate's client at this provider for browsers: with it,
+	// a page that links an account on an upstream (auth = "oauth" or
+	// "user-token") first signs the browser in here, and goes on only for
+	// the subject the link is for. Register <server.public_url>/oauth/signin
+	// as its redirect URI. Without it, whoever opens a link can complete it.
+	ClientID string `toml:"client_id"`
+	// ClientSecretEnv names the environment variable holding that client's
+	// secret, if the provider gave it one.
+	ClientSecretEnv string `toml:"client_secret_env"`
 }
 
 // Anonymous lets callers without a token in, as one narrow subject.

@@ -107,6 +107,14 @@ func (c *Config) validate(fail func(key, format string, args ...any)) {
 		} else {
 			checkHTTPURL("auth.oidc.issuer", o.Issuer, fail)
 		}
+		if o.ClientID != "" && c.Server.PublicURL == "" {
+			fail("auth.oidc.client_id", "signing browsers in needs server.public_url: the redirect URI is <public_url>/oauth/signin")
+		}
+		if o.ClientSecretEnv != "" && o.ClientID == "" {
+			fail("auth.oidc.client_secret_env", "is the secret of client_id, which is not set")
+		} else if o.ClientSecretEnv != "" && !upperEnv.MatchString(o.ClientSecretEnv) {
+			fail("auth.oidc.client_secret_env", "%q is not an environment variable name", o.ClientSecretEnv)
+		}
 	}
 	grants := func(key string, gs []string) {
 		for i, g := range gs {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/capgate/capgate/sandbox"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -45,18 +46,21 @@ func hashDefinition(def []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// definition is what DefinitionHash hashes, as JSON.
+type definition struct {
+	Name         string           `json:"name"`
+	Title        string           `json:"title,omitempty"`
+	Description  string           `json:"description"`
+	InputSchema  json.RawMessage  `json:"input_schema,omitempty"`
+	OutputSchema json.RawMessage  `json:"output_schema,omitempty"`
+	Annotations  tool.Annotations `json:"annotations"`
+	Launch       json.RawMessage  `json:"launch,omitempty"`
+}
+
 // Definition is the JSON document DefinitionHash hashes: the tool's name,
-// title, description, schemas, annotations and launch digest.
+// title, description, schemas, annotations and launch.
 func Definition(d *tool.Descriptor) json.RawMessage {
-	b, _ := json.Marshal(struct {
-		Name         string           `json:"name"`
-		Title        string           `json:"title,omitempty"`
-		Description  string           `json:"description"`
-		InputSchema  json.RawMessage  `json:"input_schema,omitempty"`
-		OutputSchema json.RawMessage  `json:"output_schema,omitempty"`
-		Annotations  tool.Annotations `json:"annotations"`
-		Launch       string           `json:"launch,omitempty"`
-	}{d.Name, d.Title, d.Description, compact(d.InputSchema), compact(d.OutputSchema), d.Annotations, d.Launch})
+	b, _ := json.Marshal(definition{d.Name, d.Title, d.Description, compact(d.InputSchema), compact(d.OutputSchema), d.Annotations, compact(d.Launch)})
 	return b
 }
 
@@ -199,11 +203,53 @@ func WriteLock(path string, tools []*tool.Descriptor) error {
 	return l.Write(path)
 }
 
-// launchChanged reports whether the pinned definition def (when the lock
-// keeps it) had another launch digest than d.
-func launchChanged(def json.RawMessage, d *tool.Descriptor) bool {
-	var pinned struct {
-		Launch string `json:"launch"`
+// judge is the lock's word on d, whose definition (listed, before
+// overrides) no longer hashes to its pin; def is the pinned definition
+// when the lock's sidecar keeps it. quarantine is why d may not run ("":
+// it may); note, when it may, what the operator should still do.
+//
+// d may run when only its declared guarantees tightened (the launcher
+// enforces the new ones), or when its pin predates launch pins (a
+// capgate.lock written before capgate pinned how MCP servers and bridge
+// providers start, or an extension command's launch as a digest): that
+// pin still vouches for everything it covered, and `capgate tools lock`
+// adds the launch.
+func judge(pin string, def, listed json.RawMessage, d *tool.Descriptor) (quarantine, note string) {
+	const review = "; review it and run `capgate tools lock`"
+	var now sandbox.Launch
+	if len(d.Launch) > 0 && json.Unmarshal(d.Launch, &now) == nil {
+		legacy, _ := json.Marshal(now.Digest())
+		for _, old := range []json.RawMessage{nil, legacy} {
+			if hashDefinition(withLaunch(listed, old)) == pin {
+				return "", "capgate.lock pinned it before it pinned launches (run, program digest, declared guarantees); run `capgate tools lock` to pin them"
+			}
+		}
 	}
-	return len(def) > 0 && json.Unmarshal(def, &pinned) == nil && pinned.Launch != d.Launch
+	if len(def) == 0 || !bytes.Equal(withLaunch(def, nil), withLaunch(listed, nil)) {
+		return "its definition changed since capgate.lock pinned it" + review, ""
+	}
+	var pinned struct {
+		Launch *sandbox.Launch `json:"launch"`
+	}
+	if json.Unmarshal(def, &pinned) != nil || pinned.Launch == nil || len(d.Launch) == 0 {
+		return "its run, program or declared guarantees changed since capgate.lock pinned it" + review, ""
+	}
+	changes, loosened := sandbox.CompareLaunch(*pinned.Launch, now)
+	if loosened {
+		return "its run, program or declared guarantees changed since capgate.lock pinned it (" + strings.Join(changes, ", ") + ")" + review, ""
+	}
+	return "", "its declared guarantees only tightened since capgate.lock pinned it (" + strings.Join(changes, ", ") + "); run `capgate tools lock` to pin them"
+}
+
+// withLaunch is the definition def with its launch replaced by launch
+// (nil: none), for comparing definitions apart from their launch and for
+// reproducing pins written before launches were pinned whole.
+func withLaunch(def, launch json.RawMessage) []byte {
+	var d definition
+	if json.Unmarshal(def, &d) != nil {
+		return nil
+	}
+	d.Launch = launch
+	b, _ := json.Marshal(d)
+	return b
 }

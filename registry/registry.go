@@ -60,6 +60,9 @@ type Registry struct {
 	lock     atomic.Pointer[Lock] // the pins (opts.Lock, then SetLock's)
 	mu       sync.Mutex           // serialises refreshes
 	lastGood map[string][]*tool.Descriptor
+	// noted holds, by tool id, the definition hash whose outdated pin
+	// was logged (under mu), so each is logged once.
+	noted    map[string]string
 	changed  chan struct{}
 	watchers []func(*Snapshot)
 	inflight atomic.Int64 // calls held or in Call now; Drain waits for none
@@ -76,7 +79,7 @@ func New(ctx context.Context, sources []tool.Source, opts Options) (*Registry, e
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Registry{sources: sources, byKey: map[string]tool.Source{}, opts: opts,
-		lastGood: map[string][]*tool.Descriptor{}, changed: make(chan struct{}, 1)}
+		lastGood: map[string][]*tool.Descriptor{}, noted: map[string]string{}, changed: make(chan struct{}, 1)}
 	r.lock.Store(opts.Lock)
 	for _, s := range sources {
 		key := SourceKey(s)
@@ -175,6 +178,14 @@ func (r *Registry) Refresh(ctx context.Context) error {
 		return err
 	}
 	snap.down = maps.Clone(r.failures)
+	for key := range snap.down {
+		if p := r.Prefix(key); p != "" {
+			if snap.downNames == nil {
+				snap.downNames = map[string]string{}
+			}
+			snap.downNames[sanitize(p)+"__"] = key
+		}
+	}
 	r.snap.Store(snap)
 	for _, w := range r.watchers {
 		w(snap)
@@ -198,7 +209,8 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 	var errs []error
 	for _, src := range listed {
 		d := src.Clone()
-		d.DefinitionHash = DefinitionHash(d)
+		listedDef := Definition(d)
+		d.DefinitionHash = hashDefinition(listedDef)
 		srcKey := string(d.Kind) + ":" + d.Source
 		prefix, ok := r.opts.Prefixes[srcKey]
 		if !ok {
@@ -232,11 +244,13 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 			}
 			switch {
 			case pinned && pin != d.DefinitionHash:
-				d.Quarantined = "its definition changed since capgate.lock pinned it; review it and run `capgate tools lock`"
-				if launchChanged(lock.Defs[pin], d) {
-					d.Quarantined = "its run, program or declared guarantees changed since capgate.lock pinned it; review it and run `capgate tools lock`"
+				var note string
+				if d.Quarantined, note = judge(pin, lock.Defs[pin], listedDef, d); d.Quarantined != "" {
+					r.opts.Logger.Warn("tool quarantined", "tool", d.ID, "why", d.Quarantined)
+				} else if r.noted[d.ID] != d.DefinitionHash {
+					r.noted[d.ID] = d.DefinitionHash
+					r.opts.Logger.Warn("tool runs under an outdated pin", "tool", d.ID, "note", note)
 				}
-				r.opts.Logger.Warn("tool quarantined", "tool", d.ID, "why", d.Quarantined)
 			case !pinned && r.opts.RequireLock:
 				d.Quarantined = "it is not in capgate.lock and policy.require_lock is set; review it and run `capgate tools lock`"
 			}
@@ -322,6 +336,9 @@ type Snapshot struct {
 	// description an operator overrides (Definition needs them).
 	listedDesc map[string]string
 	down       map[string]error // sources whose listing failed, by key
+	// downNames maps the exposed-name prefix ("files__") of each down
+	// source that has one to its key.
+	downNames map[string]string
 }
 
 // Definition is the definition of the tool id as its source listed it
@@ -374,6 +391,29 @@ func (r *Registry) SetLock(ctx context.Context, l *Lock) error {
 // Down is why the source with key ("mcp:files") failed to list its tools
 // at this snapshot's refresh (a server that would not start), or nil.
 func (s *Snapshot) Down(key string) error { return s.down[key] }
+
+// AnyDown reports whether any source failed to list at this refresh.
+func (s *Snapshot) AnyDown() bool { return len(s.down) > 0 }
+
+// DownTool is, for a tool the catalog lacks, the id it would have and why
+// its source is down, when name is a tool id ("mcp:files:read") or an
+// exposed name ("files__read") of a source whose listing failed (a stdio
+// server that would not start); a nil err otherwise. An exposed name
+// without a prefix cannot be told apart from any other unknown name.
+func (s *Snapshot) DownTool(name string) (id string, err error) {
+	if kind, rest, found := strings.Cut(name, ":"); found {
+		if source, _, found := strings.Cut(rest, ":"); found {
+			return name, s.down[kind+":"+source]
+		}
+		return "", nil
+	}
+	for prefix, key := range s.downNames {
+		if rest, found := strings.CutPrefix(name, prefix); found && rest != "" {
+			return key + ":" + rest, s.down[key]
+		}
+	}
+	return "", nil
+}
 
 // Lookup finds a tool by id.
 func (s *Snapshot) Lookup(id string) (*tool.Descriptor, bool) {
@@ -436,6 +476,9 @@ func (r *Registry) Call(ctx context.Context, id string, c tool.Call) (*tool.Resu
 			Gate: "definition_pin", Hint: "an operator reviews the new definition and runs `capgate tools lock`"}
 	}
 	if !d.Available {
+		if err := r.Snapshot().Down(string(d.Kind) + ":" + d.Source); err != nil {
+			return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s is unavailable: its source %s:%s is down: %v", id, d.Kind, d.Source, err)
+		}
 		return nil, tool.Errorf(tool.CodeBackendUnavailable, "%s is unavailable: its source is not answering", id)
 	}
 	src, ok := r.Source(d)

@@ -426,24 +426,32 @@ func (r *Router) resolve(c *Caller, name string, byID bool) (*tool.Descriptor, e
 	return d, nil
 }
 
-// downSource answers a call by id of a tool whose source failed to list
-// (a stdio server that would not start) with why, as
-// capability_backend_unavailable, when the caller may see that tool;
+// downSource answers a call of a tool whose source failed to list (a
+// stdio server that would not start), by id or by exposed name, with why,
+// as capability_backend_unavailable, when the caller may see that tool;
 // nil otherwise (not found, as any unknown tool).
-func (r *Router) downSource(c *Caller, snap *registry.Snapshot, id string) *tool.Error {
-	kind, rest, ok := strings.Cut(id, ":")
-	source, _, ok2 := strings.Cut(rest, ":")
-	if !ok || !ok2 {
-		return nil
-	}
-	err := snap.Down(kind + ":" + source)
+func (r *Router) downSource(c *Caller, snap *registry.Snapshot, name string) *tool.Error {
+	id, err := snap.DownTool(name)
 	if err == nil || !(c.grants.Allows(permissions.Required(permissions.Fetch, permissions.Tool, id)) ||
 		c.grants.Allows(permissions.Required(permissions.Execute, permissions.Tool, id))) {
 		return nil
 	}
+	kind, rest, _ := strings.Cut(id, ":")
+	source, _, _ := strings.Cut(rest, ":")
 	e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s: its source %s:%s is down: %v", id, kind, source, err)
 	e.Gate = GateResolve
 	return e
+}
+
+// DownSource is the error a call of name (a tool id or exposed name)
+// gets from the resolve gate because the tool's source is down, when c
+// may see such a tool; nil otherwise. The MCP front door asks it of a
+// tool it does not list, to answer as the router would.
+func (r *Router) DownSource(c *Caller, name string) *tool.Error {
+	if c == nil {
+		return nil
+	}
+	return r.downSource(c, r.opts.Registry.Snapshot(), name)
 }
 
 // idHint is how the capability RPC names a tool: a bridge operation by

@@ -7,12 +7,15 @@ package rpc
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/registry"
 	"github.com/capgate/capgate/router"
+	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
 	"github.com/capgate/capgate/toolsearch"
 )
@@ -82,6 +85,12 @@ type Handler struct {
 	// Search answers capability.search: the tools c could call that best
 	// match the query. nil: the method is refused.
 	Search func(c *router.Caller, in toolsearch.SearchInput) ([]toolsearch.Hit, error)
+	// Metrics and Tracer observe every request (nil: off), as the front
+	// door does MCP's; ExposedName names a tool id capgate serves (false:
+	// none) for their labels.
+	Metrics     *telemetry.Metrics
+	Tracer      *telemetry.Tracer
+	ExposedName func(id string) (string, bool)
 }
 
 type rpcMethod func(h *Handler, r *http.Request, c *router.Caller, params json.RawMessage) (any, error)
@@ -122,8 +131,56 @@ func writeRPC(w http.ResponseWriter, resp rpcResponse) {
 
 func (h *Handler) handle(r *http.Request, body []byte) rpcResponse {
 	var req rpcRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return rpcResponse{Error: &rpcError{Code: rpcParseError, Message: "parse error: " + err.Error()}}
+	err := json.Unmarshal(body, &req)
+	if h.Metrics == nil && h.Tracer == nil {
+		return h.dispatch(r, req, err)
+	}
+	ctx, op := telemetry.BeginRPC(r.Context(), h.Metrics, h.Tracer, h.opRequest(r, req, err))
+	resp := h.dispatch(r.WithContext(ctx), req, err)
+	if e := resp.Error; e != nil {
+		if e.Data != nil {
+			op.Fail(string(e.Data.Code))
+		} else {
+			op.Fail(strconv.Itoa(e.Code)) // a JSON-RPC error: its code, as the conventions say
+		}
+	}
+	op.End()
+	return resp
+}
+
+// opRequest is what the metrics and the span name of req: only a method
+// of the RPC, and a tool capgate serves, by its exposed name, else
+// telemetry.Other.
+func (h *Handler) opRequest(r *http.Request, req rpcRequest, parseErr error) telemetry.RPCRequest {
+	o := telemetry.RPCRequest{Method: telemetry.Other, TraceParent: r.Header.Get("traceparent"), TraceState: r.Header.Get("tracestate")}
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		o.Transport = a.Network()
+	}
+	if parseErr != nil {
+		return o
+	}
+	o.ID = strings.Trim(string(req.ID), `"`)
+	if _, ok := rpcMethods[req.Method]; ok {
+		o.Method = req.Method
+	}
+	if o.Method == "capability.invoke" {
+		o.Tool = telemetry.Other
+		var p struct{ Capability, Operation string }
+		if json.Unmarshal(req.Params, &p) == nil && h.ExposedName != nil {
+			if id, err := toolID(p.Capability, p.Operation); err == nil {
+				if name, ok := h.ExposedName(id); ok {
+					o.Tool, o.ToolID = name, id
+				}
+			}
+		}
+	}
+	return o
+}
+
+// dispatch answers req (parseErr: its body was not JSON).
+func (h *Handler) dispatch(r *http.Request, req rpcRequest, parseErr error) rpcResponse {
+	if parseErr != nil {
+		return rpcResponse{Error: &rpcError{Code: rpcParseError, Message: "parse error: " + parseErr.Error()}}
 	}
 	resp := rpcResponse{ID: req.ID}
 	if req.JSONRPC != "2.0" || req.Method == "" {
@@ -158,6 +215,8 @@ func (h *Handler) handle(r *http.Request, body []byte) rpcResponse {
 		resp.Error = &rpcError{Code: rpcInvalidParams, Message: rpcMessage(err), Data: rpcErrData(err)}
 		return resp
 	}
+	// Token exchange (upstreamauth) trades this same token at its issuer.
+	r = r.WithContext(router.WithCallerToken(r.Context(), caller, raw))
 	result, err := m(h, r, caller, params)
 	if err != nil {
 		code := rpcInternalError
@@ -338,15 +397,9 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 	if err := router.CheckClientInvocationID(p.InvocationID); err != nil {
 		return nil, paramsError{"invalid params: invocation_id " + err.Error()}
 	}
-	name := p.Capability
-	if p.Operation != "" && p.Operation != defaultOperation {
-		// A bridge capability gog.email with operation send is the tool
-		// bridge:gog:email.send.
-		ns, capName, ok := strings.Cut(p.Capability, ".")
-		if !ok {
-			return nil, tool.Errorf(tool.CodeNotFound, "no capability named %q: capability ids are namespaced, such as gog.email", p.Capability)
-		}
-		name = tool.ID(tool.KindBridge, ns, capName+"."+p.Operation)
+	name, err := toolID(p.Capability, p.Operation)
+	if err != nil {
+		return nil, err
 	}
 	if p.Mode != nil {
 		// A planning call answers with the decision, allowed or not: the
@@ -370,6 +423,9 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 	if err != nil {
 		return nil, invokeError{err, inv.ID, p.InvocationID}
 	}
+	if res.IsError {
+		telemetry.OpFrom(r.Context()).Fail(telemetry.ToolError)
+	}
 	// request_id is the invocation id, under the name Ash's spec gives it.
 	out := map[string]any{"ok": !res.IsError, "output": output(res), "request_id": inv.ID,
 		"invocation_id": inv.ID, "duration_ms": inv.DurationMS(), "side_effects": inv.SideEffectNames()}
@@ -377,6 +433,20 @@ func (h *Handler) invoke(r *http.Request, c *router.Caller, params json.RawMessa
 		out["client_invocation_id"] = p.InvocationID
 	}
 	return out, nil
+}
+
+// toolID is the id of the tool a capability and operation name: the
+// capability itself, or for a bridge capability gog.email with operation
+// send, the tool bridge:gog:email.send.
+func toolID(capability, operation string) (string, error) {
+	if operation == "" || operation == defaultOperation {
+		return capability, nil
+	}
+	ns, capName, ok := strings.Cut(capability, ".")
+	if !ok {
+		return "", tool.Errorf(tool.CodeNotFound, "no capability named %q: capability ids are namespaced, such as gog.email", capability)
+	}
+	return tool.ID(tool.KindBridge, ns, capName+"."+operation), nil
 }
 
 // output is the structured result when there is one, else the content.

@@ -42,6 +42,9 @@ type Confinement struct {
 	// Observe, set per call, is told of each socket and new process the
 	// kernel refuses it (Spec.Observe).
 	Observe func(Key)
+	// Declared is what its source declared, before overrides: what
+	// capgate.lock pins (Launch).
+	Declared Declared
 }
 
 // For derives the confinement of a process with declaration decl, whose
@@ -50,7 +53,12 @@ type Confinement struct {
 func (p Policy) For(key string, decl Declared, own ...string) (Confinement, []string) {
 	over := p.Overrides[key]
 	g, notes := Derive(decl, over, p.Trust)
-	return Confinement{Guarantees: g, Deny: slices.Clone(p.Deny), Own: own, AllowUnsafe: over.AllowUnsafe, RunAs: p.RunAs}, notes
+	return Confinement{Guarantees: g, Deny: slices.Clone(p.Deny), Own: own, AllowUnsafe: over.AllowUnsafe, RunAs: p.RunAs, Declared: decl}, notes
+}
+
+// Launch pins argv run from dir under c's declaration (see Launch).
+func (c Confinement) Launch(argv []string, dir string) Launch {
+	return NewLaunch(argv, dir, c.Declared)
 }
 
 // Unreachable says why c's user cannot run argv in dir by the file modes

@@ -33,10 +33,7 @@ func (a *bearerAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx := WithCaller(r.Context(), c)
-	if !c.Anonymous {
-		ctx = WithBearer(ctx, httpadmit.BearerToken(r.Header.Get("Authorization")))
-	}
+	ctx := router.WithCallerToken(WithCaller(r.Context(), c), c, httpadmit.BearerToken(r.Header.Get("Authorization")))
 	a.next.ServeHTTP(w, r.WithContext(ctx))
 }
 

@@ -78,7 +78,8 @@ func (s *Server) handler(fast bool) http.Handler {
 	mux.Handle(metadataPath, metadataHandler(s.issuer))
 	mux.Handle("/.well-known/oauth-protected-resource", metadataHandler(s.issuer))
 	mux.HandleFunc("/rpc", func(w http.ResponseWriter, r *http.Request) {
-		(&rpc.Handler{Router: s.Router(), MaxBody: max, Search: s.MCP.rpcSearch}).ServeHTTP(w, r) // the router of now (Swap)
+		(&rpc.Handler{Router: s.Router(), MaxBody: max, Search: s.MCP.rpcSearch, // the router of now (Swap)
+			Metrics: s.MCP.metrics, Tracer: s.MCP.tracer, ExposedName: s.MCP.exposedName}).ServeHTTP(w, r)
 	})
 	mux.HandleFunc(internalPath, func(w http.ResponseWriter, r *http.Request) { s.MCP.serveInternal(w, r, max) })
 	if s.browser != nil {

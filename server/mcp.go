@@ -57,20 +57,6 @@ func WithCaller(ctx context.Context, c *router.Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
 
-type bearerKey struct{}
-
-// WithBearer returns ctx carrying the caller's own verified bearer token:
-// for token exchange (upstreamauth), never to be sent on or logged.
-func WithBearer(ctx context.Context, raw string) context.Context {
-	return context.WithValue(ctx, bearerKey{}, raw)
-}
-
-// BearerFrom returns the bearer token WithBearer put in ctx, or "".
-func BearerFrom(ctx context.Context) string {
-	raw, _ := ctx.Value(bearerKey{}).(string)
-	return raw
-}
-
 // CallerFrom returns the caller ctx carries, or nil.
 func CallerFrom(ctx context.Context) *router.Caller {
 	c, _ := ctx.Value(callerKey{}).(*router.Caller)

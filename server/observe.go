@@ -79,6 +79,16 @@ func (m *MCP) toolLabel(raw []byte) string {
 	return telemetry.Other
 }
 
+// exposedName is the name MCP clients see of the tool id names, when
+// capgate serves it: /rpc's label for the tool it calls.
+func (m *MCP) exposedName(id string) (string, bool) {
+	d, ok := m.reg().Snapshot().Lookup(id)
+	if !ok {
+		return "", false
+	}
+	return d.ExposedName, true
+}
+
 // outcome is a call's error type: its stable code, tool_error when the
 // tool answered with isError, "" when it succeeded.
 func outcome(isError bool, err error) string {

@@ -14,10 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Metric names. The first is the OpenTelemetry MCP semantic conventions'
-// mcp.server.operation.duration, as Prometheus spells it.
+// Metric names. The first two are the OpenTelemetry semantic conventions'
+// mcp.server.operation.duration and rpc.server.call.duration (the
+// capability RPC's requests), as Prometheus spells them.
 const (
 	MetricOperationDuration = "mcp_server_operation_duration_seconds"
+	MetricRPCCallDuration   = "rpc_server_call_duration_seconds"
 	MetricDenials           = "capgate_denials_total"
 	MetricUpstreamErrors    = "capgate_upstream_errors_total"
 	MetricSandboxDenials    = "capgate_sandbox_denials_total"
@@ -35,6 +37,7 @@ var durationBuckets = []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30
 type Metrics struct {
 	reg        *prometheus.Registry
 	opDuration *prometheus.HistogramVec
+	rpcCalls   *prometheus.HistogramVec
 	denials    *prometheus.CounterVec
 	upstream   *prometheus.CounterVec
 	sandbox    *prometheus.CounterVec
@@ -59,6 +62,11 @@ func NewMetrics(o MetricsOptions) *Metrics {
 			Help:    "Duration of MCP requests as the server saw them (mcp.server.operation.duration). gen_ai_tool_name is an exposed tool name or \"other\"; error_type is empty on success, else the stable error code (tool_error when the tool reported an error).",
 			Buckets: durationBuckets,
 		}, []string{"mcp_method_name", "gen_ai_tool_name", "error_type"}),
+		rpcCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricRPCCallDuration,
+			Help:    "Duration of capability RPC requests (POST /rpc) as the server saw them (rpc.server.call.duration). rpc_method is a method of the RPC or \"other\"; gen_ai_tool_name and error_type are as in " + MetricOperationDuration + ".",
+			Buckets: durationBuckets,
+		}, []string{"rpc_method", "gen_ai_tool_name", "error_type"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricDenials,
 			Help: "Tool calls refused or failed, by stable error code and the gate that refused them.",
@@ -76,7 +84,7 @@ func NewMetrics(o MetricsOptions) *Metrics {
 			Help: "Tool calls inside the router now, from every front door.",
 		}),
 	}
-	m.reg.MustRegister(m.opDuration, m.denials, m.upstream, m.sandbox, m.inFlight)
+	m.reg.MustRegister(m.opDuration, m.rpcCalls, m.denials, m.upstream, m.sandbox, m.inFlight)
 	if o.Sources != nil {
 		m.reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricSourcesAvailable,
@@ -105,6 +113,14 @@ func (m *Metrics) Operation(method, toolName, errorType string, d time.Duration)
 		return
 	}
 	m.opDuration.WithLabelValues(method, toolName, errorType).Observe(d.Seconds())
+}
+
+// rpcCall records one capability RPC request.
+func (m *Metrics) rpcCall(method, toolName, errorType string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.rpcCalls.WithLabelValues(method, toolName, errorType).Observe(d.Seconds())
 }
 
 // CallStarted and CallDone bracket one tool call in the router.

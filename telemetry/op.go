@@ -45,10 +45,21 @@ type Request struct {
 	TraceParent, TraceState                   string
 }
 
-// Op is one MCP request being served: its duration goes to the
-// histogram, its span to the tracer.
+// RPCRequest is what the capability RPC read of one request. Method is
+// one of its methods or Other; Tool, for a call, the exposed name of the
+// tool it names, or Other when capgate serves no such tool (the caller's
+// own words never become a label), and ToolID that tool's id. The trace
+// parent comes from the HTTP headers.
+type RPCRequest struct {
+	Method, Tool, ToolID, ID, Transport string
+	TraceParent, TraceState             string
+}
+
+// Op is one MCP or capability RPC request being served: its duration
+// goes to the histogram, its span to the tracer.
 type Op struct {
 	m         *Metrics
+	rpc       bool // capability RPC: rpc_server_call_duration_seconds
 	start     time.Time
 	method    string
 	tool      string
@@ -91,6 +102,31 @@ func Begin(ctx context.Context, m *Metrics, t *Tracer, r Request) (context.Conte
 	return WithOp(ctx, op), op
 }
 
+// BeginRPC is Begin for one capability RPC request (POST /rpc): a server
+// span "{rpc.method} {tool}" with the MCP call's tool attributes, timed
+// into rpc_server_call_duration_seconds.
+func BeginRPC(ctx context.Context, m *Metrics, t *Tracer, r RPCRequest) (context.Context, *Op) {
+	op := &Op{m: m, rpc: true, start: time.Now(), method: r.Method, tool: r.Tool}
+	if t != nil {
+		name := r.Method
+		attrs := []attribute.KeyValue{attribute.String("rpc.system.name", "jsonrpc"), attribute.String("rpc.method", r.Method),
+			attribute.String("network.protocol.name", "http"), attribute.String("jsonrpc.protocol.version", "2.0")}
+		if r.Tool != "" {
+			name += " " + r.Tool
+			attrs = append(attrs, attribute.String("gen_ai.tool.name", r.Tool), attribute.String("gen_ai.operation.name", "execute_tool"))
+		}
+		for _, kv := range [...]struct{ k, v string }{{"capgate.tool.id", r.ToolID}, {"jsonrpc.request.id", r.ID},
+			{"network.transport", r.Transport}} {
+			if kv.v != "" {
+				attrs = append(attrs, attribute.String(kv.k, kv.v))
+			}
+		}
+		ctx = extract(ctx, r.TraceParent, r.TraceState)
+		ctx, op.span = t.Start(ctx, name, trace.SpanKindServer, attrs...)
+	}
+	return WithOp(ctx, op), op
+}
+
 // Fail records the request's outcome: a stable error code, or ToolError.
 func (o *Op) Fail(errorType string) {
 	if o != nil {
@@ -107,6 +143,10 @@ func (o *Op) End() {
 	if e := o.errorType.Load(); e != nil {
 		errorType = *e
 	}
-	o.m.Operation(o.method, o.tool, errorType, time.Since(o.start))
+	if o.rpc {
+		o.m.rpcCall(o.method, o.tool, errorType, time.Since(o.start))
+	} else {
+		o.m.Operation(o.method, o.tool, errorType, time.Since(o.start))
+	}
 	o.span.End(errorType)
 }

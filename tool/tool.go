@@ -93,11 +93,12 @@ type Descriptor struct {
 	Available        bool            `json:"available"`
 	// DefinitionHash pins what the source said of the tool (see registry).
 	DefinitionHash string `json:"definition_hash,omitempty"`
-	// Launch digests what the tool starts, where its source starts one per
-	// call (an extension command): its run argv, its program's bytes and
-	// its guarantees. It is part of the pinned definition, so a pack that
-	// rewrites its run or drops its capabilities is quarantined.
-	Launch string `json:"launch,omitempty"`
+	// Launch is what the tool's process starts as, where capgate starts
+	// one (an extension command, a stdio MCP server, a bridge provider):
+	// its run argv, its program's sha256 and its declared guarantees
+	// (sandbox.Launch). It is part of the pinned definition, so a pack
+	// that rewrites its run or drops its capabilities is quarantined.
+	Launch json.RawMessage `json:"launch,omitempty"`
 	// Quarantined, when set, says why the tool is listed but never callable.
 	Quarantined string `json:"quarantined,omitempty"`
 	// Guarantees are what the tool cannot do, for a tool whose process
@@ -119,6 +120,7 @@ func (d *Descriptor) Clone() *Descriptor {
 	c.Risk.Rules = slices.Clone(d.Risk.Rules)
 	c.AllowedChatTypes = slices.Clone(d.AllowedChatTypes)
 	c.Guarantees = d.Guarantees.Clone()
+	c.Launch = slices.Clone(d.Launch)
 	return &c
 }
 

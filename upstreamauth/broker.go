@@ -91,6 +91,10 @@ type Options struct {
 	RefreshBefore time.Duration
 	// Exchange configures token exchange (ModeTokenExchange).
 	Exchange Exchange
+	// SignIn, when set, has a link page sign the browser in at capgate's
+	// own OpenID provider and go on only for the link's subject
+	// (signin.go). nil: whoever opens a link can complete it.
+	SignIn *SignIn
 }
 
 // Broker holds each user's credentials for each server.
@@ -110,6 +114,7 @@ type Broker struct {
 	// waiting are the calls waiting for a user to link (WaitLinked), by
 	// sub and server.
 	waiting map[string]map[chan struct{}]struct{}
+	signIn  signInParty // with opts.SignIn
 }
 
 // SetOnLinked has f told, after the callback stored a token, that a user

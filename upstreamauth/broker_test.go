@@ -361,7 +361,7 @@ func TestTokenExchange(t *testing.T) {
 		Servers: []upstreamauth.Server{{Name: "wiki", URL: wiki.URL, Mode: upstreamauth.ModeTokenExchange}},
 		Exchange: upstreamauth.Exchange{Issuer: e.as.Issuer, TokenURL: e.as.Issuer + "/token",
 			ClientID: "capgate-exchange", ClientSecret: "exchange-secret-not-for-prod",
-			SubjectToken: func(ctx context.Context) string {
+			SubjectToken: func(ctx context.Context, _ string) string {
 				return strings.TrimPrefix(own.Get("Authorization"), "Bearer ")
 			}}})
 	if err != nil {

@@ -30,9 +30,9 @@ type Exchange struct {
 	// server's own (Server.ClientID) wins.
 	ClientID     string
 	ClientSecret string
-	// SubjectToken returns the caller's own verified token for ctx: the
-	// one exchanged.
-	SubjectToken func(ctx context.Context) string
+	// SubjectToken returns the verified token of ctx's caller when that
+	// caller is sub: the one exchanged.
+	SubjectToken func(ctx context.Context, sub string) string
 }
 
 type exchanged struct {
@@ -53,7 +53,7 @@ func (b *Broker) exchangeHeader(ctx context.Context, sub string, srv *Server, st
 	}
 	var subject string
 	if b.opts.Exchange.SubjectToken != nil {
-		subject = b.opts.Exchange.SubjectToken(ctx)
+		subject = b.opts.Exchange.SubjectToken(ctx, sub)
 	}
 	if subject == "" {
 		return nil, &tool.Error{Code: tool.CodeAuthRequired, Gate: "upstream_auth", Required: "mcp:" + srv.Name,

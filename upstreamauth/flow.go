@@ -52,6 +52,11 @@ type flowState struct {
 	// never on link flows.
 	Browser string `json:"browser,omitempty"`
 	Cookie  string `json:"cookie,omitempty"`
+	// Link is the link flow a sign-in to capgate itself (SignIn) goes back
+	// to; set on those only. SignedIn marks the pass such a sign-in, once
+	// done for the link's subject, gives that browser back to the link.
+	Link     string `json:"link,omitempty"`
+	SignedIn bool   `json:"signed_in,omitempty"`
 }
 
 // Begin starts linking sub's account on server and returns the link the
@@ -96,6 +101,7 @@ func (b *Broker) Handler() http.Handler {
 	mux.HandleFunc("GET "+LinkPath+"{flow}", b.serveLink)
 	mux.HandleFunc("POST "+LinkPath+"{flow}", b.servePost)
 	mux.HandleFunc("GET "+CallbackPath, b.serveCallback)
+	mux.HandleFunc("GET "+SignInPath, b.serveSignIn)
 	mux.HandleFunc("GET "+ClientMetadataPath, func(w http.ResponseWriter, r *http.Request) {
 		id := b.clientMetadataURL()
 		if id == "" {
@@ -143,7 +149,9 @@ func hashHex(v string) string {
 
 // serveLink shows the page a link opens: which capgate user is linked to
 // which server, and the button (or, for a user token, the form) that goes
-// on, with a fresh nonce in a cookie and in the form.
+// on, with a fresh nonce in a cookie and in the form. With a browser
+// sign-in (SignIn) that page comes only after the browser signed in as
+// the link's subject (signin.go).
 func (b *Broker) serveLink(w http.ResponseWriter, r *http.Request) {
 	f, st, srv, err := b.flowOf(r.Context(), r.PathValue("flow"), false)
 	if err == nil && st.Browser != "" {
@@ -153,10 +161,21 @@ func (b *Broker) serveLink(w http.ResponseWriter, r *http.Request) {
 		b.flowFailed(w, err)
 		return
 	}
+	if b.opts.SignIn != nil && !b.signedIn(r, f) {
+		b.beginSignIn(w, r, f, srv)
+		return
+	}
+	b.showLink(w, f, srv)
+}
+
+// showLink writes link flow f's page, whose button's post must carry the
+// nonce it sets in a cookie.
+func (b *Broker) showLink(w http.ResponseWriter, f *store.Flow, srv *Server) {
 	nonce := newID()
 	http.SetCookie(w, &http.Cookie{Name: linkCookie(f.ID), Value: nonce, Path: "/oauth/", Expires: f.ExpiresAt,
 		HttpOnly: true, Secure: strings.HasPrefix(b.opts.PublicURL, "https:"), SameSite: http.SameSiteLaxMode})
-	p := page{Title: "Link your account on " + srv.Name, Server: srv.Name, Sub: f.Sub, CSRF: nonce, Header: headerName(srv)}
+	p := page{Title: "Link your account on " + srv.Name, Server: srv.Name, Sub: f.Sub, CSRF: nonce, Header: headerName(srv),
+		Action: LinkPath + f.ID}
 	if srv.Mode == ModeUserToken {
 		p.Title, p.Form = "Your token for "+srv.Name, true
 	} else {
@@ -215,18 +234,25 @@ func (b *Broker) servePost(w http.ResponseWriter, r *http.Request) {
 		oauth2.SetAuthURLParam("resource", next.Upstream.Resource)), http.StatusSeeOther)
 }
 
+// sameBrowser reports whether r comes from the browser that began
+// sign-in flow st: its cookie holds the nonce whose hash st keeps.
+func sameBrowser(r *http.Request, st *flowState) bool {
+	c, err := r.Cookie(st.Cookie)
+	return err == nil && subtle.ConstantTimeCompare([]byte(hashHex(c.Value)), []byte(st.Browser)) == 1
+}
+
 func (b *Broker) serveCallback(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	id := q.Get("state")
 	f, st, srv, err := b.flowOf(r.Context(), id, false)
-	if err == nil && st.Browser == "" {
-		err = store.ErrFlowInvalid // a link flow's id is no state
+	if err == nil && (st.Browser == "" || st.Link != "") {
+		err = store.ErrFlowInvalid // a link's or a capgate sign-in's id is no state here
 	}
 	if err != nil {
 		b.flowFailed(w, err)
 		return
 	}
-	if c, cerr := r.Cookie(st.Cookie); cerr != nil || subtle.ConstantTimeCompare([]byte(hashHex(c.Value)), []byte(st.Browser)) != 1 {
+	if !sameBrowser(r, st) {
 		// Login CSRF: another browser (or site) brings this answer. The flow
 		// stays for the browser that began it.
 		b.opts.Logger.Warn("oauth callback: the answer came to another browser than the one that began the sign-in; refused",
@@ -341,7 +367,10 @@ func headerName(srv *Server) string {
 type page struct {
 	Title, Server, Sub, Account, Text, Header string
 	CSRF                                      string // the link page's nonce, posted back
+	Action                                    string // where the form posts
+	SignedIn                                  string // who signed in, when Other
 	Linked, Form, Confirm                     bool
+	Other                                     bool // signed in as another subject than the link's
 }
 
 var pageTmpl = template.Must(template.New("page").Parse(`<!doctype html>
@@ -353,11 +382,13 @@ var pageTmpl = template.Must(template.New("page").Parse(`<!doctype html>
 Calls you make through capgate to {{.Server}} now act as that account, and no one else's calls do.</p>
 <p>You can close this window and go back to your client.</p>{{end}}
 {{if .Text}}<p>{{.Text}}</p>{{end}}
+{{if .Other}}<p>This link is for capgate user <b>{{.Sub}}</b>, and you signed in as <b>{{.SignedIn}}</b>. Nothing was linked.</p>
+<p>Only <b>{{.Sub}}</b> can use it. If someone sent it to you, do not sign in to {{.Server}} through it; to link your own account, ask for a link of your own.</p>{{end}}
 {{if .Form}}<p>capgate user <b>{{.Sub}}</b>: enter your own token for <b>{{.Server}}</b>. capgate keeps it encrypted and sends it as the {{.Header}} header of your calls only.</p>
-<form method="post"><input type="hidden" name="csrf" value="{{.CSRF}}"><input type="password" name="token" autocomplete="off" required size="60"> <button type="submit">Save</button></form>{{end}}
+<form method="post"{{if .Action}} action="{{.Action}}"{{end}}><input type="hidden" name="csrf" value="{{.CSRF}}"><input type="password" name="token" autocomplete="off" required size="60"> <button type="submit">Save</button></form>{{end}}
 {{if .Confirm}}<p>This links capgate user <b>{{.Sub}}</b> to the account you sign in with on <b>{{.Server}}</b>: calls <b>{{.Sub}}</b> makes through capgate will act as that account.
 If you are not <b>{{.Sub}}</b>, or did not ask for this link, close this window.</p>
-<form method="post"><input type="hidden" name="csrf" value="{{.CSRF}}"><button type="submit">Sign in to {{.Server}}</button></form>{{end}}
+<form method="post" action="{{.Action}}"><input type="hidden" name="csrf" value="{{.CSRF}}"><button type="submit">Sign in to {{.Server}}</button></form>{{end}}
 </body></html>
 `))
 

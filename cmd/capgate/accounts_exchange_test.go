@@ -1,10 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,10 +20,12 @@ import (
 // TestUpstreamTokenExchange: capgate serve with [auth.oidc] at a real
 // oidc-provider and an upstream with auth = "token-exchange". alice and
 // bob call it with their own access tokens from that issuer (audience:
-// capgate); capgate exchanges each caller's token at the issuer (RFC
-// 8693) for one for the upstream's resource, and the upstream sees each
-// call as its caller's account. The caller's own token never reaches the
-// upstream, and no token is in serve's log, the audit or a response.
+// capgate), over /mcp and over /rpc (the token as context_token and as a
+// bearer header), interleaved and at once; capgate exchanges each
+// caller's token at the issuer (RFC 8693) for one for the upstream's
+// resource, and the upstream sees each call as its caller's account. The
+// caller's own token never reaches the upstream, and no token is in
+// serve's log, the audit or a response.
 func TestUpstreamTokenExchange(t *testing.T) {
 	as := oauthas.Start(t)
 	wiki := authmcp.Start(t, as.Issuer)
@@ -43,7 +49,7 @@ risk = "LOW"
 	o := &oauthServe{Served: s, as: as, up: wiki}
 
 	own := map[string]string{}
-	for _, user := range []string{"alice", "bob"} {
+	for _, user := range []string{"alice", "bob", "carol"} {
 		own[user] = as.UserToken(t, user, audience)
 	}
 	call := func(user, note string) (who, code, text string) {
@@ -70,13 +76,73 @@ risk = "LOW"
 		who, _, _ := call("alice", "a0")
 		return who == "alice"
 	})
+	// /rpc: the caller's token in params (Ash's context_token) or as a
+	// bearer header; capability ids, not exposed names.
+	rpc := func(user, note string, header bool) (who, text string) {
+		params := fmt.Sprintf(`"capability":"mcp:wiki:whoami","input":{"note":%q}`, note)
+		if !header {
+			params = fmt.Sprintf(`"context_token":%q,`, own[user]) + params
+		}
+		req, _ := http.NewRequest(http.MethodPost, o.URL+"/rpc",
+			strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"capability.invoke","params":{`+params+`}}`))
+		req.Header.Set("Content-Type", "application/json")
+		if header {
+			req.Header.Set("Authorization", "Bearer "+own[user])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return "", ""
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		o.keep(raw)
+		var out struct {
+			Result struct {
+				Output struct{ Sub, Note string }
+			}
+		}
+		if json.Unmarshal(raw, &out) != nil || out.Result.Output.Note != note {
+			return "", string(raw)
+		}
+		return out.Result.Output.Sub, string(raw)
+	}
+	// Exchanged tokens are cached per subject, whichever door the call came
+	// in: bob's and carol's first calls come over /rpc (a token in params,
+	// a bearer header), so /rpc's own exchange is what answers them.
+	if who, text := rpc("bob", "bob-rpc-first", false); who != "bob" {
+		t.Errorf("bob's first call, over /rpc with context_token, answered as %q: %s", who, text)
+	}
+	if who, text := rpc("carol", "carol-rpc-first", true); who != "carol" {
+		t.Errorf("carol's first call, over /rpc with a bearer header, answered as %q: %s", who, text)
+	}
+	// Each user over both doors, interleaved, then all at once.
 	for i := range 3 {
-		for _, user := range []string{"alice", "bob"} {
-			if who, _, text := call(user, fmt.Sprintf("%s-%d", user, i)); who != user {
-				t.Errorf("%s's call answered as %q: %s", user, who, text)
+		for _, user := range []string{"alice", "bob", "carol"} {
+			if who, text := rpc(user, fmt.Sprintf("%s-rpc-%d", user, i), i%2 == 1); who != user {
+				t.Errorf("%s's /rpc call answered as %q: %s", user, who, text)
+			}
+			if who, _, text := call(user, fmt.Sprintf("%s-mcp-%d", user, i)); who != user {
+				t.Errorf("%s's /mcp call answered as %q: %s", user, who, text)
 			}
 		}
 	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		for _, user := range []string{"alice", "bob", "carol"} {
+			wg.Go(func() {
+				if who, text := rpc(user, fmt.Sprintf("%s-rpc-at-once-%d", user, i), i%2 == 0); who != user {
+					t.Errorf("%s's /rpc call at once answered as %q: %s", user, who, text)
+				}
+			})
+			wg.Go(func() {
+				if who, _, text := call(user, fmt.Sprintf("%s-mcp-at-once-%d", user, i)); who != user {
+					t.Errorf("%s's /mcp call at once answered as %q: %s", user, who, text)
+				}
+			})
+		}
+	}
+	wg.Wait()
 	if mixed := wiki.Mixed(); len(mixed) > 0 {
 		t.Errorf("upstream sessions with two users' tokens: %v", mixed)
 	}
@@ -91,13 +157,13 @@ risk = "LOW"
 	audit, _ := os.ReadFile(filepath.Join(o.Dir, "audit.jsonl"))
 	seen := map[string]string{"serve's log": o.Logs(), "the audit log": string(audit), "the responses": strings.Join(o.out, "\n")}
 	for where, text := range seen {
-		for _, secret := range append(sent, own["alice"], own["bob"]) {
+		for _, secret := range append(sent, own["alice"], own["bob"], own["carol"]) {
 			if strings.Contains(text, secret) {
 				t.Errorf("%s carries a token (%.12s...)", where, secret)
 			}
 		}
 	}
-	if len(sent) < 2 {
+	if len(sent) < 3 {
 		t.Errorf("the upstream got %d tokens", len(sent))
 	}
 }

@@ -53,6 +53,9 @@ the live ones. approve needs no store key: approvals are not in the vault.`,
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
+			if jsonOutput(cmd) {
+				return printApprovalJSON(cmd.OutOrStdout(), a)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "approved %s for %s: %s (input sha256 %s…), valid until %s\ninput: %s\n",
 				a.ID, a.Sub, a.ToolID, shortHash(a.InputHash), a.ExpiresAt.Format(time.RFC3339), showInput(a, maxShownInput))
 			return nil
@@ -60,6 +63,7 @@ the live ones. approve needs no store key: approvals are not in the vault.`,
 	}
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml whose data_dir holds the store")
 	cmd.Flags().StringVar(&by, "by", defaultApprover(), "who approves, for the record")
+	cmd.Flags().Bool("json", false, "print the approval as one JSON object, as capgate approvals --json lists it")
 	return cmd
 }
 
@@ -219,19 +223,29 @@ type approvalJSON struct {
 func printApprovalsJSON(w io.Writer, list []store.Approval) error {
 	out := make([]approvalJSON, 0, len(list))
 	for i := range list {
-		a := &list[i]
-		j := approvalJSON{
-			ID: a.ID, Sub: a.Sub, ToolID: a.ToolID, InputHash: a.InputHash, State: approvalState(a),
-			CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, ApprovedBy: a.ApprovedBy,
-			Input: string(a.Input), InputSize: a.InputSize, InputTruncated: a.InputTruncated(),
-		}
-		if a.Approved() {
-			t := a.ApprovedAt
-			j.ApprovedAt = &t
-		}
-		out = append(out, j)
+		out = append(out, toApprovalJSON(&list[i]))
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// printApprovalJSON prints one approval as approvals --json lists it.
+func printApprovalJSON(w io.Writer, a *store.Approval) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(toApprovalJSON(a))
+}
+
+func toApprovalJSON(a *store.Approval) approvalJSON {
+	j := approvalJSON{
+		ID: a.ID, Sub: a.Sub, ToolID: a.ToolID, InputHash: a.InputHash, State: approvalState(a),
+		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, ApprovedBy: a.ApprovedBy,
+		Input: string(a.Input), InputSize: a.InputSize, InputTruncated: a.InputTruncated(),
+	}
+	if a.Approved() {
+		t := a.ApprovedAt
+		j.ApprovedAt = &t
+	}
+	return j
 }

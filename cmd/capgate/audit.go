@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 
 func newAuditCmd() *cobra.Command {
 	var configPath, file string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Verify and read the audit log",
@@ -70,17 +72,24 @@ Given FILEs (the logs of several replicas, each writing its own), it checks
 each chain on its own and reports on each file.
 
 Exit status: 0 when the log is intact, 1 when it is not, 2 when it cannot be
-read.`,
+read. With --json, stdout holds one object {"ok","logs"} with an entry per
+log (its "state": intact, broken or unreadable).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				if cmd.Flags().Changed("file") || cmd.Flags().Changed("config") {
 					return usageError("give FILEs, --config or --file, not several")
+				}
+				if asJSON {
+					return verifyFilesJSON(cmd.OutOrStdout(), args, envHeadKey())
 				}
 				return verifyFiles(cmd.OutOrStdout(), args, envHeadKey())
 			}
 			path, key, err := logPath(cmd)
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				return verifyFilesJSON(cmd.OutOrStdout(), []string{path}, key)
 			}
 			rep, err := audit.VerifyFileKeyed(path, key)
 			var ve *audit.VerifyError
@@ -94,6 +103,8 @@ read.`,
 			return nil
 		},
 	}
+
+	verify.Flags().BoolVar(&asJSON, "json", false, `print one JSON object on stdout: {"ok","logs":[{"file","state","problem","lines","head","files","first_seq","sidecar","keyed"}]}`)
 
 	var n int
 	tail := &cobra.Command{
@@ -157,6 +168,63 @@ func printReport(out io.Writer, path string, rep audit.Report) {
 	default:
 		fmt.Fprintf(out, "note: checked without capgate's key, so a log cut back with its .head rewritten would pass\n")
 	}
+}
+
+// auditVerifyResult is what `audit verify --json` prints.
+type auditVerifyResult struct {
+	OK   bool             `json:"ok"` // every log intact
+	Logs []auditLogResult `json:"logs"`
+}
+
+// auditLogResult is one log's verdict: state intact, broken (problem
+// names the first line found wrong, line its number or 0) or unreadable;
+// the rest is audit.Report, zero unless intact.
+type auditLogResult struct {
+	File     string   `json:"file"`
+	State    string   `json:"state"`
+	Problem  string   `json:"problem"`
+	Line     int      `json:"line"`
+	Lines    int      `json:"lines"`
+	Head     string   `json:"head"`
+	Files    []string `json:"files"`
+	FirstSeq uint64   `json:"first_seq"`
+	Sidecar  bool     `json:"sidecar"`
+	Keyed    bool     `json:"keyed"`
+}
+
+// verifyFilesJSON is verifyFiles with --json, for one log or several:
+// exit 1 when any is broken, 2 when any cannot be read and none is broken.
+func verifyFilesJSON(out io.Writer, paths []string, key []byte) error {
+	res := auditVerifyResult{OK: true, Logs: []auditLogResult{}}
+	var broken, unreadable int
+	for _, path := range paths {
+		rep, err := audit.VerifyFileKeyed(path, key)
+		l := auditLogResult{File: path, State: "intact", Files: []string{}}
+		var ve *audit.VerifyError
+		switch {
+		case errors.As(err, &ve):
+			l.State, l.Problem, l.Line = "broken", err.Error(), ve.Line
+			broken++
+		case err != nil:
+			l.State, l.Problem = "unreadable", err.Error()
+			unreadable++
+		default:
+			l.Lines, l.Head, l.FirstSeq, l.Sidecar, l.Keyed = rep.Lines, rep.Head, rep.FirstSeq, rep.Sidecar, rep.Keyed
+			l.Files = append(l.Files, rep.Files...)
+		}
+		res.OK = res.OK && err == nil
+		res.Logs = append(res.Logs, l)
+	}
+	if err := json.NewEncoder(out).Encode(res); err != nil {
+		return err
+	}
+	switch {
+	case broken > 0:
+		return &exitError{code: exitDenied}
+	case unreadable > 0:
+		return &exitError{code: exitUsage}
+	}
+	return nil
 }
 
 // envHeadKey is the .head key of $CAPGATE_TOKEN_SECRET, or nil.

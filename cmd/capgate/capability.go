@@ -14,6 +14,7 @@ import (
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/rpc"
+	"github.com/capgate/capgate/tool"
 )
 
 // DefaultRPCURL is where `capgate serve` answers with the default config.
@@ -31,6 +32,7 @@ CAPGATE_LISTEN), else ` + DefaultRPCURL + `. An endpoint may be unix:///path/rpc
 	}
 	cmd.PersistentFlags().StringVar(&url, "url", "", "the RPC endpoint (default $CAPGATE_URL or "+DefaultRPCURL+")")
 	cmd.PersistentFlags().StringVar(&configPath, "config", "", "find the running capgate by this capgate.toml's [server] listen")
+	cmd.PersistentFlags().Bool("json", false, `fail with one {"error":{"code","message","hint"}} line on stderr (the answer is JSON already)`)
 	call := func(cmd *cobra.Command, method string, params map[string]any) error {
 		endpoint := url
 		if endpoint == "" {
@@ -65,6 +67,11 @@ CAPGATE_LISTEN), else ` + DefaultRPCURL + `. An endpoint may be unix:///path/rpc
 		res, err := client.Call(context.Background(), method, params)
 		var rpcErr *rpc.Error
 		if errors.As(err, &rpcErr) {
+			if jsonOutput(cmd) && rpcErr.Data != nil && rpcErr.Data.Code != "" {
+				// The stable code, the server's message and its hint.
+				return &exitError{code: exitDenied, err: &tool.Error{Code: rpcErr.Data.Code,
+					Message: strings.TrimPrefix(rpcErr.Message, string(rpcErr.Data.Code)+": "), Hint: rpcErr.Hint()}}
+			}
 			msg := rpcErr.Message
 			if h := rpcErr.Hint(); h != "" {
 				msg += "\n  to allow it: " + h

@@ -422,3 +422,126 @@ func TestKeyHonouredThroughServe(t *testing.T) {
 		t.Fatalf("20 calls with one key ran the tool %v times, want once", r)
 	}
 }
+
+// oldClaimExpiry is how long a key's claim held before claims were leases
+// (23d0120): the call timeout, 2 minutes by default, plus a minute. A
+// retry after it ran a dead replica's call a second time (issue 30).
+const oldClaimExpiry = 2*time.Minute + time.Minute
+
+// TestKeyNeverRunsTwicePastOldExpiry (issue 30, "checked over longer than
+// the old expiry"): with the production lease and wait (no [idempotency]
+// table), the replica running a slow keyed call is killed with SIGKILL and
+// started again; then the key is retried through haproxy every second for
+// longer than the old claim expiry. Every retry is answered within the
+// client's timeout, each answer says what happened (in progress with a
+// retry delay while the lease runs out, then outcome unknown, never back),
+// and the tool started once and never finished.
+//
+// It waits over three minutes, so the retries run in the background while
+// the package's other tests go on: t.Parallel is called once they have
+// started, and the test's end waits for them.
+func TestKeyNeverRunsTwicePastOldExpiry(t *testing.T) {
+	haproxy := lookHAProxy(t)
+	url := pgtest.Start(t)
+	pack, log := oncePack(t)
+	cfg := pack + fmt.Sprintf("\n[store]\nurl = %q\n", url)
+	const secret = "old-expiry-test-secret-0123456789ab"
+	env := []string{"CAPGATE_STORE_KEY=" + strings.Repeat("5c", 32)}
+	start := func(addr string) *testkit.Served {
+		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Config: cfg, Env: env, Addr: addr})
+	}
+	reps := []*testkit.Served{start(""), start("")}
+	lb := startHAProxy(t, haproxy, reps[0].Addr, reps[1].Addr, safeBalancer...)
+	lb.waitStatus(t, map[string]string{"r1": "UP", "r2": "UP"})
+	tok := reps[0].Token(t, token.Claims{Sub: "carol", ChatType: "private"})
+	client := &http.Client{Timeout: 15 * time.Second}
+	const input, key = `{"n":"expiry-1"}`, "expiry-1"
+
+	first := make(chan keyAnswer, 1)
+	go func() { first <- keyedCall(client, lb.addr, tok, "ext:once:slow", input, key) }()
+	var pid int
+	testkit.WaitFor(t, 10*time.Second, "the slow call's tool to start", func() bool {
+		if r := onceRuns(t, log)[input]; r != nil && len(r.pids) > 0 {
+			pid = r.pids[0]
+		}
+		return pid != 0
+	})
+	victim := holderOf(pid, reps)
+	if victim < 0 {
+		t.Fatalf("the tool's process %d is in neither replica's tree", pid)
+	}
+	if err := reps[victim].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	reps[victim].Cmd.Wait()
+	killed := time.Now()
+
+	// The retries, once a second until the old expiry is 10 s past.
+	type retry struct {
+		at time.Duration // after the kill
+		a  keyAnswer
+	}
+	retries := make(chan []retry, 1)
+	go func() {
+		var got []retry
+		pace := time.NewTicker(time.Second)
+		defer pace.Stop()
+		for until := killed.Add(oldClaimExpiry + 10*time.Second); time.Now().Before(until); <-pace.C {
+			at := time.Since(killed)
+			got = append(got, retry{at, keyedCall(client, lb.addr, tok, "ext:once:slow", input, key)})
+		}
+		retries <- got
+	}()
+	// The killed replica comes back on its address, so retries reach a
+	// replica that never held the claim and one that restarted.
+	reps[victim] = start(reps[victim].Addr)
+	lb.waitStatus(t, map[string]string{"r1": "UP", "r2": "UP"})
+	if a := <-first; a.Err == nil && a.Status == http.StatusOK && a.Code == "" {
+		t.Errorf("the first attempt was answered ok although its replica was killed: %+v", a)
+	}
+	t.Parallel()
+
+	got := <-retries
+	answers := map[string]int{}
+	var worst time.Duration
+	unknownSince := time.Duration(-1)
+	for _, r := range got {
+		a := r.a
+		worst = max(worst, a.Took)
+		answers[a.Code+"/"+a.Reason]++
+		switch {
+		case a.Code == "rate_limited" && a.Reason == "idempotency_in_progress":
+			if a.RetryAfter < 1 || !strings.Contains(a.Message, "retry after") {
+				t.Errorf("retry %v after the kill: in progress without a retry delay: %+v", r.at, a)
+			}
+			if unknownSince >= 0 {
+				t.Errorf("retry %v after the kill: in progress again after outcome unknown (since %v): %+v", r.at, unknownSince, a)
+			}
+		case a.Code == "capability_backend_unavailable" && a.Reason == "idempotency_outcome_unknown":
+			if !strings.Contains(a.Message, "replica died") || !strings.Contains(a.Message, "unknown") {
+				t.Errorf("retry %v after the kill: outcome unknown, unexplained: %+v", r.at, a)
+			}
+			if unknownSince < 0 {
+				unknownSince = r.at
+			}
+		case a.Status == http.StatusServiceUnavailable || a.Status == http.StatusBadGateway:
+			// the balancer's, before its health check saw the replica go
+		default:
+			// No answer within the client's 15 s, an ok (the tool ran
+			// again) or any other error.
+			t.Errorf("retry %v after the kill: %+v", r.at, a)
+		}
+	}
+	t.Logf("%d retries over %v after the kill: %v; outcome unknown from %v on; slowest answer %v",
+		len(got), oldClaimExpiry+10*time.Second, answers, unknownSince, worst.Round(time.Millisecond))
+	if n := len(got); n == 0 || got[n-1].at <= oldClaimExpiry || got[n-1].a.Reason != "idempotency_outcome_unknown" {
+		t.Errorf("no retry past the old expiry (%v) answered outcome unknown; retries: %+v", oldClaimExpiry, got[max(0, n-3):])
+	}
+	r := onceRuns(t, log)[input]
+	if len(r.pids) != 1 {
+		t.Errorf("the killed call's key started %d times (pids %v), want once", len(r.pids), r.pids)
+	}
+	if r.done != 0 {
+		t.Errorf("the killed call's 4-second tool finished %d times: it outlived its replica", r.done)
+	}
+}

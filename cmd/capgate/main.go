@@ -57,20 +57,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return exitOK
 	}
+	code := exitUsage // cobra's own errors: unknown flags, commands, argument counts
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if ee.err != nil {
-			fmt.Fprintln(stderr, "capgate:", ee.err)
-		}
-		return ee.code
+		code, err = ee.code, ee.err
 	}
-	// Cobra's own errors: unknown flags, commands, argument counts.
+	if err == nil {
+		return code // the command has said everything
+	}
+	if jsonOutput(cmd) || jsonAsked(args) {
+		writeJSONError(stderr, code, err)
+		return code
+	}
 	fmt.Fprintln(stderr, "capgate:", err)
-	return exitUsage
+	return code
 }
 
 func newRootCmd() *cobra.Command {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/capgate/capgate/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -137,17 +139,14 @@ func TestCheckJSON(t *testing.T) {
 	}
 }
 
-// TestBinary builds capgate and runs it as a new user would, as a real
-// process, checking exit statuses.
+// TestBinary runs capgate as a new user would, as a real process (go
+// build, as testkit.Build does, linked once per machine), checking exit
+// statuses.
 func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "capgate")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testkit.Build(t, testkit.CapgatePkg)
 	runBin := func(args ...string) (string, int) {
 		cmd := exec.Command(bin, args...)
 		out, err := cmd.CombinedOutput()

@@ -112,6 +112,21 @@ capabilities = { filesystem = "read", network = "none" }
 		}
 	}
 	t.Logf("the call's error: %s", errb)
+	// Over MCP, by its exposed name, on both protocols: the same error,
+	// not capability_not_found.
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"broken__echo","arguments":{"message":"hi"}%s}}`
+	_, _, stateless := testkit.PostMCP(t, cg.URL, tok, "broken__echo", fmt.Sprintf(call, ","+modernMeta))
+	_, _, session := testkit.PostSession(t, cg.URL, tok, testkit.OpenSession(t, cg.URL, tok, `{}`), fmt.Sprintf(call, ""))
+	for proto, body := range map[string][]byte{"2026-07-28": stateless, "2025-11-25": session} {
+		for _, want := range []string{"capability_backend_unavailable", "mcp:broken is down", "its stderr ends:", refusal, "[a line withheld: it holds"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("over MCP %s, a call of the refused server's tool lacks %q:\n%s", proto, want, body)
+			}
+		}
+		if strings.Contains(string(body), key) {
+			t.Errorf("over MCP %s, the credential in the server's stderr reached the caller", proto)
+		}
+	}
 	if strings.Contains(errb, key) || strings.Contains(s.logs(), key) {
 		t.Errorf("the credential in the server's stderr reached the caller or the log")
 	}

@@ -40,18 +40,20 @@ func corpusServers(t *testing.T, names ...string) string {
 }
 
 // mcpClients connects to s as tok over streamable HTTP and over `capgate
-// serve --stdio` (a second serve on the same config), initialized.
+// serve --stdio` (a second serve on the same config), each at both protocol
+// versions, initialized and checked to speak the version asked for.
 func mcpClients(t *testing.T, s *served, tok string) map[string]*client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	tr, err := transport.NewStreamableHTTP("http://"+s.addr+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*client.Client{
-		"http":  client.NewClient(tr),
-		"stdio": client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret), "serve", "--stdio", "--config", s.config)),
+	out := map[string]*client.Client{}
+	for _, version := range []string{mcp.ProtocolVersion20260728, mcp.ProtocolVersion20251125} {
+		tr, err := transport.NewStreamableHTTP("http://"+s.addr+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["http-"+version] = client.NewClient(tr)
+		out["stdio-"+version] = client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret), "serve", "--stdio", "--config", s.config))
 	}
 	for name, c := range out {
 		// The stdio client's process lives as long as Start's context.
@@ -60,13 +62,16 @@ func mcpClients(t *testing.T, s *served, tok string) map[string]*client.Client {
 		}
 		t.Cleanup(func() { c.Close() })
 		init := mcp.InitializeRequest{}
-		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+		_, init.Params.ProtocolVersion, _ = strings.Cut(name, "-")
 		if _, err := c.Initialize(ctx, init); err != nil {
 			if r, ok := client.GetStderr(c); ok {
 				b, _ := io.ReadAll(io.LimitReader(r, 4096))
 				t.Fatalf("%s: %v: %s", name, err, b)
 			}
 			t.Fatalf("%s: %v", name, err)
+		}
+		if got := c.ProtocolVersion(); got != init.Params.ProtocolVersion {
+			t.Fatalf("%s: the client speaks %s", name, got)
 		}
 	}
 	return out
@@ -135,7 +140,7 @@ func listNames(ctx context.Context, t *testing.T, c *client.Client) ([]string, [
 
 // TestToolSearch drives tool search through a real capgate serve in auto
 // mode over real upstreams that list real servers' tools, over both MCP
-// transports and the capability RPC: a caller with many tools gets the
+// transports at both protocol versions and the capability RPC: a caller with many tools gets the
 // pinned tool, search_tools and call_tool; one with few gets its list;
 // search finds only what the caller could call (grants, the acknowledge
 // tier, hidden tools), call_tool runs a tool through every gate and the
@@ -280,8 +285,8 @@ hidden = true
 			via++
 		}
 	}
-	if via != 2 {
-		t.Errorf("%d allowed call_tool records of slack__slack_post_message; want 2 (http, stdio)", via)
+	if via != 4 {
+		t.Errorf("%d allowed call_tool records of slack__slack_post_message; want 4 (http, stdio; both protocols)", via)
 	}
 }
 

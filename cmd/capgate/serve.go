@@ -11,14 +11,21 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/capgate/capgate/app"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/buildinfo"
+	"github.com/capgate/capgate/internal/logbuf"
 	"github.com/capgate/capgate/sandbox"
 )
+
+// logWindow: serve's log lines that follow one another closer than this
+// are written together (internal/logbuf); a line after a quiet spell is
+// written at once.
+const logWindow = 10 * time.Millisecond
 
 func newServeCmd() *cobra.Command {
 	var configPath string
@@ -64,12 +71,16 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				}
 				defer pprof.StopCPUProfile()
 			}
+			// One line per call: under load they are written a window's
+			// worth at a time, not one write(2) each.
+			logOut := logbuf.New(cmd.ErrOrStderr(), logWindow)
+			defer logOut.Flush() // after everything below, app's Close included
 			var handler slog.Handler
 			switch logFormat {
 			case "text":
-				handler = slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo})
+				handler = slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo})
 			case "json":
-				handler = slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo})
+				handler = slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo})
 			default:
 				return usageError("--log-format %q: use text or json", logFormat)
 			}

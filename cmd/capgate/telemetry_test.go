@@ -355,6 +355,8 @@ url = %q
 		t.Errorf("sources available: %v", m)
 	}
 
+	checkRPCObservability(t, cg.URL, "http://"+metricsAddr+"/metrics", tok, rc)
+
 	// Failing upstream: the upstream is gone.
 	up.CloseClientConnections()
 	up.Close()
@@ -399,8 +401,8 @@ url = %q
 	if n := count(op("other", "")); n != 0 {
 		t.Errorf("calls of an unknown tool counted as successes: %d", n)
 	}
-	if m := series(fams, "capgate_denials_total", map[string]string{"code": "permission_denied", "gate": "capability"}); m.GetCounter().GetValue() != 1 {
-		t.Errorf("denials by the capability gate: %v", m)
+	if m := series(fams, "capgate_denials_total", map[string]string{"code": "permission_denied", "gate": "capability"}); m.GetCounter().GetValue() != 2 {
+		t.Errorf("denials by the capability gate (one over /mcp, one over /rpc): %v", m)
 	}
 	if m := series(fams, "capgate_upstream_errors_total", map[string]string{"source": "mcp:wx"}); m.GetCounter().GetValue() != 1 {
 		t.Errorf("upstream errors of mcp:wx: %v", m)
@@ -454,8 +456,8 @@ url = %q
 			denied++
 		}
 	}
-	if allowed != 2 || denied != 1 {
-		t.Errorf("call lines: %d allowed, %d denied (want 2, 1):\n%v", allowed, denied, calls)
+	if allowed != 3 || denied != 2 { // /mcp: 2 allowed, 1 denied; /rpc: 1 and 1
+		t.Errorf("call lines: %d allowed, %d denied (want 3, 2):\n%v", allowed, denied, calls)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -44,6 +45,7 @@ type tokenMintOptions struct {
 	ash       bool
 	secretEnv string
 	config    string
+	json      bool
 }
 
 func newTokenMintCmd() *cobra.Command {
@@ -85,6 +87,7 @@ Exit status: 0 minted, 2 bad input or no secret.`,
 	f.BoolVar(&o.ash, "ash", false, "mint an Ash context token (typ ASH_CONTEXT) instead of a JWT")
 	f.StringVar(&o.secretEnv, "secret-env", tokenSecretEnv, "the environment variable holding the secret")
 	f.StringVar(&o.config, "config", "", "read the secret as this capgate.toml's server does")
+	f.BoolVar(&o.json, "json", false, `print one JSON object on stdout: {"token","sub","expires_at"}`)
 	return cmd
 }
 
@@ -149,6 +152,9 @@ func runTokenMint(out, errOut io.Writer, o tokenMintOptions, explicitEnv bool) e
 	tok, err := token.Mint(secret, c, token.MintOptions{Ash: o.ash, TTL: o.ttl})
 	if err != nil {
 		return usageError("%v", err)
+	}
+	if o.json {
+		return json.NewEncoder(out).Encode(map[string]any{"token": tok, "sub": c.Sub, "expires_at": c.ExpiresAt.UTC()})
 	}
 	if _, err = fmt.Fprintln(out, tok); err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 
@@ -35,7 +34,7 @@ merged catalog.`,
 		if err != nil {
 			return nil, nil, usageError("%v", err)
 		}
-		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		logger := cliLogger(cmd, cmd.ErrOrStderr())
 		// Listing calls no operation, so providers get random keys, never
 		// the token key.
 		bo := app.RegistryOptions(cfg)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -23,7 +24,7 @@ import (
 
 func newVerifyCmd() *cobra.Command {
 	var path string
-	var prod, allowUnsafe bool
+	var prod, allowUnsafe, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "verify --prod --config FILE",
 		Short: "Check that a config is fit for production",
@@ -46,9 +47,11 @@ operator should not ship:
 It checks the environment and kernel it runs in: run it where serve runs.
 
 Exit status: 0 fit ("FILE: fit for production" on stdout), 1 not (each
-problem on stderr), 2 bad usage.`,
-		Example: `  capgate verify --prod --config capgate.toml`,
-		Args:    cobra.NoArgs,
+problem on stderr), 2 bad usage. With --json, stdout holds one object
+{"file","ok","problems"} either way.`,
+		Example: `  capgate verify --prod --config capgate.toml
+  capgate verify --prod --config capgate.toml --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !prod {
 				return usageError("--prod is required: it is the one check verify makes so far")
@@ -56,7 +59,10 @@ problem on stderr), 2 bad usage.`,
 			if path == "" {
 				return usageError("--config is required")
 			}
-			problems := prodProblems(cmd.ErrOrStderr(), path, allowUnsafe, os.LookupEnv)
+			problems := prodProblems(cliLogger(cmd, cmd.ErrOrStderr()), path, allowUnsafe, os.LookupEnv)
+			if asJSON {
+				return printVerifyJSON(cmd.OutOrStdout(), path, problems)
+			}
 			if len(problems) == 0 {
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: fit for production\n", path)
 				return err
@@ -70,12 +76,32 @@ problem on stderr), 2 bad usage.`,
 	cmd.Flags().StringVar(&path, "config", "", "the config file to verify (required)")
 	cmd.Flags().BoolVar(&prod, "prod", false, "check for production")
 	cmd.Flags().BoolVar(&allowUnsafe, "allow-unsafe", false, "accept allow_unsafe_execution overrides")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print one JSON object on stdout: {"file","ok","problems"}, problems as the text prints them`)
 	return cmd
+}
+
+// verifyResult is what `verify --prod --json` prints; the exit status is
+// the text form's (0 fit, 1 not).
+type verifyResult struct {
+	File     string   `json:"file"`
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems"` // "file[:line]: key: problem", as the text form prints them
+}
+
+func printVerifyJSON(out io.Writer, path string, problems []string) error {
+	res := verifyResult{File: path, OK: len(problems) == 0, Problems: append([]string{}, problems...)}
+	if err := json.NewEncoder(out).Encode(res); err != nil {
+		return err
+	}
+	if !res.OK {
+		return &exitError{code: exitDenied}
+	}
+	return nil
 }
 
 // prodProblems is every reason the config at path is not fit for
 // production, as "file[:line]: key: problem" lines.
-func prodProblems(log io.Writer, path string, allowUnsafe bool, lookup func(string) (string, bool)) []string {
+func prodProblems(log *slog.Logger, path string, allowUnsafe bool, lookup func(string) (string, bool)) []string {
 	cfg, src, out := checkConfig(path)
 	if len(out) > 0 {
 		return out // the rest needs a config that loads
@@ -151,9 +177,9 @@ func declareWhere(d *tool.Descriptor) string {
 // toolProblems starts the sources and reports each tool a lock does not
 // pin under require_lock, and each whose guarantees are not enforced here
 // (unless the operator allows it to run unsafe and allowUnsafe).
-func toolProblems(log io.Writer, cfg *config.Config, allowUnsafe bool) []string {
+func toolProblems(log *slog.Logger, cfg *config.Config, allowUnsafe bool) []string {
 	bo := app.RegistryOptions(cfg)
-	bo.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	bo.Logger = log
 	r, err := sources.Build(context.Background(), bo)
 	if err != nil {
 		return []string{fmt.Sprintf("%s: the sources: %v", cfg.Path, err)}

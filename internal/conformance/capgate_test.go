@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/capgate/capgate/internal/testkit"
@@ -18,14 +19,11 @@ func TestConformanceThroughCapgate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the MCP conformance suite")
 	}
+	t.Parallel() // the suite mostly waits (on its own timers and answers)
 	Install(t)
-	fx := StartFixture(t)
-	ctx := context.Background()
-	direct, err := Run(ctx, t, fx)
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	// capgate's upstream is a fixture of its own, so that this run and
+	// the direct one (directFixtureRun) go side by side.
+	behind := StartFixture(t)
 	cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "conformance-secret", Config: fmt.Sprintf(`
 [auth.anonymous]
 sub = "conformance"
@@ -35,10 +33,15 @@ acknowledge = ["unrestricted", "elevated"]
 [mcp.servers.fx]
 url = %q
 prefix = ""
-`, fx)})
-	proxied, err := Run(ctx, t, cg.URL+"/mcp")
-	if err != nil {
-		t.Fatal(err)
+`, behind)})
+	var proxied map[string]Result
+	var perr error
+	var wg sync.WaitGroup
+	wg.Go(func() { proxied, perr = Run(context.Background(), t, cg.URL+"/mcp") })
+	direct, derr := directFixtureRun(t)
+	wg.Wait()
+	if derr != nil || perr != nil {
+		t.Fatalf("directly: %v; through capgate: %v", derr, perr)
 	}
 	t.Logf("direct:  %s", Summary(direct))
 	t.Logf("capgate: %s", Summary(proxied))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,10 +28,7 @@ func TestConformanceFixture(t *testing.T) {
 		t.Skip("the conformance suite runs Node; skipped with -short")
 	}
 	Install(t) // first: without npm, skip (or fail in CI) before building anything
-	url := StartFixture(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	results, err := Run(ctx, t, url)
+	results, err := directFixtureRun(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +40,30 @@ func TestConformanceFixture(t *testing.T) {
 		t.Errorf("the conformance suite against the fixture does not match internal/conformance/baseline.json (%s):\n%s",
 			Summary(results), strings.Join(problems, "\n"))
 	}
+}
+
+// fixtureRun is the suite's run against the fixture directly: held to
+// baseline.json by TestConformanceFixture, and what
+// TestConformanceThroughCapgate compares capgate's run with. One run
+// serves both (a run takes many seconds).
+var fixtureRun struct {
+	once    sync.Once
+	results map[string]Result
+	err     error
+}
+
+// directFixtureRun runs the suite against a fixture of its own, once per
+// test binary, and returns that run's results to every caller.
+func directFixtureRun(t *testing.T) (map[string]Result, error) {
+	t.Helper()
+	fixtureRun.once.Do(func() {
+		fixtureRun.err = errors.New("the suite's run against the fixture failed in another test")
+		url := StartFixture(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		fixtureRun.results, fixtureRun.err = Run(ctx, t, url)
+	})
+	return fixtureRun.results, fixtureRun.err
 }
 
 // TestConformanceFixtureModern drives the fixture with mcp-go's client, which

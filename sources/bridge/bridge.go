@@ -64,6 +64,7 @@ type Provider struct {
 	tokenEnv string
 	mu       sync.RWMutex
 	ops      map[string]operation // by tool name, from the last good definitions
+	launch   json.RawMessage      // its pin (sandbox.Launch)
 }
 
 type operation struct {
@@ -97,7 +98,10 @@ func New(opts Options) (*Provider, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Provider{opts: opts, ops: map[string]operation{},
-		tokenEnv: "ASH_CONTEXT_TOKEN_SECRET=" + base64.RawURLEncoding.EncodeToString(opts.Secret)}, nil
+		tokenEnv: "ASH_CONTEXT_TOKEN_SECRET=" + base64.RawURLEncoding.EncodeToString(opts.Secret),
+		// Pinned by capgate.lock with each of its tools: the program as it
+		// is when the source is built (at start and at each reload).
+		launch: opts.Confine.Launch(opts.Command, "").JSON()}, nil
 }
 
 func (p *Provider) ID() string      { return p.opts.Namespace }
@@ -306,6 +310,7 @@ func (p *Provider) List(ctx context.Context) ([]*tool.Descriptor, error) {
 				RequiresAuth:     requiresAuth,
 				Available:        true,
 				Guarantees:       guarantees.Clone(),
+				Launch:           p.launch,
 			})
 			ops[name] = operation{capabilityID: d.ID, name: op.Name}
 		}

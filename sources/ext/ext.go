@@ -6,8 +6,6 @@ package ext
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +13,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -308,7 +305,7 @@ func (p *Pack) build(file string) error {
 			Mutating:   c.Mutating,
 			Available:  true,
 			Guarantees: conf.Describe(),
-			Launch:     launchDigest(c.Run, p.Dir, decl),
+			Launch:     conf.Launch(c.Run, p.Dir).JSON(),
 		}
 		p.tools = append(p.tools, d)
 	}
@@ -445,34 +442,4 @@ func parseOutput(id string, out []byte) (*tool.Result, error) {
 		r.Structured = v
 	}
 	return r, nil
-}
-
-// launchDigest is what a command starts, for the lock (tool.Descriptor's
-// Launch): its run argv, the sha256 of its program's bytes and its whole
-// declaration. A program that cannot be read digests as "missing": its
-// calls fail, and its coming back is a change too.
-func launchDigest(run []string, dir string, decl sandbox.Declared) string {
-	prog := "missing"
-	if len(run) > 0 {
-		path := run[0]
-		if strings.ContainsRune(path, '/') && !filepath.IsAbs(path) {
-			path = filepath.Join(dir, path)
-		} else if !strings.ContainsRune(path, '/') {
-			path, _ = exec.LookPath(path)
-		}
-		if f, err := os.Open(path); err == nil {
-			h := sha256.New()
-			if _, err := io.Copy(h, f); err == nil {
-				prog = hex.EncodeToString(h.Sum(nil))
-			}
-			f.Close()
-		}
-	}
-	b, _ := json.Marshal(struct {
-		Run      []string         `json:"run"`
-		Program  string           `json:"program_sha256"`
-		Declared sandbox.Declared `json:"declared"`
-	}{run, prog, decl})
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

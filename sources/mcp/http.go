@@ -74,7 +74,7 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	}
 	body = append(body, "}}"...)
 	if modern {
-		ctx = withMoreHeaders(ctx, standardHeaders("tools/call", json.RawMessage(`{"name":`+strconv.Quote(call.Tool.Name)+`}`)))
+		ctx = withMoreHeaders(ctx, s.toolsCallHeaders(call.Tool.Name))
 	}
 
 	for round := 0; ; round++ {
@@ -109,6 +109,22 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 		}
 		return out, nil
 	}
+}
+
+// toolsCallHeaders are the standard headers of a tools/call of name; the
+// returned header is shared and must not be changed.
+func toolsCallHeaders(name string) http.Header {
+	return standardHeaders("tools/call", json.RawMessage(`{"name":`+strconv.Quote(name)+`}`))
+}
+
+// toolsCallHeaders is toolsCallHeaders, as made when the tool was listed.
+func (s *Source) toolsCallHeaders(name string) http.Header {
+	if heads := s.callHeads.Load(); heads != nil {
+		if h, ok := (*heads)[name]; ok {
+			return h
+		}
+	}
+	return toolsCallHeaders(name)
 }
 
 // postCall posts one tools/call body and returns the response to id,

@@ -92,6 +92,8 @@ type Options struct {
 // Source is one upstream MCP server.
 type Source struct {
 	opts Options
+	// launch is a stdio server's pin (sandbox.Launch), nil for a URL.
+	launch json.RawMessage
 
 	mu       sync.Mutex
 	conn     *link // nil while disconnected
@@ -109,6 +111,10 @@ type Source struct {
 	// of any other is capability_not_found, not an upstream failure; nil
 	// until a list succeeds, when calls go to the upstream unchecked.
 	listed atomic.Pointer[map[string]bool]
+	// callHeads are the standard headers of a tools/call of each listed
+	// tool (Mcp-Method, Mcp-Name), made once per list: mcp-go derives
+	// them by decoding the call's params, a cost on every call.
+	callHeads atomic.Pointer[map[string]http.Header]
 
 	keyed keyed // the sessions of Hooks.SessionKey
 
@@ -182,7 +188,15 @@ func New(opts Options) (*Source, error) {
 		opts.Transport = "streamable-http"
 	}
 	life, end := context.WithCancel(context.Background())
-	return &Source{opts: opts, stop: make(chan struct{}), wake: make(chan struct{}, 1), life: life, end: end}, nil
+	src := &Source{opts: opts, stop: make(chan struct{}), wake: make(chan struct{}, 1), life: life, end: end}
+	if opts.Command != "" {
+		// Pinned by capgate.lock with each of its tools: the program as
+		// it is when the source is built (at start and at each reload).
+		l := opts.Confine.Launch(append([]string{opts.Command}, opts.Args...), opts.Cwd)
+		l.Cwd = opts.Cwd
+		src.launch = l.JSON()
+	}
+	return src, nil
 }
 
 func (s *Source) ID() string      { return s.opts.Name }
@@ -655,10 +669,13 @@ func (s *Source) List(ctx context.Context) ([]*tool.Descriptor, error) {
 		return out, err
 	}
 	names := make(map[string]bool, len(out))
+	heads := make(map[string]http.Header, len(out))
 	for _, d := range out {
 		names[d.Name] = true
+		heads[d.Name] = toolsCallHeaders(d.Name)
 	}
 	s.listed.Store(&names)
+	s.callHeads.Store(&heads)
 	return out, nil
 }
 
@@ -781,6 +798,7 @@ func (s *Source) descriptor(t rawTool) *tool.Descriptor {
 		}),
 		Available:  true,
 		Guarantees: g,
+		Launch:     s.launch,
 	}
 }
 

@@ -1,0 +1,85 @@
+package logbuf
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
+)
+
+// sink is the underlying writer: it records each write(2) it would be.
+type sink struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	writes int
+}
+
+func (s *sink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes++
+	return s.buf.Write(p)
+}
+
+func (s *sink) get() (string, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String(), s.writes
+}
+
+func TestLoneLineAtOnceBurstGathered(t *testing.T) {
+	s := &sink{}
+	b := New(s, time.Hour)
+	b.Write([]byte("one\n"))
+	if got, n := s.get(); got != "one\n" || n != 1 {
+		t.Fatalf("after a quiet spell: %q in %d writes, want the line at once", got, n)
+	}
+	for i := range 100 {
+		fmt.Fprintf(b, "line %d\n", i)
+	}
+	if got, _ := s.get(); got != "one\n" {
+		t.Fatalf("a burst within the window was written line by line: %q", got)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, n := s.get()
+	if n != 2 || !strings.HasSuffix(got, "line 99\n") || strings.Count(got, "\n") != 101 {
+		t.Fatalf("after Flush: %d writes, %d lines", n, strings.Count(got, "\n"))
+	}
+}
+
+// Gathered lines go out when the window ends, with no Flush; lines from
+// many goroutines stay whole, each once.
+func TestGatheredLinesFollowWithoutFlush(t *testing.T) {
+	s := &sink{}
+	b := New(s, 20*time.Millisecond)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				fmt.Fprintf(b, "g%d line %d\n", g, i)
+			}
+		})
+	}
+	wg.Wait()
+	testkit.WaitFor(t, 10*time.Second, "every line written", func() bool {
+		got, _ := s.get()
+		return strings.Count(got, "\n") == 1600
+	})
+	got, n := s.get()
+	seen := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
+		if seen[l] || !strings.HasPrefix(l, "g") {
+			t.Fatalf("line %q twice or torn", l)
+		}
+		seen[l] = true
+	}
+	if n >= 1600 {
+		t.Errorf("%d writes for 1600 lines: nothing was gathered", n)
+	}
+}
