@@ -140,6 +140,10 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		if patch, pr := newErrorPatch(w, r, p); patch != nil {
+			defer patch.release()
+			w, r = patch, pr
+		}
 	} else if id := r.Header.Get(mcp.HeaderLastEventID); id != "" && r.Method == http.MethodGet && m.resumeStream(w, r, id) {
 		return
 	}
@@ -212,7 +216,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 	if m.observed() {
 		telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 	}
-	if writeUpstreamError(w, msg.id, err) {
+	if writeUpstreamError(w, msg.id, err, modern) {
 		m.fastCalls.Add(1)
 		return true
 	}

@@ -251,7 +251,9 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 			telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 		}
 		var out *mcp.CallToolResult
-		if err != nil {
+		if isUpstreamError(err) {
+			return nil, err // the request that waits passes it on (jobs.wait)
+		} else if err != nil {
 			out = mcpconv.Denial(err)
 		} else if out, err = mcpconv.ToResult(res); err != nil {
 			return nil, err

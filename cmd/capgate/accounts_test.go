@@ -199,6 +199,7 @@ func sseData(raw []byte) []byte {
 // user's access only, and no token, refresh token or verifier is in any
 // response, log line or audit record.
 func TestUpstreamOAuthLinkAndCall(t *testing.T) {
+	t.Parallel()
 	o := startOAuthServe(t)
 
 	// Before anyone links, the upstream lists nothing and a call is not
@@ -412,6 +413,7 @@ func (o *oauthServe) storedSecrets(t *testing.T, subs ...string) []string {
 // token; bob, refused on b, signs in through a's link and b then serves
 // him; a revoke through b's config ends alice's access on a.
 func TestUpstreamOAuthReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.Start(t)
 	as := oauthas.Start(t)
 	up := authmcp.Start(t, as.Issuer)
