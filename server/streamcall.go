@@ -220,12 +220,15 @@ func (m *MCP) streamCall(w http.ResponseWriter, r *http.Request, body *posted) b
 	// The call outlives its connection: a client that lost it resumes
 	// (callstream.go). It ends with its work, a notifications/cancelled,
 	// or a client that does not come back.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	// An upstream's JSON-RPC error reaches the client as the upstream gave
+	// it, as on mcp-go's own path (passerror.go).
+	patch, pr := newErrorPatch(w, r, body)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(pr.Context()))
 	ctx, untrack := sess.track(ctx, msg.id)
 	s := m.streams.open(sess.id, cancel)
 	call := &callSession{streamSession: full, notes: make(chan mcp.JSONRPCNotification, 256), stream: s, asks: &m.asks}
 	ctx = mcpserver.WithSupportedProtocolVersions(m.srv.WithContext(ctx, call), mcpserver.FilterSupportedVersions(m.stream))
-	go m.runStreamed(ctx, call, body.body, func() { untrack(); cancel() })
+	go m.runStreamed(ctx, call, body.body, patch, func() { untrack(); cancel() })
 	m.streamedCalls.Add(1)
 
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -242,7 +245,7 @@ func (m *MCP) streamCall(w http.ResponseWriter, r *http.Request, body *posted) b
 // runStreamed runs the call through mcp-go in its own session, passing
 // its notifications to its stream as they come and, after the last, its
 // response.
-func (m *MCP) runStreamed(ctx context.Context, call *callSession, body []byte, end func()) {
+func (m *MCP) runStreamed(ctx context.Context, call *callSession, body []byte, patch *errorPatch, end func()) {
 	defer end()
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -278,7 +281,22 @@ func (m *MCP) runStreamed(ctx context.Context, call *callSession, body []byte, e
 		}
 		break
 	}
-	call.stream.finish(resp)
+	call.stream.finish(patched(resp, patch))
+}
+
+// patched is resp with the upstream's error patch has for it, if any.
+func patched(resp mcp.JSONRPCMessage, patch *errorPatch) any {
+	if patch == nil {
+		return resp
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return resp
+	}
+	if out, _, ok := patch.patch(b); ok {
+		return json.RawMessage(bytes.TrimSpace(out))
+	}
+	return resp
 }
 
 // requestID is the id of a JSON-RPC request body, for an error answer.
