@@ -38,6 +38,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // itself (no capgate, no auth, no prefix): it proves the SDK, the script and
 // progress notifications work, whatever state capgate's MCP front door is in.
 func TestTSClientAgainstFixture(t *testing.T) {
+	t.Parallel()
 	dir := installTSClient(t)
 	addr := testkit.FreeAddr(t)
 	testkit.ServeMCPFixture(t, "-http", addr)
@@ -83,6 +84,7 @@ func TestTSClientAgainstFixture(t *testing.T) {
 // TestTSClientCapgate: list, an allowed call, a denied call and progress
 // through capgate, with a token minted by `capgate token mint`.
 func TestTSClientCapgate(t *testing.T) {
+	t.Parallel()
 	dir := installTSClient(t)
 	cg := startCapgate(t)
 	tok := cg.mint(t, "--sub", "alice")
@@ -120,6 +122,7 @@ func TestTSClientCapgate(t *testing.T) {
 // 401 and a WWW-Authenticate challenge, so the SDK's connect fails: one that
 // is not a token at all, and a well-formed one signed with another key.
 func TestTSClientCapgateBadToken(t *testing.T) {
+	t.Parallel()
 	dir := installTSClient(t)
 	cg := startCapgate(t)
 	other := make([]byte, 32)
@@ -143,6 +146,7 @@ func TestTSClientCapgateBadToken(t *testing.T) {
 // TestTSClientCapgateNarrowToken: a token whose caps allow fetching only
 // echo lists only echo.
 func TestTSClientCapgateNarrowToken(t *testing.T) {
+	t.Parallel()
 	dir := installTSClient(t)
 	cg := startCapgate(t)
 	tok := cg.mint(t, "--sub", "alice",
