@@ -57,7 +57,7 @@ func baseline(t *testing.T, user *testkit.User) {
 	dir, packs, public := publicDir(t, user), publicDir(t, nil), publicDir(t, nil)
 	hostSock := filepath.Join(public, "host.sock")
 	unixHello(t, hostSock)
-	abstract := fmt.Sprintf("@capgate-baseline-%d", os.Getpid())
+	abstract := fmt.Sprintf("@capgate-baseline-%d-%s", os.Getpid(), t.Name()) // one per test: they run in parallel
 	unixHello(t, abstract)
 	// capgate's files, reached through links whose names output
 	// hardening does not withhold: the links must not open them.

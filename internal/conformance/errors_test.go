@@ -13,10 +13,11 @@ import (
 // TestErrorsThroughCapgate: an upstream's JSON-RPC error reaches the caller
 // as the upstream gave it (code, message, data), whichever path capgate
 // serves the call on (the fast call, or mcp-go's with a progress token),
-// with the upstream's 4xx only for a stateless caller; and a resources/read of a URI nothing serves names
-// the URI in data.uri (SEP-2164). The upstream is the suite's reference
-// server, whose test_missing_capability answers a client without sampling
-// with -32021 (HTTP 400) and data.requiredCapabilities.
+// with the upstream's 4xx only for a stateless caller; a prompts/get the
+// upstream refuses gets its error too; and a resources/read of a URI
+// nothing serves names the URI in data.uri (SEP-2164). The upstream is the
+// suite's reference server, whose test_missing_capability answers a client
+// without sampling with -32021 (HTTP 400) and data.requiredCapabilities.
 func TestErrorsThroughCapgate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the reference server")
@@ -62,6 +63,13 @@ prefix = ""
 			`{"jsonrpc":"2.0","id":8,"method":"resources/read","params":{"uri":"`+uri+`",`+meta+`}}}`)
 		if e := rpcError(t, b); st != http.StatusBadRequest || e.Code != -32602 || string(e.Data) != `{"uri":"`+uri+`"}` {
 			t.Errorf("resources/read of an unknown URI: %d %s, want 400, -32602 and data.uri", st, b)
+		}
+		// A prompt's arguments the upstream refuses: its -32602, not -32603.
+		const prompt = "test_prompt_with_arguments"
+		_, _, b = testkit.PostMCPMethod(t, cg.URL, tok, "prompts/get", prompt,
+			`{"jsonrpc":"2.0","id":9,"method":"prompts/get","params":{"name":"`+prompt+`","arguments":{"arg1":"x"},`+meta+`}}}`)
+		if e := rpcError(t, b); e.Code != -32602 || !strings.Contains(e.Message, "Invalid arguments for prompt "+prompt) {
+			t.Errorf("prompts/get without a required argument: %s, want the upstream's -32602", b)
 		}
 	})
 	t.Run("2025-11-25", func(t *testing.T) {
