@@ -135,7 +135,8 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 			r, op = m.begin(r, p)
 			defer op.End()
 		}
-		if fast && m.fastCall(w, r, p) || m.downCall(w, r, body) {
+		if m.asks.answer(w, r, body) || (fast && m.fastCall(w, r, p)) || m.downCall(w, r, body) ||
+			(fast && m.streamCall(w, r, p)) {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -143,6 +144,8 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 			defer patch.release()
 			w, r = patch, pr
 		}
+	} else if id := r.Header.Get(mcp.HeaderLastEventID); id != "" && r.Method == http.MethodGet && m.resumeStream(w, r, id) {
+		return
 	}
 	m.stream.ServeHTTP(w, r)
 }
