@@ -152,7 +152,10 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	// tool started.
 	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if feat.PidNS {
-		attr.Cloneflags |= syscall.CLONE_NEWPID
+		// And a mount namespace, where init mounts a /proc of the new PID
+		// namespace: the host's /proc names other processes by the
+		// trampoline's PIDs (see internal/nsinit).
+		attr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
 	}
 	if c := spec.Credential; c != nil {
 		p.SetUser, p.UID, p.GID = true, int(c.Uid), int(c.Gid)

@@ -525,3 +525,33 @@ func TestUnprivilegedLauncher(t *testing.T) {
 	}
 	want(t, got, "read-system", "ok")
 }
+
+// TestConfinedInAContainer: capgate in a PID namespace with a /proc of its
+// own, as in most containers. There the host's /proc no longer named the
+// trampoline's PID in the tool's namespace, and go-landlock (cgo, libpsx)
+// refused to start every filesystem-confined tool: "populating ruleset for
+// /proc/7/task". The tool's namespace now mounts its own /proc. This runs
+// TestFilesystemRead again inside such a namespace.
+func TestConfinedInAContainer(t *testing.T) {
+	if os.Getenv("CAPGATE_TEST_IN_CONTAINER") != "" {
+		t.Skip("already inside")
+	}
+	f := Probe()
+	needs(t, f, guarantee(NoFilesystemWrite))
+	if !f.PidNS || os.Geteuid() != 0 {
+		t.Skip("needs root and PID namespaces")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("unshare (util-linux) is missing")
+		}
+		t.Skip("no unshare")
+	}
+	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", os.Args[0], "-test.run", "^TestFilesystemRead$", "-test.v")
+	cmd.Env = append(os.Environ(), "CAPGATE_TEST_IN_CONTAINER=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestFilesystemRead") {
+		t.Fatalf("TestFilesystemRead in a PID namespace with its own /proc: %v\n%s", err, out)
+	}
+}

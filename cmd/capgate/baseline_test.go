@@ -286,7 +286,8 @@ func TestToolDiesWithCapgate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The host pid: in the tool's PID namespace $$ is another number.
+	// Its pid in its PID namespace (testkit.HostPID maps it to this
+	// machine's).
 	pidFile := filepath.Join(public, "pid")
 	writeFile(t, filepath.Join(packs, "slow", "extension.yaml"), fmt.Sprintf(
 		"id: slow\nname: Slow\ndescription: Slow\ncommands:\n  run:\n    description: Sleep\n    run: [\"/bin/sh\", \"-c\", \"read -r p _ < /proc/self/stat; echo $p > %s; exec sleep 60\"]\n    risk: LOW\n    side_effects: []\n    timeout: 90s\n",
@@ -305,7 +306,11 @@ func TestToolDiesWithCapgate(t *testing.T) {
 	waitFor(t, "the command to start", func() bool {
 		b, err := os.ReadFile(pidFile)
 		_, err2 := fmt.Sscan(string(b), &pid)
-		return err == nil && err2 == nil && pid > 0
+		if err != nil || err2 != nil || pid <= 0 {
+			return false
+		}
+		pid = testkit.HostPID(pid, cg.Cmd.Process.Pid)
+		return pid > 0
 	})
 	if err := cg.Cmd.Process.Kill(); err != nil { // serve alone, not its process group
 		t.Fatal(err)

@@ -116,8 +116,8 @@ func oncePack(t *testing.T) (config, log string) {
 	root := t.TempDir()
 	// Apart from the pack, which the sandbox keeps read-only to its tools.
 	log = filepath.Join(testkit.ToolDir(t), "runs.log")
-	// Its host pid from /proc/self/stat: in the tool's PID namespace $$
-	// is another number.
+	// Its pid in its PID namespace (testkit.HostPID maps it to this
+	// machine's).
 	script := `#!/bin/sh
 input=$(cat)
 read -r pid _ < /proc/self/stat
@@ -239,7 +239,7 @@ wait = "2s"
 		var pid int
 		testkit.WaitFor(t, 10*time.Second, "the slow call's tool to start", func() bool {
 			if r := onceRuns(t, log)[`{"n":"slow-1"}`]; r != nil && len(r.pids) > 0 {
-				pid = r.pids[0]
+				pid = testkit.HostPID(r.pids[0], reps[0].Cmd.Process.Pid, reps[1].Cmd.Process.Pid)
 			}
 			return pid != 0
 		})
@@ -470,7 +470,7 @@ func TestKeyNeverRunsTwicePastOldExpiry(t *testing.T) {
 	var pid int
 	testkit.WaitFor(t, 10*time.Second, "the slow call's tool to start", func() bool {
 		if r := onceRuns(t, log)[input]; r != nil && len(r.pids) > 0 {
-			pid = r.pids[0]
+			pid = testkit.HostPID(r.pids[0], reps[0].Cmd.Process.Pid, reps[1].Cmd.Process.Pid)
 		}
 		return pid != 0
 	})

@@ -56,7 +56,8 @@ func orphans(t *testing.T, user *testkit.User) {
 	if err := os.Chmod(out, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	// Host pids, from /proc/self/stat (in its PID namespace $$ is not).
+	// Pids in the tool's PID namespace, which testkit.HostPID maps to this
+	// machine's.
 	script := `#!/bin/sh
 out=$1
 setsid sh -c 'read -r me _ < /proc/self/stat; echo "$me" > "$1/grandchild.pid"; sleep 2; echo late > "$1/effect"; exec sleep 600' sh "$out" </dev/null >/dev/null 2>&1 &
@@ -105,6 +106,10 @@ grants = ["rye.execute.tool.ext.daemon.*"]
 		default:
 		}
 		tool, grandchild = pidIn("tool.pid"), pidIn("grandchild.pid")
+		if tool == 0 || grandchild == 0 {
+			return false
+		}
+		tool, grandchild = testkit.HostPID(tool, cg.Cmd.Process.Pid), testkit.HostPID(grandchild, cg.Cmd.Process.Pid)
 		return tool != 0 && grandchild != 0
 	})
 	// Should the fix be missing, the test leaves nothing running.

@@ -70,6 +70,7 @@ func reap(alive int, notify bool) {
 	if alive >= 0 && readable(alive) {
 		fail(errors.New("capgate exited before the tool started"))
 	}
+	mountProc()
 	self, err := os.Executable()
 	if err != nil {
 		fail(errors.New("finding the trampoline: " + err.Error()))
@@ -121,6 +122,21 @@ func reap(alive int, notify bool) {
 			os.Exit(128 + int(ws.Signal())) // a PID 1 cannot die of its own signal
 		}
 	}
+}
+
+// mountProc mounts, in the namespace's own mount namespace, a /proc of
+// its PID namespace over the host's. In the host's, the trampoline's PID
+// names another process or none, and go-landlock (with cgo) opens
+// /proc/<getpid()>/task: the tool would not start, or would start
+// depending on which host PIDs exist. The tool sees its own processes
+// only. Where the kernel refuses the mount (a container that masks parts
+// of /proc from a user namespace), the host's /proc stays.
+func mountProc() {
+	// Private first: the new /proc must not propagate to the host's mounts.
+	if syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") != nil {
+		return
+	}
+	_ = syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
 }
 
 // readable polls fd once, without waiting (a pidfd is readable once its

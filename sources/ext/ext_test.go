@@ -158,18 +158,24 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 	t.Setenv("PIDFILE", pidfile)
 	p := discover(t, Options{Env: []string{"PIDFILE"}})["tools.echo"]
 	start := time.Now()
-	_, err := call(t, p, "slow", `{}`)
+	ended := make(chan error, 1)
+	go func() { _, err := call(t, p, "slow", `{}`); ended <- err }()
+	// The child's pid in the tool's PID namespace, as this machine knows it.
+	var pid int
+	testkit.WaitFor(t, 10*time.Second, "the child to start", func() bool {
+		b, _ := os.ReadFile(pidfile)
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			pid = testkit.HostPID(n, os.Getpid())
+		}
+		return pid != 0
+	})
+	err := <-ended
 	if tool.ErrorCode(err) != tool.CodeBackendUnavailable || !strings.Contains(tool.ErrorMessage(err), "timed out after 2s") {
 		t.Fatalf("error %v", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the call took %v; the timeout was 2s", d)
 	}
-	b, err := os.ReadFile(pidfile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	// The child was killed with its group; it may linger briefly as a zombie
 	// of init, so look at its state rather than only at existence.
 	var stat []byte
