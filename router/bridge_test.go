@@ -14,6 +14,7 @@ import (
 // verifies only under the provider's own key and audience, and is refused
 // by the router's own front door.
 func TestBridgeTokenCarriesTheNarrowing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Policy{Grants: everyone.Grants, Acknowledge: []string{"elevated", "write"}})
 	alice := e.caller(t, "alice", "private", func(c *token.Claims) {
 		c.Caps = []string{"rye.fetch.*", "rye.execute.tool.bridge.gog.email.*", "rye.execute.tool.mcp.*"}

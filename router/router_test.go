@@ -136,6 +136,7 @@ func text(t *testing.T, res *tool.Result) string {
 var everyone = Policy{Grants: []string{"rye.fetch.*", "rye.execute.tool.mcp.fx.*", "rye.execute.tool.ext.*", "rye.execute.tool.bridge.gog.*"}}
 
 func TestCapabilityGate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Policy{
 		Grants:   []string{"rye.fetch.tool.*", "rye.execute.tool.mcp.fx.echo"},
 		Subjects: map[string]Subject{"alice": {Grants: []string{"rye.execute.tool.mcp.fx.t_*"}}},
@@ -185,6 +186,7 @@ func TestCapabilityGate(t *testing.T) {
 // A tool the caller may not fetch is answered exactly like a tool that
 // does not exist.
 func TestInvisibleIsNotFound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Policy{Grants: []string{"rye.execute.tool.mcp.fx.echo"}})
 	c := e.caller(t, "bob", "private")
 	_, errHidden := e.call(c, "fx__t_00", `{}`)
@@ -214,6 +216,7 @@ func ids(ds []*tool.Descriptor) []string {
 }
 
 func TestAcknowledge(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Policy{Grants: everyone.Grants,
 		Subjects: map[string]Subject{"alice": {Acknowledge: []string{"elevated"}}}})
 	_, err := e.call(e.caller(t, "bob", "private"), "fx__t_01", `{}`)
@@ -235,6 +238,7 @@ func TestAcknowledge(t *testing.T) {
 }
 
 func TestApproval(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	ctx := context.Background()
 	alice := e.caller(t, "alice", "private")
@@ -275,6 +279,7 @@ func TestApproval(t *testing.T) {
 // call from an allowed chat then uses. Every tool level is unrestricted
 // here, so the bridge fixture's calendar needs an operator's approval.
 func TestApprovalSurvivesChatPolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	src := strings.Replace(string(capgate.DefaultRiskFile), "  LOW: safe\n  MED: write\n  HIGH: elevated\n",
 		"  LOW: unrestricted\n  MED: unrestricted\n  HIGH: unrestricted\n", 1)
@@ -310,6 +315,7 @@ func TestApprovalSurvivesChatPolicy(t *testing.T) {
 }
 
 func TestChatPolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	// gog.email is sensitive: private only. The gate runs before auth.
 	_, err := e.call(e.caller(t, "alice", "group"), "gog__email_list_messages", `{}`)
@@ -334,6 +340,7 @@ func TestChatPolicy(t *testing.T) {
 // Two users of the same bridge capability never see each other's
 // credentials or flows.
 func TestMultiUserIsolation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	ctx := context.Background()
 	alice, bob := e.caller(t, "alice", "private"), e.caller(t, "bob", "private")
@@ -394,6 +401,7 @@ func TestMultiUserIsolation(t *testing.T) {
 
 // Identity fields in the input change nothing: routing uses the token.
 func TestSpoofedIdentity(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	ctx := context.Background()
 	alice := e.caller(t, "alice", "private")
@@ -420,6 +428,7 @@ func TestSpoofedIdentity(t *testing.T) {
 }
 
 func TestOutputHardening(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	c := e.caller(t, "alice", "group")
 	res, err := e.call(c, "gog__calendar_list_events", `{"leak":true}`)
@@ -456,6 +465,7 @@ func TestOutputHardening(t *testing.T) {
 }
 
 func TestInputValidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	c := e.caller(t, "alice", "private")
 	for input, want := range map[string]string{
@@ -476,6 +486,7 @@ func TestInputValidation(t *testing.T) {
 }
 
 func TestIdempotency(t *testing.T) {
+	t.Parallel()
 	p := everyone
 	p.Acknowledge = []string{"elevated"} // delete_things is HIGH
 	e := newEnv(t, p)
@@ -515,6 +526,7 @@ func compact(b []byte) string {
 }
 
 func TestRateLimit(t *testing.T) {
+	t.Parallel()
 	p := everyone
 	p.RateLimit = RateLimit{PerMinute: 1, Burst: 2}
 	e := newEnv(t, p)
@@ -536,6 +548,7 @@ func TestRateLimit(t *testing.T) {
 }
 
 func TestAuthenticate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	now := time.Now()
 	mint := func(secret string, c token.Claims) string {
@@ -568,6 +581,7 @@ func TestAuthenticate(t *testing.T) {
 }
 
 func TestAnonymous(t *testing.T) {
+	t.Parallel()
 	p := Policy{Anonymous: &Subject{Sub: "anon", Grants: []string{"rye.execute.tool.mcp.fx.echo"}}}
 	e := newEnv(t, p)
 	c, err := e.r.Authenticate("")
@@ -587,6 +601,7 @@ func TestAnonymous(t *testing.T) {
 
 // The audit file holds every call and no token, secret or credential.
 func TestAuditHoldsNoSecrets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, everyone)
 	ctx := context.Background()
 	alice := e.caller(t, "alice", "private")
@@ -634,6 +649,7 @@ func TestAuditHoldsNoSecrets(t *testing.T) {
 // token claims and the acknowledge a skill declares decide which grants
 // stand, each time the same way (the narrowed sets are cached).
 func TestUnacknowledgedGrantsFall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, Policy{Grants: []string{"rye.fetch.*"},
 		Subjects: map[string]Subject{"alice": {Grants: []string{"rye.execute.tool.mcp.*"}, Acknowledge: []string{"elevated", "write"}}}})
 	for range 2 {

@@ -68,6 +68,7 @@ func callTool(r *Router, name, key string) error {
 
 // TestSharedRateLimit: two replicas on one PostgreSQL spend one budget.
 func TestSharedRateLimit(t *testing.T) {
+	t.Parallel()
 	url := pgtest.Start(t)
 	src := &countSource{}
 	rl := RateLimit{PerMinute: 1, Burst: 3}
@@ -89,6 +90,7 @@ func TestSharedRateLimit(t *testing.T) {
 // without a rate limit sends PostgreSQL nothing; a rate limit costs one
 // statement a call.
 func TestNoRoundTripWithoutSharedState(t *testing.T) {
+	t.Parallel()
 	url := pgtest.Start(t)
 	src := &countSource{}
 	st := sharedStore(t, url)
@@ -130,6 +132,7 @@ func TestNoRoundTripWithoutSharedState(t *testing.T) {
 // no shared state still runs; one that does is refused with
 // capability_backend_unavailable, and does not run.
 func TestStoreDownFailsClosed(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.NewServer(t)
 	url := srv.Database(t)
 	src := &countSource{}

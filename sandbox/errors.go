@@ -3,6 +3,8 @@ package sandbox
 import (
 	"fmt"
 	"strings"
+
+	"github.com/capgate/capgate/internal/nsinit"
 )
 
 // Missing is one guarantee this kernel cannot enforce, and why.
@@ -31,8 +33,9 @@ func StartFailed(status int, stderr string) bool {
 	return status == startFailure && strings.HasPrefix(strings.TrimSpace(stderr), failPrefix)
 }
 
-// startFailure and failPrefix are how the trampoline ends (fail).
+// startFailure and failPrefix are how the trampoline ends (fail), and
+// the tool's init (internal/nsinit).
 const (
-	startFailure = 126
-	failPrefix   = "capgate sandbox: "
+	startFailure = nsinit.StartFailure
+	failPrefix   = nsinit.FailPrefix
 )

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/capgate/capgate/internal/nsinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -93,9 +94,6 @@ type plan struct {
 	UID     int  `json:"uid"`
 	GID     int  `json:"gid"`
 	Alive   int  `json:"alive"`
-	// Init: this process is PID 1 of the tool's own PID namespace, which
-	// starts the trampoline and reaps (pidns_linux.go).
-	Init bool `json:"init,omitempty"`
 	// AuditTag is the comm the trampoline takes before it confines itself,
 	// with Landlock's logging of the tool's denials on: capgate finds the
 	// launch's denials by it in the audit records ("": no logging).
@@ -157,11 +155,11 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	// The kernel kills the trampoline, then the tool, when capgate dies
 	// (the trampoline sets it again after switching users, which clears
 	// it). In a PID namespace of its own, the first process killed is the
-	// namespace's init, and with it every process the tool started.
+	// namespace's init (internal/nsinit), and with it every process the
+	// tool started.
 	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if feat.PidNS {
 		attr.Cloneflags |= syscall.CLONE_NEWPID
-		p.Init = true
 	}
 	if c := spec.Credential; c != nil {
 		p.SetUser, p.UID, p.GID = true, int(c.Uid), int(c.Gid)
@@ -232,6 +230,9 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		return nil, nil, fmt.Errorf("sandbox: encoding the plan: %w", err)
 	}
 	cmd.Env = []string{specEnv + "=" + string(js)}
+	if feat.PidNS {
+		cmd.Env = append(cmd.Env, nsinit.Env+"="+nsinit.Value(p.Alive, p.Notify))
+	}
 	return cmd, cleanup, nil
 }
 

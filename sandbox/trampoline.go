@@ -32,9 +32,6 @@ func Main() {
 	if err := json.Unmarshal([]byte(js), &p); err != nil {
 		fail(fmt.Errorf("reading the plan: %w", err))
 	}
-	if p.Init {
-		p.reap()
-	}
 	fail(p.apply())
 }
 

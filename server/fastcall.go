@@ -135,10 +135,17 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 			r, op = m.begin(r, p)
 			defer op.End()
 		}
-		if fast && m.fastCall(w, r, p) || m.downCall(w, r, body) {
+		if m.asks.answer(w, r, body) || (fast && m.fastCall(w, r, p)) || m.downCall(w, r, body) ||
+			(fast && m.streamCall(w, r, p)) {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		if patch, pr := newErrorPatch(w, r, p); patch != nil {
+			defer patch.release()
+			w, r = patch, pr
+		}
+	} else if id := r.Header.Get(mcp.HeaderLastEventID); id != "" && r.Method == http.MethodGet && m.resumeStream(w, r, id) {
+		return
 	}
 	m.stream.ServeHTTP(w, r)
 }
@@ -209,7 +216,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 	if m.observed() {
 		telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 	}
-	if writeUpstreamError(w, msg.id, err) {
+	if writeUpstreamError(w, msg.id, err, modern) {
 		m.fastCalls.Add(1)
 		return true
 	}

@@ -75,13 +75,36 @@ func TestFastCallMatchesMCPGo(t *testing.T) {
 // and duration (byte for byte when not 200).
 func sameAnswer(t *testing.T, s *testServer, fast bool, post func(base string) (int, string, []byte), front, mcpGo string) {
 	t.Helper()
-	before := s.MCP.fastCalls.Load()
+	before, streamedBefore := s.MCP.fastCalls.Load(), s.MCP.streamedCalls.Load()
 	st1, ct1, b1 := post(front)
 	took := s.MCP.fastCalls.Load() - before
 	if took != map[bool]int64{true: 1, false: 0}[fast] {
 		t.Errorf("fast call taken %d times, want fast=%v", took, fast)
 	}
+	if s.MCP.streamedCalls.Load() > streamedBefore {
+		// A streamed call's answer is its stream's last event, where
+		// mcp-go (which sent nothing before it) writes JSON.
+		if fast || ct1 != "text/event-stream" {
+			t.Errorf("a streamed call (fast %v) answered %s", fast, ct1)
+		}
+		ct1, b1 = "application/json", lastEvent(t, b1)
+	}
 	alike(t, st1, ct1, b1, post, mcpGo, true)
+}
+
+// lastEvent is the data of the last SSE event of b.
+func lastEvent(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var last string
+	for _, line := range strings.Split(string(b), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			last = data
+		}
+	}
+	if last == "" {
+		t.Fatalf("no event in %q", b)
+	}
+	return []byte(last + "\n")
 }
 
 // alike posts to mcp-go alone and checks its answer is the front door's

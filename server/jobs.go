@@ -275,6 +275,10 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 		select {
 		case r := <-j.done:
 			detach()
+			if r.err != nil && !passUpstream(ctx, r.err) && isUpstreamError(r.err) {
+				// No answer here can carry it as the upstream's: a result.
+				return mcpconv.Denial(r.err), nil
+			}
 			return r.res, r.err
 		case a := <-j.asks:
 			b := mcpserver.NewInputRequestBuilder("")

@@ -28,14 +28,17 @@ type MCP struct {
 	jobs  jobs
 	relay relay
 
-	fastCalls atomic.Int64 // tools/call served by fastCall
-	live      liveSessions // mcp-go's sessions, for the fast call
+	fastCalls     atomic.Int64 // tools/call served by fastCall
+	streamedCalls atomic.Int64 // tools/call served by streamCall
+	live          liveSessions // mcp-go's sessions, for the fast call
 	// stream is the streamable-HTTP transport, one for every way in, so
 	// that sessions and streams are shared.
 	stream   *mcpserver.StreamableHTTPServer
 	sessions *sessionIDs    // the stream's Mcp-Session-Id, bound to subjects
 	ends     sessionEnds    // sessions their clients ended (DELETE)
 	internal *internalCalls // continuations forwarded between replicas
+	streams  callStreams    // streamed calls' streams, for resumes
+	asks     clientAsks     // streamed calls' requests awaiting the client
 
 	metrics *telemetry.Metrics // nil: off
 	tracer  *telemetry.Tracer  // nil: off
@@ -248,7 +251,9 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 			telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 		}
 		var out *mcp.CallToolResult
-		if err != nil {
+		if isUpstreamError(err) {
+			return nil, err // the request that waits passes it on (jobs.wait)
+		} else if err != nil {
 			out = mcpconv.Denial(err)
 		} else if out, err = mcpconv.ToResult(res); err != nil {
 			return nil, err

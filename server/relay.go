@@ -171,7 +171,9 @@ func (m *MCP) readResource(up *upstream) mcpserver.ResourceHandlerFunc {
 		if err := m.rt().Fetch(CallerFrom(ctx), permissions.Knowledge, knowledgeID(up.src.ID(), uri), "resource "+uri, protocolOf(ctx)); err != nil {
 			return nil, errors.New(tool.ErrorMessage(err))
 		}
-		return up.src.ReadResource(ctx, uri)
+		contents, err := up.src.ReadResource(ctx, uri)
+		passUpstream(ctx, err)
+		return contents, err
 	}
 }
 
@@ -196,6 +198,7 @@ func (m *MCP) getPrompt(rp relayedPrompt) mcpserver.PromptHandlerFunc {
 			round.RequestState = up
 		}
 		res, err := rp.up.src.GetPrompt(mcpconv.WithAskable(ctx), rp.name, req.Params.Arguments, round)
+		passUpstream(ctx, err)
 		if err != nil || !res.NeedsInput() || res.RequestState == "" {
 			return res, err
 		}

@@ -15,8 +15,9 @@ import (
 // a capgate-made tool error.
 
 // writeUpstreamError writes err as the JSON-RPC error answering id when
-// it is an upstream's, and says whether it did.
-func writeUpstreamError(w http.ResponseWriter, id json.RawMessage, err error) bool {
+// it is an upstream's, and says whether it did; modern: the caller's
+// request is a stateless one.
+func writeUpstreamError(w http.ResponseWriter, id json.RawMessage, err error, modern bool) bool {
 	var re *mcpsrc.RPCError
 	if err == nil || !errors.As(err, &re) {
 		return false
@@ -34,12 +35,16 @@ func writeUpstreamError(w http.ResponseWriter, id json.RawMessage, err error) bo
 	if merr != nil {
 		return false
 	}
-	status := http.StatusOK
-	if re.Status/100 == 4 {
-		status = re.Status
-	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
+	w.WriteHeader(upstreamStatus(re, modern))
 	w.Write(append(b, '\n'))
 	return true
+}
+
+// upstreamStatus is the HTTP status of a JSON answer carrying re.
+func upstreamStatus(re *mcpsrc.RPCError, modern bool) int {
+	if modern && re.Status/100 == 4 {
+		return re.Status
+	}
+	return http.StatusOK
 }

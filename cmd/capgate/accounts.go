@@ -49,12 +49,16 @@ The store key (CAPGATE_STORE_KEY or store.key) must be the server's.`,
 				if err != nil {
 					return &exitError{code: exitDenied, err: err}
 				}
+				if jsonOutput(cmd) {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"sub": sub, "server": args[0], "url": url, "valid_until": until.UTC()})
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s signs in to %s at:\n%s\n(valid until %s, once)\n", sub, args[0], url, until.UTC().Format(time.RFC3339))
 				return nil
 			})
 		},
 	}
 	link.Flags().StringVar(&sub, "sub", "", "the capgate subject (token sub) whose account it is")
+	link.Flags().Bool("json", false, `print one JSON object on stdout: {"sub","server","url","valid_until"}`)
 
 	var listSub string
 	var asJSON bool
@@ -122,12 +126,16 @@ The store key (CAPGATE_STORE_KEY or store.key) must be the server's.`,
 				if confirmed {
 					how = "the authorization server revoked its tokens"
 				}
+				if jsonOutput(cmd) {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"sub": revokeSub, "server": args[0], "revoked": true, "confirmed": confirmed})
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "revoked %s's account on %s (%s)\n", revokeSub, args[0], how)
 				return nil
 			})
 		},
 	}
 	revoke.Flags().StringVar(&revokeSub, "sub", "", "the capgate subject")
+	revoke.Flags().Bool("json", false, `print one JSON object on stdout: {"sub","server","revoked","confirmed"}, confirmed when the authorization server revoked the tokens`)
 	cmd.AddCommand(link, list, revoke)
 	return cmd
 }

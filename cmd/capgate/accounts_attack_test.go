@@ -71,6 +71,7 @@ func press(t *testing.T, browser *http.Client, link string) *http.Response {
 //     (capgate.db), no string in any auth flow hashes to the code
 //     challenge the authorization server was sent.
 func TestUpstreamOAuthLinkAttacks(t *testing.T) {
+	t.Parallel()
 	o := startOAuthServe(t)
 	linkFor := func(sub string) string {
 		link := linkRe.FindString(o.cli(t, "accounts", "link", "tracker", "--sub", sub))

@@ -147,6 +147,7 @@ func (o *oauthServe) whoamiVia(t *testing.T, c *client.Client, note string) (who
 // declared only form elicitation, get the tool error carrying the link.
 // No token is in any answer or in serve's log.
 func TestUpstreamOAuthURLElicitation(t *testing.T) {
+	t.Parallel()
 	o := startOAuthServe(t)
 	// The upstream lists its tools once someone has linked (README).
 	if status, _ := o.as.Visit(t, "bob-upstream", linkRe.FindString(o.cli(t, "accounts", "link", "tracker", "--sub", "bob"))); status != 200 {

@@ -27,6 +27,7 @@ import (
 // caller's own token never reaches the upstream, and no token is in
 // serve's log, the audit or a response.
 func TestUpstreamTokenExchange(t *testing.T) {
+	t.Parallel()
 	as := oauthas.Start(t)
 	wiki := authmcp.Start(t, as.Issuer)
 	const audience = "http://capgate.test/mcp"

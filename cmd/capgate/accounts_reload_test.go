@@ -17,6 +17,7 @@ import (
 // completes on the serve, and the user's calls to it carry their own
 // token; a server removed is no longer linked through links given before.
 func TestUpstreamOAuthReload(t *testing.T) {
+	t.Parallel()
 	o := startOAuthServe(t)
 	wiki := authmcp.Start(t, o.as.Issuer)
 	bobTracker := linkRe.FindString(o.cli(t, "accounts", "link", "tracker", "--sub", "bob"))

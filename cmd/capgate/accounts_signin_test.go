@@ -49,6 +49,7 @@ func (j userPerHost) Cookies(u *url.URL) []*http.Cookie {
 //
 // The sign-in client's secret is in no log line or page.
 func TestUpstreamOAuthLinkSignIn(t *testing.T) {
+	t.Parallel()
 	upAS := oauthas.Start(t)
 	idp := oauthas.Start(t)
 	up := authmcp.Start(t, upAS.Issuer)

@@ -45,22 +45,29 @@ func startOAuthServe(t *testing.T) *oauthServe {
 }
 
 // startOAuthReplica starts a capgate serve on addr whose users sign in
-// through publicURL, with more config (a shared [store]) and env.
-func startOAuthReplica(t *testing.T, as *oauthas.AS, up *authmcp.Server, addr, publicURL, more string, env []string) *oauthServe {
+// through publicURL, with more config (a shared [store]), env, and more
+// [server] lines.
+func startOAuthReplica(t *testing.T, as *oauthas.AS, up *authmcp.Server, addr, publicURL, more string, env []string, server ...string) *oauthServe {
 	t.Helper()
 	s := testkit.StartCapgate(t, testkit.Capgate{Addr: addr, Env: env, Secret: "oauth-replicas-secret-0123456789ab",
-		Server: fmt.Sprintf("public_url = %q", publicURL),
-		Config: fmt.Sprintf(`[audit]
+		Server: strings.Join(append([]string{fmt.Sprintf("public_url = %q", publicURL)}, server...), "\n"),
+		Config: authServerConfig("tracker", up.URL, "oauth") + more})
+	return &oauthServe{Served: s, as: as, up: up, env: env}
+}
+
+// authServerConfig is an audited config with one upstream, name at url
+// with auth, whose whoami every caller may call.
+func authServerConfig(name, url, auth string) string {
+	return fmt.Sprintf(`[audit]
 path = "audit.jsonl"
 [policy]
-grants = ["rye.fetch.*", "rye.execute.tool.mcp.tracker.*"]
-[mcp.servers.tracker]
-url = %q
-auth = "oauth"
-[mcp.servers.tracker.tools.whoami]
+grants = ["rye.fetch.*", "rye.execute.tool.mcp.%[1]s.*"]
+[mcp.servers.%[1]s]
+url = %[2]q
+auth = %[3]q
+[mcp.servers.%[1]s.tools.whoami]
 risk = "LOW"
-%s`, up.URL, more)})
-	return &oauthServe{Served: s, as: as, up: up, env: env}
+`, name, url, auth)
 }
 
 func (o *oauthServe) keep(b []byte) {
@@ -143,6 +150,23 @@ func (o *oauthServe) mcpCall(t *testing.T, sub, sid, note string) (who, code, au
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tracker__whoami","arguments":{"note":%q}}}`, note)
 	status, _, raw := testkit.PostSession(t, o.URL, o.tok(t, sub), sid, body)
+	return o.callAnswer(t, status, raw, note)
+}
+
+// modernCall calls whoami over MCP 2026-07-28 (no session) as sub.
+func (o *oauthServe) modernCall(t *testing.T, sub, note string) (who, code, authURL, text string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tracker__whoami","arguments":{"note":%q},`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},`+
+		`"io.modelcontextprotocol/clientCapabilities":{}}}}`, note)
+	status, _, raw := testkit.PostMCP(t, o.URL, o.tok(t, sub), "tracker__whoami", body)
+	return o.callAnswer(t, status, raw, note)
+}
+
+// callAnswer reads an MCP tools/call answer of whoami: the subject
+// upstream, or the error code and auth_url of a refusal.
+func (o *oauthServe) callAnswer(t *testing.T, status int, raw []byte, note string) (who, code, authURL, text string) {
+	t.Helper()
 	o.keep(raw)
 	if status != 200 {
 		t.Fatalf("/mcp: %d %s", status, raw)
@@ -199,7 +223,14 @@ func sseData(raw []byte) []byte {
 // user's access only, and no token, refresh token or verifier is in any
 // response, log line or audit record.
 func TestUpstreamOAuthLinkAndCall(t *testing.T) {
-	o := startOAuthServe(t)
+	t.Parallel()
+	as := oauthas.Start(t)
+	up := authmcp.Start(t, as.Issuer)
+	addr, metricsAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	rc := startReceiver(t) // capgate's spans, for the leak check
+	o := startOAuthReplica(t, as, up, addr, "http://"+addr, "",
+		[]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rc.URL, "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="},
+		fmt.Sprintf("metrics_listen = %q", metricsAddr))
 
 	// Before anyone links, the upstream lists nothing and a call is not
 	// found; the operator's CLI prints alice's link.
@@ -264,8 +295,9 @@ func TestUpstreamOAuthLinkAndCall(t *testing.T) {
 		t.Fatalf("carol over MCP after linking: %q %q", who, code)
 	}
 
-	// alice and bob, interleaved over MCP and /rpc at once: every answer
-	// is the caller's own account, and no upstream session sees two.
+	// alice and bob, interleaved over MCP (2025-11-25 sessions and
+	// 2026-07-28 requests) and /rpc at once: every answer is the caller's
+	// own account, and no upstream session sees two.
 	sids := map[string]string{"alice": testkit.OpenSession(t, o.URL, o.tok(t, "alice"), "{}"),
 		"bob": testkit.OpenSession(t, o.URL, o.tok(t, "bob"), "{}")}
 	var wg sync.WaitGroup
@@ -279,6 +311,9 @@ func TestUpstreamOAuthLinkAndCall(t *testing.T) {
 				}
 				if who, code, _ := o.invoke(t, sub, note); who != sub+"-upstream" {
 					errs <- fmt.Sprintf("/rpc call %s as %s answered as %q (%s)", note, sub, who, code)
+				}
+				if who, code, _, _ := o.modernCall(t, sub, note); who != sub+"-upstream" {
+					errs <- fmt.Sprintf("2026-07-28 call %s as %s answered as %q (%s)", note, sub, who, code)
 				}
 			})
 		}
@@ -337,6 +372,30 @@ func TestUpstreamOAuthLinkAndCall(t *testing.T) {
 		t.Fatal("no audit records")
 	}
 	seen := map[string]string{"serve's log": o.Logs(), "the audit log": string(audit)}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "tracker__whoami") {
+		t.Fatalf("the metrics have no series of the calls:\n%.2000s", metrics)
+	}
+	seen["the metrics"] = string(metrics)
+	var spans []string
+	testkit.Poll(15*time.Second, func() bool {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		spans = spans[:0]
+		for _, s := range rc.spans {
+			spans = append(spans, s.String())
+		}
+		return strings.Contains(strings.Join(spans, "\n"), "tracker__whoami")
+	})
+	if len(spans) == 0 {
+		t.Fatal("no spans of the calls were exported")
+	}
+	seen["the spans"] = strings.Join(spans, "\n")
 	o.mu.Lock()
 	seen["the responses"] = strings.Join(o.out, "\n")
 	o.mu.Unlock()
@@ -412,6 +471,7 @@ func (o *oauthServe) storedSecrets(t *testing.T, subs ...string) []string {
 // token; bob, refused on b, signs in through a's link and b then serves
 // him; a revoke through b's config ends alice's access on a.
 func TestUpstreamOAuthReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.Start(t)
 	as := oauthas.Start(t)
 	up := authmcp.Start(t, as.Issuer)

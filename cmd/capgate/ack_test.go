@@ -17,6 +17,7 @@ import (
 // call, and is told which tier to acknowledge; with acknowledge =
 // ["elevated"] it can; a token whose ack claim drops elevated cannot.
 func TestServeElevatedGrantNeedsAcknowledge(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, `
 [mcp.servers.fy]
 command = "`+testkit.Build(t, testkit.MCPFixture)+`"

@@ -124,6 +124,7 @@ grants = ["rye.fetch.*", "rye.execute.tool.*"]
 // so is one on another data dir that names the same socket. The first
 // serve's pid file and socket are untouched and it still answers.
 func TestSecondServeRefused(t *testing.T) {
+	t.Parallel()
 	a := testkit.StartCapgate(t, testkit.Capgate{Socket: true})
 	dataDir, pid := filepath.Join(a.Dir, "data"), strconv.Itoa(a.Cmd.Process.Pid)
 	second := func(listen, dataDir string) string {

@@ -143,6 +143,7 @@ order; each record names its replica.`,
 		},
 	}
 	tail.Flags().IntVarP(&n, "lines", "n", 20, "how many lines")
+	tail.Flags().Bool("json", false, "fail with a JSON error line too (the records are JSON lines already)")
 
 	cmd.AddCommand(verify, tail)
 	return cmd

@@ -26,6 +26,7 @@ import (
 // declaring network outbound reaches the host socket, so those refusals
 // are the sandbox's.
 func TestBaselineAsRoot(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("runs serve as root; TestBaselineUnprivileged covers this user")
 	}
@@ -35,6 +36,7 @@ func TestBaselineAsRoot(t *testing.T) {
 // TestBaselineUnprivileged is the same with capgate serve running as an
 // unprivileged user, whose tools run as that user too.
 func TestBaselineUnprivileged(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		baseline(t, nil) // this user is unprivileged already
 		return
@@ -55,7 +57,7 @@ func baseline(t *testing.T, user *testkit.User) {
 	dir, packs, public := publicDir(t, user), publicDir(t, nil), publicDir(t, nil)
 	hostSock := filepath.Join(public, "host.sock")
 	unixHello(t, hostSock)
-	abstract := fmt.Sprintf("@capgate-baseline-%d", os.Getpid())
+	abstract := fmt.Sprintf("@capgate-baseline-%d-%s", os.Getpid(), t.Name()) // one per test: they run in parallel
 	unixHello(t, abstract)
 	// capgate's files, reached through links whose names output
 	// hardening does not withhold: the links must not open them.
@@ -145,6 +147,7 @@ paths = [%q]
 // reads /etc/shadow, so the opt-out is real); a pack in a dir nobody
 // cannot enter is named at start.
 func TestRunAsIsVisible(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("run_as applies to a root serve")
 	}

@@ -182,6 +182,7 @@ func (s *served) liveApprovals(t *testing.T) map[string]string {
 // tool once and all get its result; a call that failed leaves the key
 // free for a retry.
 func TestIdempotencyKeyRunsOnce(t *testing.T) {
+	t.Parallel()
 	extra, log := callsPack(t)
 	s := startServe(t, extra)
 	alice := s.mint(t, "alice", "private")
@@ -233,6 +234,7 @@ func TestIdempotencyKeyRunsOnce(t *testing.T) {
 // mcp-go's path); the operator sees the input they approve; the tool
 // gets the canonical bytes that were approved.
 func TestApprovedInputIsWhatRuns(t *testing.T) {
+	t.Parallel()
 	extra, log := callsPack(t)
 	s := startServe(t, extra)
 	alice := s.mint(t, "alice", "private")

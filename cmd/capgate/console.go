@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -59,6 +60,10 @@ replica sharing the store accepts it once.`,
 			if err != nil {
 				return err
 			}
+			if jsonOutput(cmd) {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"url": app.ConsoleURL(cfg) + "/login?t=" + tok,
+					"sub": sub, "valid_until": time.Now().Add(console.LinkTTL).UTC().Truncate(time.Second)})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s/login?t=%s\n", app.ConsoleURL(cfg), tok)
 			fmt.Fprintf(cmd.ErrOrStderr(), "signs in %s once, within %s\n", sub, console.LinkTTL)
 			return nil
@@ -66,5 +71,6 @@ replica sharing the store accepts it once.`,
 	}
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the capgate.toml of the capgate serving the console")
 	cmd.Flags().StringVar(&sub, "sub", os.Getenv("USER"), "who signs in (one of [console] approvers or viewers)")
+	cmd.Flags().Bool("json", false, `print one JSON object on stdout: {"url","sub","valid_until"}`)
 	return cmd
 }

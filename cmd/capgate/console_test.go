@@ -214,6 +214,7 @@ commands:
 // tool's description, a call's input and a caller's subject that neither
 // run nor link.
 func TestConsoleBrowser(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve and chromium")
 	}
@@ -543,6 +544,7 @@ viewers = ["ops-victor"]
 // chromium; a user the provider knows but the console does not is
 // refused.
 func TestConsoleOIDCSignIn(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve, oidc-provider and chromium")
 	}

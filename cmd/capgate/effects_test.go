@@ -21,6 +21,7 @@ import (
 // claim), on /rpc and /mcp alike; planning names the gate and shows the
 // policies without running anything; the refusal is audited with its gate.
 func TestSideEffectPolicy(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

@@ -321,9 +321,18 @@ risk = "LOW"
 	if err != nil || res.IsError {
 		t.Fatalf("chatty: %v %+v", err, res)
 	}
-	text, isErr := callTool(ctx, t, c, "hx__ask", nil)
-	if !isErr && strings.Contains(text, "answered accept") {
-		t.Errorf("ask: the elicitation reached the client: %s", text)
+	// Refused its elicitation, the upstream fails the call: its JSON-RPC
+	// error reaches the client as it gave it (or a tool error would).
+	req.Params.Name, req.Params.Meta = "hx__ask", nil
+	var text string
+	res, err = c.CallTool(ctx, req)
+	if err != nil {
+		text = err.Error()
+	} else {
+		b, _ := json.Marshal(res.Content)
+		if text = string(b); !res.IsError && strings.Contains(text, "answered accept") {
+			t.Errorf("ask: the elicitation reached the client: %s", text)
+		}
 	}
 	// The notifications may still be on their way: wait for both steps.
 	testkit.Poll(10*time.Second, func() bool {

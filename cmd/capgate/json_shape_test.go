@@ -139,6 +139,20 @@ grants = ["rye.fetch.*", "rye.execute.tool.ext.notes.*"]
 		t.Fatal(err)
 	}
 	missing := filepath.Join(dir, "missing.toml")
+	// tools lock writes capgate.lock beside its config: a copy of its own.
+	lockDir := t.TempDir()
+	lockCfg := filepath.Join(lockDir, "capgate.toml")
+	if b, err := os.ReadFile(cfg); err != nil || os.WriteFile(lockCfg, b, 0o600) != nil {
+		t.Fatal("copying the config", err)
+	}
+	consoleCfg := filepath.Join(t.TempDir(), "capgate.toml")
+	if err := os.WriteFile(consoleCfg, []byte("[server]\ndata_dir = \"data\"\n[console]\nlisten = \"127.0.0.1:18788\"\napprovers = [\"ops\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badSkill := filepath.Join(t.TempDir(), "bad.md")
+	if err := os.WriteFile(badSkill, []byte("no front matter here\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	descriptor := shape{keys: map[string]string{"id": "string", "kind": "string", "source": "string", "name": "string",
 		"exposed_name": "string", "description": "string", "risk": "object", "annotations": "object", "available": "bool"}}
@@ -191,6 +205,35 @@ grants = ["rye.fetch.*", "rye.execute.tool.ext.notes.*"]
 		{"token mint", []string{"token", "mint", "--json", "--sub", "alice", "--ttl", "1h"}, 0,
 			shape{keys: map[string]string{"token": "string", "sub": "string", "expires_at": "string"}}, "", nil},
 		{"token mint/error", []string{"token", "mint", "--json"}, 2, nil, errCodeUsage, nil},
+		{"skill validate", []string{"skill", "validate", "--json", filepath.Join(quickstart, "skills")}, 0,
+			shape{keys: map[string]string{"ok": "bool", "skills": "array", "problems": "array"}, elem: map[string]shape{
+				"skills": {keys: map[string]string{"path": "string", "name": "string", "description": "string"}}}}, "", nil},
+		{"skill validate/invalid", []string{"skill", "validate", "--json", badSkill}, 1,
+			shape{keys: map[string]string{"ok": "bool", "skills": "array", "problems": "array"}}, "", func(t *testing.T, v any) {
+				if r := v.(map[string]any); r["ok"] != false || !strings.Contains(fmt.Sprint(r["problems"]), "no frontmatter") {
+					t.Errorf("an invalid skill: %v", r)
+				}
+			}},
+		{"skill validate/error", []string{"skill", "validate", "--json"}, 2, nil, errCodeUsage, nil},
+		{"tools show", []string{"tools", "show", "--json", "--config", cfg, "ext:notes:count_words"}, 0, descriptor, "", nil},
+		{"tools show/error", []string{"tools", "show", "--json", "--config", cfg, "no_such_tool"}, 1, nil, errCodeFailed, nil},
+		{"tools lock", []string{"tools", "lock", "--json", "--config", lockCfg}, 0,
+			shape{keys: map[string]string{"file": "string", "pinned": "number", "skipped": "array"}}, "", func(t *testing.T, v any) {
+				if r := v.(map[string]any); r["pinned"] != 1.0 || r["file"] != filepath.Join(lockDir, "capgate.lock") {
+					t.Errorf("tools lock: %v, want the one extension tool pinned beside the config", r)
+				}
+			}},
+		{"tools lock/error", []string{"tools", "lock", "--json", "--config", missing}, 2, nil, errCodeUsage, nil},
+		{"reload", []string{"reload", "--json", "--config", srv.ConfigPath}, 0,
+			shape{keys: map[string]string{"pid": "number", "signal": "string"}}, "", nil},
+		{"reload/error", []string{"reload", "--json", "--config", cfg}, 1, nil, errCodeFailed, nil},
+		{"accounts link", []string{"accounts", "link", "wiki", "--json", "--config", cfg, "--sub", "alice"}, 0,
+			shape{keys: map[string]string{"sub": "string", "server": "string", "url": "string", "valid_until": "string"}}, "", nil},
+		{"accounts revoke/error", []string{"accounts", "revoke", "wiki", "--json", "--config", cfg, "--sub", "alice"}, 1, nil, errCodeFailed, nil},
+		{"console login", []string{"console", "login", "--json", "--config", consoleCfg, "--sub", "ops"}, 0,
+			shape{keys: map[string]string{"url": "string", "sub": "string", "valid_until": "string"}}, "", nil},
+		{"console login/error", []string{"console", "login", "--json", "--config", consoleCfg, "--sub", "eve"}, 2, nil, errCodeUsage, nil},
+		{"audit tail/error", []string{"audit", "tail", "--json", "--config", missing}, 2, nil, errCodeUsage, nil},
 		{"capability list", []string{"capability", "list", "--json", "--url", rpcURL}, 0,
 			shape{keys: map[string]string{"capabilities": "array"}, elem: map[string]shape{"capabilities": {keys: map[string]string{
 				"id": "string", "description": "string", "available": "bool", "requires_auth": "bool", "operations": "array"}}}}, "", nil},
@@ -231,7 +274,7 @@ grants = ["rye.fetch.*", "rye.execute.tool.ext.notes.*"]
 			cmd.Dir, _ = os.Getwd()
 			cmd.Env = append(os.Environ(), "CAPGATE_TOKEN_SECRET=", "ASH_CONTEXT_TOKEN=", "CAPGATE_TOKEN=", "CAPGATE_URL=")
 			switch tc.name {
-			case "token mint":
+			case "token mint", "console login":
 				cmd.Env = append(cmd.Env, "CAPGATE_TOKEN_SECRET=json-shape-test-secret-0123456789abcdef")
 			case "capability list", "capability invoke":
 				cmd.Env = append(cmd.Env, allowed)
@@ -296,8 +339,15 @@ grants = ["rye.fetch.*", "rye.execute.tool.ext.notes.*"]
 					Message *string `json:"message"`
 				} `json:"error"`
 			}
-			if err := json.Unmarshal(stderr.Bytes(), &e); err != nil || e.Error == nil || e.Error.Code == nil || e.Error.Message == nil {
-				t.Fatalf("stderr is not one {\"error\":{\"code\",\"message\"}} line (%v): %q", err, stderr.String())
+			// Warnings logged before it are JSON lines too; the error is the last.
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			for _, l := range lines[:len(lines)-1] {
+				if !json.Valid([]byte(l)) || strings.Contains(l, `"error":{`) {
+					t.Errorf("a stderr line before the error is not a JSON log line: %s", l)
+				}
+			}
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &e); err != nil || e.Error == nil || e.Error.Code == nil || e.Error.Message == nil {
+				t.Fatalf("stderr does not end with one {\"error\":{\"code\",\"message\"}} line (%v): %q", err, stderr.String())
 			}
 			if *e.Error.Code != tc.code || *e.Error.Message == "" {
 				t.Errorf("error %q %q, want code %q and a message", *e.Error.Code, *e.Error.Message, tc.code)

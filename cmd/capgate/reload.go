@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -49,6 +50,9 @@ Exit status: 0 sent, 1 no running serve, 2 the config is not usable.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, problems := checkConfig(configPath)
 			if len(problems) > 0 {
+				if jsonOutput(cmd) {
+					return usageError("%s is not usable; serve keeps its running config: %s", configPath, strings.Join(problems, "; "))
+				}
 				for _, p := range problems {
 					fmt.Fprintln(cmd.ErrOrStderr(), p)
 				}
@@ -62,11 +66,15 @@ Exit status: 0 sent, 1 no running serve, 2 the config is not usable.`,
 			if err := p.Signal(syscall.SIGHUP); err != nil {
 				return &exitError{code: exitDenied, err: fmt.Errorf("signal capgate serve (pid %d): %w", pid, err)}
 			}
+			if jsonOutput(cmd) {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"pid": pid, "signal": "SIGHUP"})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "sent SIGHUP to capgate serve (pid %d); its log says whether the reload was applied\n", pid)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "capgate.toml", "the config of the running capgate serve")
+	cmd.Flags().Bool("json", false, `print one JSON object on stdout: {"pid","signal"}`)
 	return cmd
 }
 

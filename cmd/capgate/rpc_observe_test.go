@@ -48,6 +48,28 @@ func checkRPCObservability(t *testing.T, base, metricsURL, tok string, rc *recei
 		t.Fatalf("/rpc unknown tool: %s", got)
 	}
 
+	// The other methods are counted too: a listing, and one refused for
+	// its token.
+	post := func(body string) string {
+		resp, err := http.Post(base+"/rpc", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		return b.String()
+	}
+	if got := post(`{"jsonrpc":"2.0","id":44,"method":"capability.list","params":{"context_token":"` + tok + `"}}`); !strings.Contains(got, "mcp:wx:get_weather") {
+		t.Fatalf("/rpc capability.list: %s", got)
+	}
+	if got := post(`{"jsonrpc":"2.0","id":45,"method":"capability.list","params":{"context_token":"not-a-token"}}`); !strings.Contains(got, `"code":"token_invalid"`) {
+		t.Fatalf("/rpc capability.list with a bad token: %s", got)
+	}
+	if got := post(`{"jsonrpc":"2.0","id":46,"method":"capability.nope","params":{}}`); !strings.Contains(got, "-32601") {
+		t.Fatalf("/rpc unknown method: %s", got)
+	}
+
 	fams := scrape(t, metricsURL)
 	count := func(tool, errType string) uint64 {
 		m := series(fams, "rpc_server_call_duration_seconds", map[string]string{"rpc_method": "capability.invoke", "gen_ai_tool_name": tool, "error_type": errType})
@@ -58,6 +80,12 @@ func checkRPCObservability(t *testing.T, base, metricsURL, tok string, rc *recei
 	}{{"wx__get_weather", ""}, {"wx__forecast", "permission_denied"}, {"other", "capability_not_found"}} {
 		if n := count(c.tool, c.errType); n != 1 {
 			t.Errorf("/rpc calls of %s with error_type %q: %d, want 1; the family: %v", c.tool, c.errType, n, fams["rpc_server_call_duration_seconds"])
+		}
+	}
+	for _, c := range []struct{ method, errType string }{{"capability.list", ""}, {"capability.list", "token_invalid"}, {"other", "-32601"}} {
+		m := series(fams, "rpc_server_call_duration_seconds", map[string]string{"rpc_method": c.method, "gen_ai_tool_name": "", "error_type": c.errType})
+		if n := m.GetHistogram().GetSampleCount(); n != 1 {
+			t.Errorf("/rpc %s requests with error_type %q: %d, want 1", c.method, c.errType, n)
 		}
 	}
 	for _, m := range fams["rpc_server_call_duration_seconds"].GetMetric() {

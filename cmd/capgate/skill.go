@@ -197,7 +197,8 @@ func skillOneLine(s string, n int) string {
 }
 
 func newSkillValidateCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "validate PATH...",
 		Short: "Check skill files, or every skill in a directory",
 		Long: `validate checks each PATH: a skill file (SKILL.md or <name>.md), a skill's
@@ -212,8 +213,28 @@ cannot be read.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code := exitOK
+			res := skillValidateResult{Skills: []skillValidated{}, Problems: []string{}}
 			for _, path := range args {
-				code = max(code, validateSkillPath(cmd.OutOrStdout(), cmd.ErrOrStderr(), path))
+				found, problems, c := validateSkillPath(path)
+				code = max(code, c)
+				for _, s := range found {
+					res.Skills = append(res.Skills, skillValidated{Path: s.Path, Name: s.Name, Description: s.Description})
+					if !asJSON {
+						fmt.Fprintf(cmd.OutOrStdout(), "ok  %s  %s: %s\n", s.Path, s.Name, skillOneLine(s.Description, 80))
+					}
+				}
+				res.Problems = append(res.Problems, problems...)
+				if !asJSON {
+					for _, p := range problems {
+						fmt.Fprintln(cmd.ErrOrStderr(), p)
+					}
+				}
+			}
+			if asJSON {
+				res.OK = code == exitOK
+				if err := json.NewEncoder(cmd.OutOrStdout()).Encode(res); err != nil {
+					return err
+				}
 			}
 			if code != exitOK {
 				return &exitError{code: code}
@@ -221,45 +242,53 @@ cannot be read.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print one JSON object on stdout: {"ok","skills":[{"path","name","description"}],"problems"}`)
+	return cmd
 }
 
-// validateSkillPath validates one PATH argument and returns its exit code.
-func validateSkillPath(out, errw io.Writer, path string) int {
+// skillValidateResult is what `skill validate --json` prints; the exit
+// status is the text form's.
+type skillValidateResult struct {
+	OK       bool             `json:"ok"`
+	Skills   []skillValidated `json:"skills"`
+	Problems []string         `json:"problems"` // as the text form prints them
+}
+
+type skillValidated struct {
+	Path        string `json:"path"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+}
+
+// validateSkillPath validates one PATH argument: the good skills, each
+// problem as a line, and its exit code.
+func validateSkillPath(path string) ([]*skills.Skill, []string, int) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		fmt.Fprintln(errw, "capgate:", err)
-		return exitUsage
-	}
-	ok := func(s *skills.Skill) {
-		fmt.Fprintf(out, "ok  %s  %s: %s\n", s.Path, s.Name, skillOneLine(s.Description, 80))
+		return nil, []string{"capgate: " + err.Error()}, exitUsage
 	}
 	if !fi.IsDir() {
 		s, err := skills.ReadFile(path)
 		if err != nil {
-			fmt.Fprintln(errw, err)
-			return exitDenied
+			return nil, []string{err.Error()}, exitDenied
 		}
-		ok(s)
-		return exitOK
+		return []*skills.Skill{s}, nil, exitOK
 	}
 	if file := filepath.Join(path, "SKILL.md"); skillFileExists(file) {
-		return validateSkillPath(out, errw, file)
+		return validateSkillPath(file)
 	}
 	found, problems := skills.LoadDir(path, "")
-	for _, s := range found {
-		ok(s)
-	}
+	var out []string
 	for _, p := range problems {
-		fmt.Fprintln(errw, p.Error())
+		out = append(out, p.Error())
 	}
 	switch {
 	case len(problems) > 0:
-		return exitDenied
+		return found, out, exitDenied
 	case len(found) == 0:
-		fmt.Fprintf(errw, "%s: no skills here: a skill is <name>/SKILL.md or <name>.md\n", path)
-		return exitDenied
+		return nil, []string{fmt.Sprintf("%s: no skills here: a skill is <name>/SKILL.md or <name>.md", path)}, exitDenied
 	}
-	return exitOK
+	return found, nil, exitOK
 }
 
 func skillFileExists(path string) bool {

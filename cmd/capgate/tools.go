@@ -141,10 +141,11 @@ no longer matches its pin is quarantined until the lock is written again.`,
 			defer r.Close()
 			tools := r.Snapshot().Tools
 			var pinned []*tool.Descriptor
+			skipped := []string{}
 			for _, d := range tools {
 				if d.Available {
 					pinned = append(pinned, d)
-				} else {
+				} else if skipped = append(skipped, d.ID); !jsonOutput(cmd) {
 					fmt.Fprintf(cmd.ErrOrStderr(), "capgate: not pinning %s: its source is unavailable\n", d.ID)
 				}
 			}
@@ -152,10 +153,15 @@ no longer matches its pin is quarantined until the lock is written again.`,
 			if err := r.Snapshot().Lock(pinned).Write(path); err != nil {
 				return err
 			}
+			if jsonOutput(cmd) {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"file": path, "pinned": len(pinned), "skipped": skipped})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "pinned %d tools in %s\n", len(pinned), path)
 			return nil
 		},
 	}
+	show.Flags().Bool("json", false, "fail with a JSON error line too (the tool is JSON already)")
+	lock.Flags().Bool("json", false, `print one JSON object on stdout: {"file","pinned","skipped"}, skipped naming the tools of sources that did not answer`)
 	cmd.AddCommand(list, search, show, lock)
 	return cmd
 }

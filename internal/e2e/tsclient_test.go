@@ -38,6 +38,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // itself (no capgate, no auth, no prefix): it proves the SDK, the script and
 // progress notifications work, whatever state capgate's MCP front door is in.
 func TestTSClientAgainstFixture(t *testing.T) {
+	t.Parallel()
 	dir := installTSClient(t)
 	addr := testkit.FreeAddr(t)
 	testkit.ServeMCPFixture(t, "-http", addr)
@@ -83,6 +84,7 @@ func TestTSClientAgainstFixture(t *testing.T) {
 // TestTSClientCapgate: list, an allowed call, a denied call and progress
 // through capgate, with a token minted by `capgate token mint`.
 func TestTSClientCapgate(t *testing.T) {
+	t.Parallel()
 	dir := installTSClient(t)
 	cg := startCapgate(t)
 	tok := cg.mint(t, "--sub", "alice")
@@ -105,17 +107,22 @@ func TestTSClientCapgate(t *testing.T) {
 			t.Errorf("fx__t_00's denial %q does not say %q", rep.Denied.text(), want)
 		}
 	}
-	// The SDK speaks 2025-11-25 to capgate, which serves that version
-	// through the same mcp-go server: the same split (issue 31; the
-	// conformance gaps list it as flaky), so arrival order is logged here
-	// too until capgate writes a call's stream itself.
-	checkProgress(t, rep, false)
+	// The SDK speaks 2025-11-25 to capgate, which writes a call's stream
+	// itself: every progress notification of the call on it, in order,
+	// before the result, however the SDK's GET stream is doing.
+	checkProgress(t, rep, true)
+	// The SDK drops a progress notification that comes after its call's
+	// result: all three arrive only when each came before it.
+	if len(rep.Progress) != 3 {
+		t.Errorf("progress notifications = %+v, want the fixture's 3, each before the result", rep.Progress)
+	}
 }
 
 // TestTSClientCapgateBadToken: a token capgate cannot verify is refused with
 // 401 and a WWW-Authenticate challenge, so the SDK's connect fails: one that
 // is not a token at all, and a well-formed one signed with another key.
 func TestTSClientCapgateBadToken(t *testing.T) {
+	t.Parallel()
 	dir := installTSClient(t)
 	cg := startCapgate(t)
 	other := make([]byte, 32)
@@ -139,6 +146,7 @@ func TestTSClientCapgateBadToken(t *testing.T) {
 // TestTSClientCapgateNarrowToken: a token whose caps allow fetching only
 // echo lists only echo.
 func TestTSClientCapgateNarrowToken(t *testing.T) {
+	t.Parallel()
 	dir := installTSClient(t)
 	cg := startCapgate(t)
 	tok := cg.mint(t, "--sub", "alice",
@@ -153,11 +161,13 @@ func TestTSClientCapgateNarrowToken(t *testing.T) {
 // up. The MCP spec says progress MUST increase with each notification; with
 // strictOrder false arrival out of order is only logged.
 //
-// Why it can arrive out of order: mcp-go v1.2.1's streamable HTTP server
-// puts every notification of a session, progress included, on one session
-// channel that both the POST's response stream and the standalone GET
-// stream (which the TypeScript SDK opens) read from, so a call's progress is
-// split between the two streams and their order between them is not kept.
+// Why the fixture gets strictOrder false: mcp-go v1.2.1's streamable HTTP
+// server (which the fixture is) puts every notification of a session,
+// progress included, on one session channel that both the POST's response
+// stream and the standalone GET stream (which the TypeScript SDK opens)
+// read from, so a call's progress is split between the two streams and
+// their order between them is not kept. capgate writes a call's stream
+// itself (server/streamcall.go), so through capgate the order is strict.
 func checkProgress(t *testing.T, rep *clientReport, strictOrder bool) {
 	t.Helper()
 	if got := rep.Slow.text(); got != "done" || rep.Slow.IsError {

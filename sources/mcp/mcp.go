@@ -263,6 +263,9 @@ func (s *Source) dial(ctx context.Context) error {
 	s.mu.Unlock()
 	s.closeKeyed()
 	l.guard.whenTripped(func() { go s.restart(l) })
+	if l.modern() {
+		go s.listen(l)
+	}
 	return nil
 }
 

@@ -369,3 +369,37 @@ func TestReadResultMatchesDecodeResult(t *testing.T) {
 		}
 	}
 }
+
+// TestListChangedStateless: an upstream on the stateless protocol
+// announces a changed tool list on the subscriptions/listen stream the
+// source keeps open, which refreshes the catalog as on a session.
+func TestListChangedStateless(t *testing.T) {
+	addr := freeAddr(t)
+	httpFixture(t, addr)
+	s := connected(t, Options{URL: "http://" + addr + "/mcp"})
+	if l, err := s.client(); err != nil || !l.modern() {
+		t.Fatalf("the fixture over HTTP: %v, want the stateless protocol", err)
+	}
+	changed := make(chan struct{}, 10)
+	s.OnChange(func() { changed <- struct{}{} })
+	ds, err := s.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream is opened in the background: mutate until it is heard.
+	testkit.WaitFor(t, 20*time.Second, "tools/list_changed from the stateless upstream", func() bool {
+		if _, err := s.Call(context.Background(), tool.Call{Tool: find(t, ds, "mutate")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+			return true
+		case <-time.After(500 * time.Millisecond):
+			return false
+		}
+	})
+	ds, _ = s.List(context.Background())
+	if d := find(t, ds, "echo"); d.Description != "Echo a message, and keep a copy" {
+		t.Errorf("description %q after the change", d.Description)
+	}
+}

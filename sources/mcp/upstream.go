@@ -133,12 +133,12 @@ func (s *Source) Complete(ctx context.Context, ref map[string]any, arg mcpgo.Com
 	return &res.Completion, nil
 }
 
-// upstreamError passes on the upstream's own message (the source has
+// upstreamError passes on the upstream's own error (the source has
 // hardened it), or says with its code why it was withheld.
 func upstreamError(err error) error {
 	var re *RPCError
 	if errors.As(err, &re) {
-		return errors.New(re.Message)
+		return re
 	}
 	if tool.ErrorCode(err) == tool.CodeInvalidOutput {
 		return fmt.Errorf("%s: %s", tool.CodeInvalidOutput, tool.ErrorMessage(err))

@@ -1,0 +1,32 @@
+// Package nsinit is the first process (init, PID 1) of a tool's own PID
+// namespace: capgate re-executed with Env set. It starts the sandbox's
+// trampoline (capgate once more, which confines itself and execs the
+// tool), reaps every process the namespace orphans, and exits as the
+// trampoline did. When it dies, however (capgate died and the kernel's
+// parent-death signal killed it, capgate's timeout killed it, the tool
+// ended), the kernel kills every process left in the namespace: the
+// tool's children too, even those that left its process group or session.
+//
+// It does that work in this package's init, which needs a few standard
+// packages only: Go initialises packages in import-path order as their
+// imports are ready, so this runs after about 25 of capgate's packages
+// instead of the ~180 that precede the sandbox's own init (its imports
+// include kernel.org/.../psx, which sorts late). That saves about a third
+// of this process's start (BenchmarkLaunchPidNS, sandbox).
+//
+// The trampoline cannot be init itself: with cgo, go-landlock's all-thread
+// syscalls (libpsx, before Landlock ABI 8) find the process's threads in
+// /proc/<getpid()>/task, and getpid() 1 names the parent namespace's init
+// there, whose threads it waits for forever.
+package nsinit
+
+// Env carries init's settings from the launcher: "ALIVE,NOTIFY", the fd of
+// capgate's pidfd (-1: none) and 1 when fd 4 is the seccomp notifier's.
+const Env = "CAPGATE_SANDBOX_INIT"
+
+// StartFailure and FailPrefix are how init and the trampoline end when
+// they cannot start the tool: this status, and stderr starting so.
+const (
+	StartFailure = 126
+	FailPrefix   = "capgate sandbox: "
+)

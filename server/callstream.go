@@ -1,0 +1,284 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A call's stream: the SSE response of one tools/call in a 2025-11-25 (or
+// 2025-06-18) session, written by capgate (streamcall.go says which calls).
+// Every event carries an id, "<stream>-<n>"; a client whose connection
+// broke comes back with GET and Last-Event-ID and gets what followed, then
+// the rest live (SEP-1699). The events are kept in this replica's memory
+// only: the call runs here (its job, its upstream connection), so the live
+// tail can only come from here, and storing every progress notification
+// of every call in the shared store would cost a write each for the rare
+// resume. A balancer that spreads a session's requests over replicas sends
+// a resume elsewhere now and then; that replica answers 404 (the client
+// then sees the call fail, as it would without resumption).
+
+const (
+	// streamRetry is the reconnection delay the priming event asks for.
+	streamRetry = time.Second
+	// resumeWait: a call whose client is gone and has not resumed within
+	// this is cancelled (a broken connection is not a cancellation, but
+	// nobody may be coming back).
+	resumeWait = 30 * time.Second
+	// resumeKeep: a stream whose end was not delivered is kept this long
+	// after it, for a resume.
+	resumeKeep = 5 * time.Minute
+	// maxStreamBytes bounds what one stream keeps for a resume; the oldest
+	// events go first (a resume from before them is refused).
+	maxStreamBytes = 4 << 20
+	// maxStreams bounds the streams kept on a replica; beyond, a new
+	// call's stream works but cannot be resumed.
+	maxStreams = 4096
+	// streamPrefix starts every stream id: a Last-Event-ID that does not
+	// is not capgate's.
+	streamPrefix = "cgs_"
+)
+
+// callStream is one call's events, written or to write, and the
+// connection (the POST, or a resume) writing them now.
+type callStream struct {
+	id, session string
+	cancel      context.CancelFunc // ends the call
+
+	mu      sync.Mutex
+	events  [][]byte      // whole SSE events; events[i] is number first+i
+	first   int           // the number of events[0] (events are numbered from 1)
+	size    int           // bytes in events
+	done    bool          // the last of events is the call's response
+	conn    uint64        // the attached connection's number, 0: none
+	conns   uint64        // connections attached so far
+	changed chan struct{} // closed (and replaced) at every change
+	gone    *time.Timer   // runs out resumeWait after the client left
+}
+
+type callStreams struct {
+	mu sync.Mutex
+	m  map[string]*callStream
+}
+
+// open makes a stream for a call in session, kept for resumes when there
+// is room.
+func (cs *callStreams) open(session string, cancel context.CancelFunc) *callStream {
+	b := make([]byte, 12)
+	rand.Read(b)
+	s := &callStream{id: streamPrefix + hex.EncodeToString(b), session: session, cancel: cancel,
+		first: 1, changed: make(chan struct{})}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.m == nil {
+		cs.m = map[string]*callStream{}
+	}
+	if len(cs.m) < maxStreams {
+		cs.m[s.id] = s
+	}
+	return s
+}
+
+func (cs *callStreams) get(id string) *callStream {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.m[id]
+}
+
+func (cs *callStreams) drop(s *callStream) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.m[s.id] == s {
+		delete(cs.m, s.id)
+	}
+}
+
+// add appends message as the stream's next event.
+func (s *callStream) add(message any) { s.push(message, false) }
+
+// finish appends the call's response, the stream's last event.
+func (s *callStream) finish(message any) { s.push(message, true) }
+
+func (s *callStream) push(message any, last bool) {
+	data, err := json.Marshal(message)
+	if err != nil {
+		return // mcp-go's own types: cannot happen
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return
+	}
+	n := s.first + len(s.events)
+	ev := make([]byte, 0, len(data)+len(s.id)+40)
+	ev = append(ev, "id: "...)
+	ev = append(ev, s.id...)
+	ev = append(ev, '-')
+	ev = strconv.AppendInt(ev, int64(n), 10)
+	ev = append(ev, "\nevent: message\ndata: "...)
+	ev = append(ev, data...)
+	ev = append(ev, "\n\n"...)
+	s.events = append(s.events, ev)
+	s.size += len(ev)
+	for s.size > maxStreamBytes && len(s.events) > 1 {
+		s.size -= len(s.events[0])
+		s.events[0] = nil
+		s.events = s.events[1:]
+		s.first++
+	}
+	if last {
+		s.done = true
+		if s.gone != nil {
+			s.gone.Stop()
+		}
+	}
+	s.wake()
+}
+
+// wake tells the attached connection something changed; s.mu is held.
+func (s *callStream) wake() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// primingEvent is the event a 2025-11-25 stream starts with: an id to
+// resume from before any other event, and how long to wait before.
+func (s *callStream) primingEvent() []byte {
+	return []byte("id: " + s.id + "-0\nretry: " + strconv.FormatInt(streamRetry.Milliseconds(), 10) + "\ndata:\n\n")
+}
+
+// serve writes the stream's events after number after to w until the
+// last, and says whether it wrote it. It ends early when ctx ends (the
+// client left) or another connection takes the stream over.
+func (s *callStream) serve(ctx context.Context, w http.ResponseWriter, after int, streams *callStreams) bool {
+	rc := http.NewResponseController(w)
+	s.mu.Lock()
+	s.conns++
+	me := s.conns
+	s.conn = me
+	if s.gone != nil {
+		s.gone.Stop()
+	}
+	s.wake() // a connection attached before gives way
+	s.mu.Unlock()
+	complete := false
+	defer func() { s.detach(me, complete, streams) }()
+	next := after + 1
+	for {
+		s.mu.Lock()
+		if s.conn != me {
+			s.mu.Unlock()
+			return false
+		}
+		var batch [][]byte
+		if i := next - s.first; i >= 0 && i < len(s.events) {
+			batch = s.events[i:len(s.events):len(s.events)]
+		}
+		done, end, changed := s.done, s.first+len(s.events), s.changed
+		s.mu.Unlock()
+		for _, ev := range batch {
+			if _, err := w.Write(ev); err != nil {
+				return false
+			}
+		}
+		next += len(batch)
+		if len(batch) > 0 {
+			if err := rc.Flush(); err != nil {
+				return false
+			}
+		}
+		if done && next >= end {
+			complete = true
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// detach lets connection me go. A stream delivered to its end is dropped;
+// one whose call still runs cancels it if nobody resumes within
+// resumeWait; one that ended undelivered is kept for resumeKeep.
+func (s *callStream) detach(me uint64, complete bool, streams *callStreams) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != me {
+		return
+	}
+	s.conn = 0
+	switch {
+	case complete:
+		streams.drop(s)
+	case !s.done:
+		s.gone = time.AfterFunc(resumeWait, func() {
+			s.mu.Lock()
+			idle := s.conn == 0
+			s.mu.Unlock()
+			if idle {
+				s.cancel()
+			}
+		})
+	default:
+		time.AfterFunc(resumeKeep, func() { streams.drop(s) })
+	}
+}
+
+// parseEventID reads a Last-Event-ID of capgate's: the stream and the number of
+// the last event the client has; ok is false for an id that is not
+// capgate's.
+func parseEventID(id string) (stream string, n int, ok bool) {
+	if !strings.HasPrefix(id, streamPrefix) {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(id, '-')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil || n < 0 {
+		return "", 0, false
+	}
+	return id[:i], n, true
+}
+
+// resumeStream serves a GET with Last-Event-ID for one of capgate's call
+// streams: what followed that event, then the rest live. It says whether
+// the id was capgate's (then it answered, 404 when the stream is not
+// here).
+func (m *MCP) resumeStream(w http.ResponseWriter, r *http.Request, lastEventID string) bool {
+	id, n, ok := parseEventID(lastEventID)
+	if !ok {
+		return false
+	}
+	s := m.streams.get(id)
+	session := r.Header.Get("Mcp-Session-Id")
+	if s != nil {
+		s.mu.Lock()
+		// What followed is no longer kept, or the id was never sent.
+		lost := n+1 < s.first || n > s.first+len(s.events)-1
+		s.mu.Unlock()
+		if lost {
+			s = nil
+		}
+	}
+	if s == nil || s.session != session {
+		http.Error(w, "404 not found: no stream to resume from event "+strconv.Quote(lastEventID)+
+			" on this replica (it ended, expired, or was served by another replica)", http.StatusNotFound)
+		return true
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).Flush()
+	s.serve(r.Context(), w, n, &m.streams)
+	return true
+}

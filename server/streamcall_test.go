@@ -1,0 +1,210 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
+)
+
+// sseEvent is one event of a stream as a client reads it.
+type sseEvent struct {
+	id, retry, data string
+	hasData         bool
+}
+
+// sseEvents reads body's events into out as they come, until it ends.
+func sseEvents(body io.Reader, out chan<- sseEvent) {
+	defer close(out)
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.hasData {
+				out <- ev
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, "id:"):
+			ev.id = strings.TrimSpace(line[3:])
+		case strings.HasPrefix(line, "retry:"):
+			ev.retry = strings.TrimSpace(line[6:])
+		case strings.HasPrefix(line, "data:"):
+			ev.data, ev.hasData = strings.TrimPrefix(line[5:], " "), true
+		}
+	}
+}
+
+// sessionRequest sends one request of a 2025-11-25 session.
+func sessionRequest(t *testing.T, method, front, tok, sid, body string, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, front+"/mcp", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", testkit.SessionProtocol)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// message is an event's JSON-RPC message, the parts the tests read.
+type message struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params struct {
+		Progress float64 `json:"progress"`
+	} `json:"params"`
+	Result *struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
+}
+
+func readMessage(t *testing.T, ev sseEvent) message {
+	t.Helper()
+	var m message
+	if err := json.Unmarshal([]byte(ev.data), &m); err != nil {
+		t.Fatalf("event %q: %v", ev.data, err)
+	}
+	return m
+}
+
+const slowCall = `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"fx__slow","arguments":{"delay_ms":DELAY},"_meta":{"progressToken":"p9"}}}`
+
+// A call's progress goes on the call's own stream, in order, each before
+// its result, while the session's GET stream is open (mcp-go alone splits
+// it between the two, so this failed about seven times in eight per call).
+// The stream starts with a priming event and every event has an id.
+func TestStreamedCallKeepsItsProgress(t *testing.T) {
+	_, front := open(t)
+	tok := mint(t, token.Claims{Sub: "alice"})
+	sid := testkit.OpenSession(t, front, tok, "{}")
+	get := sessionRequest(t, http.MethodGet, front, tok, sid, "")
+	if get.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %d", get.StatusCode)
+	}
+	var (
+		mu       sync.Mutex
+		onGet    []string
+		getFeeds = make(chan sseEvent, 64)
+	)
+	go sseEvents(get.Body, getFeeds)
+	go func() {
+		for ev := range getFeeds {
+			mu.Lock()
+			onGet = append(onGet, ev.data)
+			mu.Unlock()
+		}
+	}()
+
+	for round := range 4 {
+		resp := sessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "1", 1))
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+			t.Fatalf("round %d: %d %s", round, resp.StatusCode, ct)
+		}
+		evs := make(chan sseEvent, 16)
+		go sseEvents(resp.Body, evs)
+		var got []sseEvent
+		for ev := range evs {
+			got = append(got, ev)
+		}
+		if len(got) != 5 {
+			t.Fatalf("round %d: %d events, want priming, 3 progress, result: %+v", round, len(got), got)
+		}
+		if p := got[0]; p.id == "" || p.retry != "1000" || p.data != "" {
+			t.Errorf("round %d: first event %+v, want a priming event (id, retry, no data)", round, p)
+		}
+		for i, ev := range got[1:4] {
+			m := readMessage(t, ev)
+			if m.Method != "notifications/progress" || m.Params.Progress != float64(i+1) || ev.id == "" {
+				t.Errorf("round %d: event %d = %s (id %q), want progress %d with an id", round, i+1, ev.data, ev.id, i+1)
+			}
+		}
+		if m := readMessage(t, got[4]); string(m.ID) != "9" || m.Result == nil || len(m.Result.Content) != 1 || m.Result.Content[0].Text != "done" {
+			t.Errorf("round %d: last event %s, want the result", round, got[4].data)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, data := range onGet {
+		if strings.Contains(data, "notifications/progress") {
+			t.Errorf("a call's progress went on the session's GET stream: %s", data)
+		}
+	}
+}
+
+// A client whose connection broke resumes the call's stream with GET and
+// Last-Event-ID: it gets what followed that event, then the result. A
+// Last-Event-ID of another session, or one no stream here sent, is 404.
+func TestStreamedCallResumes(t *testing.T) {
+	_, front := open(t)
+	tok := mint(t, token.Claims{Sub: "alice"})
+	sid := testkit.OpenSession(t, front, tok, "{}")
+	other := testkit.OpenSession(t, front, tok, "{}")
+
+	resp := sessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "300", 1))
+	evs := make(chan sseEvent, 16)
+	go sseEvents(resp.Body, evs)
+	priming := <-evs
+	first := <-evs // progress 1, sent before the first pause
+	if priming.id == "" || readMessage(t, first).Params.Progress != 1 {
+		t.Fatalf("the stream began with %+v, %+v", priming, first)
+	}
+	resp.Body.Close() // the connection breaks mid-call
+
+	if r := sessionRequest(t, http.MethodGet, front, tok, other, "", "Last-Event-ID", first.id); r.StatusCode != http.StatusNotFound {
+		t.Errorf("resume from another session: %d, want 404", r.StatusCode)
+	}
+	if r := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", streamPrefix+"00ff-3"); r.StatusCode != http.StatusNotFound {
+		t.Errorf("resume of an unknown stream: %d, want 404", r.StatusCode)
+	}
+
+	get := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id)
+	if ct := get.Header.Get("Content-Type"); get.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		t.Fatalf("resume: %d %s", get.StatusCode, ct)
+	}
+	rest := make(chan sseEvent, 16)
+	go sseEvents(get.Body, rest)
+	var progress []float64
+	var last message
+	for ev := range rest {
+		if ev.id == "" {
+			t.Errorf("resumed event without an id: %+v", ev)
+		}
+		m := readMessage(t, ev)
+		if m.Method == "notifications/progress" {
+			progress = append(progress, m.Params.Progress)
+		}
+		last = m
+	}
+	if len(progress) != 2 || progress[0] != 2 || progress[1] != 3 {
+		t.Errorf("resumed progress %v, want [2 3]", progress)
+	}
+	if string(last.ID) != "9" || last.Result == nil || len(last.Result.Content) != 1 || last.Result.Content[0].Text != "done" {
+		t.Errorf("the resumed stream ended with %+v, want the result", last)
+	}
+	// Delivered to its end, the stream is gone.
+	if r := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id); r.StatusCode != http.StatusNotFound {
+		t.Errorf("resume of a delivered stream: %d, want 404", r.StatusCode)
+	}
+}
