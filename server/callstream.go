@@ -27,10 +27,6 @@ import (
 const (
 	// streamRetry is the reconnection delay the priming event asks for.
 	streamRetry = time.Second
-	// resumeWait: a call whose client is gone and has not resumed within
-	// this is cancelled (a broken connection is not a cancellation, but
-	// nobody may be coming back).
-	resumeWait = 30 * time.Second
 	// resumeKeep: a stream whose end was not delivered is kept this long
 	// after it, for a resume.
 	resumeKeep = 5 * time.Minute
@@ -44,6 +40,11 @@ const (
 	// is not capgate's.
 	streamPrefix = "cgs_"
 )
+
+// resumeWait: a call whose client is gone and has not resumed within
+// this is cancelled (a broken connection is not a cancellation, but nobody
+// may be coming back). A variable for tests.
+var resumeWait = 30 * time.Second
 
 // callStream is one call's events, written or to write, and the
 // connection (the POST, or a resume) writing them now.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/token"
@@ -206,5 +207,68 @@ func TestStreamedCallResumes(t *testing.T) {
 	// Delivered to its end, the stream is gone.
 	if r := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id); r.StatusCode != http.StatusNotFound {
 		t.Errorf("resume of a delivered stream: %d, want 404", r.StatusCode)
+	}
+}
+
+// A streamed call goes on when its client's connection breaks, and ends
+// when the client has not come back within resumeWait: the upstream call
+// is cancelled, and a late resume gets the call's end (an error).
+func TestStreamedCallCancelledWhenNobodyResumes(t *testing.T) {
+	s, front := open(t)
+	defer func(w time.Duration) { resumeWait = w }(resumeWait)
+	resumeWait = 200 * time.Millisecond
+	tok := mint(t, token.Claims{Sub: "alice"})
+	sid := testkit.OpenSession(t, front, tok, "{}")
+
+	// Three steps of a minute each, unless cancelled.
+	resp := sessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "60000", 1))
+	evs := make(chan sseEvent, 16)
+	go sseEvents(resp.Body, evs)
+	priming, first := <-evs, <-evs
+	if readMessage(t, first).Params.Progress != 1 {
+		t.Fatalf("the stream began with %+v, %+v", priming, first)
+	}
+	resp.Body.Close()
+	stream, _, _ := parseEventID(priming.id)
+	testkit.WaitFor(t, 30*time.Second, "the call to end", func() bool {
+		st := s.MCP.streams.get(stream)
+		if st == nil {
+			return false
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.done
+	})
+	get := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id)
+	rest := make(chan sseEvent, 16)
+	go sseEvents(get.Body, rest)
+	var last sseEvent
+	for ev := range rest {
+		last = ev
+	}
+	if !strings.Contains(last.data, `"id":9`) || !strings.Contains(last.data, "error") || strings.Contains(last.data, `"text":"done"`) {
+		t.Errorf("the abandoned call ended with %s, want an error", last.data)
+	}
+}
+
+// A session's notifications/cancelled ends the streamed call it names.
+func TestStreamedCallCancelled(t *testing.T) {
+	_, front := open(t)
+	tok := mint(t, token.Claims{Sub: "alice"})
+	sid := testkit.OpenSession(t, front, tok, "{}")
+	resp := sessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "60000", 1))
+	evs := make(chan sseEvent, 16)
+	go sseEvents(resp.Body, evs)
+	<-evs // priming
+	<-evs // progress 1: the call runs
+	if st, _, b := testkit.PostSession(t, front, tok, sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9,"reason":"enough"}}`); st != http.StatusAccepted {
+		t.Fatalf("notifications/cancelled: %d %s", st, b)
+	}
+	var last sseEvent
+	for ev := range evs {
+		last = ev
+	}
+	if !strings.Contains(last.data, `"id":9`) || strings.Contains(last.data, `"text":"done"`) {
+		t.Errorf("the cancelled call ended with %s", last.data)
 	}
 }

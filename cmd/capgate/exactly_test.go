@@ -330,13 +330,21 @@ wait = "2s"
 		for c := range clients {
 			tok := mint(fmt.Sprint("loader", c))
 			done.Go(func() {
+				pace := time.NewTicker(200 * time.Millisecond)
+				defer pace.Stop()
 				for k := range perClient {
 					key := fmt.Sprintf("w-%d-%d", c, k)
 					input := `{"n":"` + key + `"}`
 					o := outcome{key: key}
-					// A client that retries with the same key until it has an
-					// answer that says what happened.
-					for o.told == "" && o.tries < 40 {
+					// A client that retries with the same key, five times a
+					// second, until it has an answer that says what happened:
+					// for up to two minutes, not a number of tries, which a
+					// balancer with no replica up (a loaded machine's health
+					// checks can fail both for a moment) answers at once.
+					for until := time.Now().Add(2 * time.Minute); o.told == "" && time.Now().Before(until); {
+						if o.tries > 0 {
+							<-pace.C
+						}
 						o.tries++
 						a := keyedCall(client, lb.addr, tok, "ext:once:quick", input, key)
 						mu.Lock()

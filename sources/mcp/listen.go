@@ -16,7 +16,8 @@ import (
 // others go to OnNotification (the relay lists resources and prompts
 // again). A stream that ends is opened again, after a backoff while it
 // keeps ending early, as long as the link is the source's; on reopening
-// every list is read again (OnChange), as a change may have come between.
+// after an acknowledged stream every list is read again (OnChange), as a
+// change may have come between.
 
 // listenFilter is what l's upstream declares it announces.
 func listenFilter(caps mcpgo.ServerCapabilities) (f mcpgo.SubscriptionFilter, any bool) {
@@ -26,6 +27,13 @@ func listenFilter(caps mcpgo.ServerCapabilities) (f mcpgo.SubscriptionFilter, an
 	return f, f.ToolsListChanged || f.PromptsListChanged || f.ResourcesListChanged
 }
 
+// maxUnacked is how many streams in a row an upstream may fail to
+// acknowledge before capgate stops opening them on the link: an upstream
+// that declares list changes but does not serve the stream as the
+// protocol says (the conformance suite's reference server writes it as
+// newline-delimited JSON in an application/json body).
+const maxUnacked = 3
+
 // listen keeps l's subscriptions/listen stream open while l is the
 // source's live link.
 func (s *Source) listen(l *link) {
@@ -34,11 +42,12 @@ func (s *Source) listen(l *link) {
 		return
 	}
 	wait := s.opts.MinBackoff
-	for opened := false; s.live(l); opened = true {
-		if opened {
+	for unacked, missed := 0, false; s.live(l); {
+		if missed {
 			s.changed() // the catalog, and the relay's resources and prompts
 		}
 		start := time.Now()
+		l.acked.Store(false)
 		err := l.c.Listen(s.life, filter)
 		if !s.live(l) {
 			return
@@ -46,6 +55,14 @@ func (s *Source) listen(l *link) {
 		if errors.Is(err, mcpgo.ErrMethodNotFound) || errors.Is(err, mcpgo.ErrInvalidParams) {
 			// It refuses the stream: nothing to wait for.
 			s.opts.Logger.Debug("upstream refused subscriptions/listen", "server", s.opts.Name, "err", err)
+			return
+		}
+		// A stream that was open may have missed a change before the next.
+		if missed = l.acked.Load(); missed {
+			unacked = 0
+		} else if unacked++; unacked >= maxUnacked {
+			s.opts.Logger.Warn("upstream does not acknowledge subscriptions/listen; its list changes will not be heard until it reconnects",
+				"server", s.opts.Name, "err", err)
 			return
 		}
 		if time.Since(start) > s.opts.MaxBackoff {

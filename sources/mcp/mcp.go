@@ -150,6 +150,9 @@ type link struct {
 	// owners are the calls in flight here, for what the upstream sends
 	// outside their streams on a keyed link.
 	owners owners
+	// acked: the upstream acknowledged the subscriptions/listen stream
+	// open now (listen.go).
+	acked atomic.Bool
 }
 
 var (
@@ -480,6 +483,9 @@ func (s *Source) notification(l *link, n mcpgo.JSONRPCNotification) {
 	switch n.Method {
 	case "notifications/tools/list_changed":
 		s.changed()
+		return
+	case string(mcpgo.MethodNotificationSubscriptionsAcknowledged):
+		l.acked.Store(true)
 		return
 	case "notifications/progress":
 		f := n.Params.AdditionalFields
