@@ -343,6 +343,13 @@ type Sandbox struct {
 	// that serve logs and verify --prod reports. Ignored when capgate is
 	// not root: its tools run as capgate's own user.
 	RunAs string `toml:"run_as"`
+	// AuditFileDenials lets a root capgate turn kernel audit on when it is
+	// off, so that a call whose tool Landlock refused a file names the
+	// access, the path and the declaration that would allow it (Landlock
+	// ABI 7 logs denials to audit). With audit already on, a root capgate
+	// reads the records without it. With no audit daemon running, the
+	// kernel also prints them in its log. Read at start.
+	AuditFileDenials bool `toml:"audit_file_denials"`
 }
 
 // ToolOverride is an operator's word on one tool; it always wins.

@@ -42,6 +42,9 @@ type Confinement struct {
 	// Observe, set per call, is told of each socket and new process the
 	// kernel refuses it (Spec.Observe).
 	Observe func(Key)
+	// Files, set per call, collects the files the kernel refuses it, where
+	// capgate reads Landlock's audit (WatchFileDenials).
+	Files *Denials
 	// Declared is what its source declared, before overrides: what
 	// capgate.lock pins (Launch).
 	Declared Declared

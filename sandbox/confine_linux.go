@@ -49,7 +49,7 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 	}
 	spec := Spec{Path: path, Args: argv[1:], Dir: dir, Env: env, Secrets: secrets,
 		Guarantees: g, Deny: c.Deny, Own: c.Own, AllowUnsafe: c.AllowUnsafe, Observe: c.Observe,
-		ReadPaths: g.ReadPaths, WritePaths: g.WritePaths}
+		ReadPaths: g.ReadPaths, WritePaths: g.WritePaths, Files: c.Files}
 	if u := c.RunAs; u != nil {
 		spec.Credential = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}
 	}

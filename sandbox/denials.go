@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,8 +12,57 @@ import (
 // (a socket under no_network, a process under no_subprocess), so that the
 // call's error can name them and what would allow them.
 type Denials struct {
-	mu   sync.Mutex
-	keys []Key
+	mu    sync.Mutex
+	keys  []Key
+	files []FileDenial
+	// settle waits for the file denials still on their way (audit
+	// records arrive after the tool's syscalls returned); deny are the
+	// launch's deny paths, which no declaration opens.
+	settle func()
+	deny   []string
+}
+
+// FileDenial is one file access Landlock refused a tool, as its audit
+// record says: Blockers the access rights ("fs.read_file",
+// "fs.write_file,fs.truncate"), Path the file.
+type FileDenial struct{ Blockers, Path string }
+
+// maxFileDenials bounds what one call keeps: the last ones, the refusal
+// a tool gives up on being most often its last.
+const maxFileDenials = 4
+
+func (d *Denials) addFile(f FileDenial) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if slices.Contains(d.files, f) {
+		return
+	}
+	if len(d.files) == maxFileDenials {
+		d.files = d.files[1:]
+	}
+	d.files = append(d.files, f)
+}
+
+// named are the file denials worth naming: a runtime's probes of /sys
+// (Go, the JVM and Node read cgroup and memory settings there at start,
+// and carry on when refused) only when there is nothing else.
+func (d *Denials) named() []FileDenial {
+	var out []FileDenial
+	for _, f := range d.files {
+		if !under(f.Path, "/sys") {
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return d.files
+	}
+	return out
+}
+
+func (d *Denials) setSettle(f func()) {
+	d.mu.Lock()
+	d.settle = f
+	d.mu.Unlock()
 }
 
 // Observe is an observer for Confinement.ObservedBy that records each
@@ -39,8 +89,15 @@ var allowWith = map[Key]string{NoNetwork: "network: outbound", NoSubprocess: "su
 // or [trust], whichever set the guarantee.
 func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint string) {
 	d.mu.Lock()
+	settle := d.settle
+	d.settle = nil
+	d.mu.Unlock()
+	if settle != nil {
+		settle()
+	}
+	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.keys) == 0 {
+	if len(d.keys) == 0 && len(d.files) == 0 {
 		return "", ""
 	}
 	var what, how []string
@@ -59,5 +116,43 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 			how = append(how, fmt.Sprintf("declare %s in %s", allowWith[k], declare))
 		}
 	}
-	return "the kernel refused it " + strings.Join(what, " and "), strings.Join(how, "; ")
+	for _, f := range d.named() {
+		w, h := d.explainFile(g, f, overrideKey, declare)
+		what, how = append(what, w), append(how, h)
+	}
+	return "the kernel refused it " + strings.Join(what, " and "), strings.Join(slices.Compact(how), "; ")
+}
+
+// explainFile names a refused file access and what would allow it.
+func (d *Denials) explainFile(g Guarantees, f FileDenial, overrideKey, declare string) (what, how string) {
+	write := !strings.Contains(f.Blockers, "fs.read_") && f.Blockers != "fs.execute"
+	access := "reading"
+	if write {
+		access = "writing"
+	}
+	what = fmt.Sprintf("%s %s (%s)", access, f.Path, f.Blockers)
+	if slices.ContainsFunc(d.deny, func(p string) bool { return under(f.Path, p) }) {
+		return what, "it is capgate's own (its data dir, config or key files): no declaration opens it"
+	}
+	key := NoFilesystemRead
+	if write {
+		key = NoFilesystemWrite
+	}
+	dir := filepath.Dir(f.Path)
+	switch from := g.From[key]; {
+	case from == FromOverride:
+		return what, fmt.Sprintf("remove %s = true from [capability_overrides.%q]", key, overrideKey)
+	case from == FromTrust:
+		return what, fmt.Sprintf("[trust] allowed_capabilities withholds %s from every tool", key.Capability())
+	case from == FromPack:
+		return what, "the pack's top-level capabilities in its extension.yaml withhold it from every command of the pack"
+	case write && g.Has(NoFilesystemWrite):
+		return what, fmt.Sprintf("declare filesystem: write with write_paths: [%q] in %s", dir, declare)
+	case write:
+		return what, fmt.Sprintf("add %q to write_paths in %s", dir, declare)
+	case g.Has(NoFilesystemRead):
+		return what, fmt.Sprintf("declare filesystem: read with read_paths: [%q] in %s", dir, declare)
+	default:
+		return what, fmt.Sprintf("add %q to read_paths in %s", dir, declare)
+	}
 }

@@ -46,6 +46,9 @@ type Spec struct {
 	// of any family but AF_UNIX is then refused, as without a network
 	// namespace.
 	Observe func(Key) `json:"-"`
+	// Files, when set and capgate reads Landlock's audit, collects each
+	// file access the kernel refuses the tool (WatchFileDenials).
+	Files *Denials `json:"-"`
 }
 
 // EnvAllow is what of capgate's environment reaches a tool that
@@ -91,6 +94,10 @@ type plan struct {
 	UID     int  `json:"uid"`
 	GID     int  `json:"gid"`
 	Alive   int  `json:"alive"`
+	// AuditTag is the comm the trampoline takes before it confines itself,
+	// with Landlock's logging of the tool's denials on: capgate finds the
+	// launch's denials by it in the audit records ("": no logging).
+	AuditTag string `json:"audit_tag,omitempty"`
 }
 
 // Command builds the *exec.Cmd that starts spec's program confined to its
@@ -188,6 +195,12 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		p.SetUser = false // an unprivileged capgate runs tools as itself
 	}
 	p.NoFork = g.Has(NoSubprocess)
+	if p.Landlock && spec.Files != nil {
+		spec.Files.mu.Lock()
+		spec.Files.deny = slices.Clone(spec.Deny)
+		spec.Files.mu.Unlock()
+		p.AuditTag = watchTag(spec.Files)
+	}
 	var sup *supervisor
 	if spec.Observe != nil && f.Seccomp && (p.NoFork || g.Has(NoNetwork)) {
 		p.NoSocket = p.NoSocket || g.Has(NoNetwork)

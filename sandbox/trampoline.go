@@ -79,6 +79,14 @@ func (p plan) apply() error {
 		if len(p.WriteFiles) > 0 {
 			rules = append(rules, landlock.RWFiles(p.WriteFiles...).IgnoreIfMissing())
 		}
+		if p.AuditTag != "" {
+			// Landlock records the comm of the domain's maker: the tag
+			// ties the tool's denials to this launch (audit_linux.go).
+			if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append([]byte(p.AuditTag), 0)[0])), 0, 0, 0); err != nil {
+				return fmt.Errorf("audit tag: %w", err)
+			}
+			cfg = cfg.EnableLoggingForSubprocesses()
+		}
 		if err := cfg.Restrict(rules...); err != nil {
 			return fmt.Errorf("landlock: %w", err)
 		}

@@ -89,6 +89,7 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				logger.Warn("sandbox baseline not enforced on this kernel", "missing", m)
 			}
 			logRunAs(logger, cfg)
+			logFileDenials(logger, cfg)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// An HTTP serve holds its data dir (pid file, socket) alone. A
@@ -189,6 +190,21 @@ func listenOverride(flag string) (addr, from string) {
 		return v, listenEnv
 	}
 	return "", ""
+}
+
+// logFileDenials has a root capgate read Landlock's audit records, so
+// that a call's error names the files the kernel refused its tool, and
+// says once at start whether it does.
+func logFileDenials(logger *slog.Logger, cfg *config.Config) {
+	if os.Geteuid() != 0 {
+		logger.Info("file denials will not be named in call errors", "why", "reading kernel audit needs root")
+		return
+	}
+	if err := sandbox.WatchFileDenials(cfg.Sandbox.AuditFileDenials); err != nil {
+		logger.Info("file denials will not be named in call errors", "why", err)
+		return
+	}
+	logger.Info("file denials are named in call errors (from Landlock's audit records)")
 }
 
 // logRunAs says once, at start, which user a root capgate's tools run as,

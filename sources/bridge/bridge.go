@@ -129,6 +129,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 	if c != nil {
 		secrets = c.SecretsEnv()
 		conf = conf.ObservedBy(denials.Observe(c.Denied))
+		conf.Files = &denials
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])

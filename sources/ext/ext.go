@@ -368,6 +368,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	}
 	var denials sandbox.Denials
 	conf := p.confine[c.Tool.Name].ObservedBy(denials.Observe(c.Denied))
+	conf.Files = &denials
 	out, stderr, err := proc.Run(ctx, proc.Spec{
 		Argv: argv, Dir: p.Dir, Env: proc.Env(p.opts.LookupEnv, p.opts.Env),
 		Stdin: input, Timeout: timeout, MaxOutput: p.opts.MaxOutput, Launcher: conf,

@@ -1,0 +1,83 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/sandbox"
+	"github.com/capgate/capgate/token"
+)
+
+// TestFileDenialIsNamedAsRoot: a bridge provider declaring filesystem
+// read tries a file outside its read paths and gives up (exit 254); a root
+// serve reads Landlock's audit records, so the caller's error names the
+// access and the path, and the hint the declaration that would allow it.
+func TestFileDenialIsNamedAsRoot(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("reading kernel audit needs root; TestFileDenialUnprivileged covers this user")
+	}
+	if sandbox.Probe().LandlockABI < 7 {
+		t.Skip("Landlock ABI 7 logs denials; this kernel's does not")
+	}
+	was, err := sandbox.KernelAuditOn()
+	if err != nil {
+		t.Skipf("kernel audit is not readable here: %v", err)
+	}
+	if !was {
+		t.Cleanup(func() { sandbox.SetKernelAudit(false) }) // as it was
+	}
+	out := fileDenial(t, nil)
+	for _, want := range []string{"command failed with exit 254", "the kernel refused it reading ", "(fs.read_file)",
+		"to allow it: add ", " to read_paths in capabilities of [capabilities.providers.gog]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the caller's error lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestFileDenialUnprivileged: an unprivileged serve cannot read audit: it
+// says so at start, and the call fails as before, naming no file.
+func TestFileDenialUnprivileged(t *testing.T) {
+	var user *testkit.User
+	if os.Getuid() == 0 {
+		user = &testkit.User{Uid: 65534, Gid: 65534}
+	}
+	out := fileDenial(t, user)
+	if !strings.Contains(out, "command failed with exit 254") || strings.Contains(out, "the kernel refused it reading") {
+		t.Errorf("the unprivileged call's error: %s", out)
+	}
+}
+
+// fileDenial serves a provider that reads a file it may not and returns
+// the call's error.
+func fileDenial(t *testing.T, user *testkit.User) string {
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	if f := sandbox.Probe(); f.LandlockABI < 1 || (user != nil && !f.UserNS) {
+		t.Skipf("this kernel cannot enforce filesystem guarantees here: %+v", f)
+	}
+	other := publicDir(t, nil)
+	secret := filepath.Join(other, "secret")
+	writeFile(t, secret, "never")
+	cg := testkit.StartCapgate(t, testkit.Capgate{User: user, Dir: publicDir(t, user), Config: fmt.Sprintf(
+		"[sandbox]\naudit_file_denials = true\n\n[policy]\ngrants = [\"rye.fetch.*\", \"rye.execute.tool.*\"]\nacknowledge = [\"elevated\"]\n\n[capabilities.providers.gog]\ncommand = [%q]\ncapabilities = { filesystem = \"read\" }\n",
+		testkit.Build(t, testkit.BridgeFixture))})
+	s := fromCapgate(cg)
+	stdout, errb, code := s.as(t, cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"}), "invoke", "--capability", "gog.calendar",
+		"--operation", "list_events", "--input-json", fmt.Sprintf(`{"attempt_or_fail":%q}`, "read="+secret))
+	t.Logf("%s", errb)
+	if code == 0 {
+		t.Fatalf("the provider read %s: %s", secret, stdout)
+	}
+	if user != nil && !strings.Contains(s.logs(), `msg="file denials will not be named in call errors" why="reading kernel audit needs root"`) {
+		t.Errorf("an unprivileged serve did not say file denials go unnamed:\n%s", s.logs())
+	}
+	return errb
+}
