@@ -192,6 +192,11 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		// the trampoline drops with the rest once it has emptied the
 		// bounding set.
 		attr.AmbientCaps = []uintptr{unix.CAP_SETPCAP}
+		if attr.Cloneflags&syscall.CLONE_NEWPID != 0 {
+			// And, for the namespace's init, the one that mounts its /proc
+			// (init lowers it before it starts the trampoline).
+			attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_SYS_ADMIN)
+		}
 		p.SetUser = false // an unprivileged capgate runs tools as itself
 	}
 	p.NoFork = g.Has(NoSubprocess)

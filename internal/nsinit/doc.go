@@ -14,10 +14,15 @@
 // include kernel.org/.../psx, which sorts late). That saves about a third
 // of this process's start (BenchmarkLaunchPidNS, sandbox).
 //
-// The trampoline cannot be init itself: with cgo, go-landlock's all-thread
-// syscalls (libpsx, before Landlock ABI 8) find the process's threads in
-// /proc/<getpid()>/task, and getpid() 1 names the parent namespace's init
-// there, whose threads it waits for forever.
+// The namespace has a mount namespace of its own too, where init mounts a
+// /proc of the new PID namespace: with cgo, go-landlock's all-thread
+// syscalls (libpsx, before Landlock ABI 8) find the trampoline's threads
+// in /proc/<getpid()>/task, which the host's /proc names wrongly or not
+// at all. The tool then sees only its own processes.
+//
+// The trampoline is not init itself: the tool it execs would then be PID
+// 1, which ignores SIGTERM and SIGPIPE by default and must reap every
+// orphan, which a long-running MCP server does not.
 package nsinit
 
 // Env carries init's settings from the launcher: "ALIVE,NOTIFY", the fd of

@@ -131,13 +131,27 @@ func reap(alive int, notify bool) {
 // depending on which host PIDs exist. The tool sees its own processes
 // only. Where the kernel refuses the mount (a container that masks parts
 // of /proc from a user namespace), the host's /proc stays.
+//
+// An unprivileged capgate's launcher hands init CAP_SYS_ADMIN (in the
+// tool's user namespace) for this, ambient; init lowers it here, so the
+// trampoline inherits it no further (the trampoline drops every
+// capability it has anyway).
 func mountProc() {
+	defer syscall.RawSyscall(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientLower, capSysAdmin)
 	// Private first: the new /proc must not propagate to the host's mounts.
 	if syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, "") != nil {
 		return
 	}
 	_ = syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
 }
+
+// From linux/prctl.h and linux/capability.h (golang.org/x/sys stays out
+// of this package's imports).
+const (
+	prCapAmbient      = 47
+	prCapAmbientLower = 3
+	capSysAdmin       = 21
+)
 
 // readable polls fd once, without waiting (a pidfd is readable once its
 // process has exited). The raw ppoll keeps golang.org/x/sys out of this
