@@ -44,19 +44,28 @@ func connected(t *testing.T, o Options) *Source {
 	return connect(t, contractOptions(o))
 }
 
-// running reports whether the process whose id is in pidFile runs (a
-// zombie does not: it waits only for its parent to reap it).
-func running(t *testing.T, pidFile string) bool {
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatalf("the fixture wrote no pid: %v", err)
+// running reports whether the process whose id (in its PID namespace) is
+// in pidFile runs (a zombie does not: it waits only for its parent to reap
+// it). Its host pid is found while it runs, and kept.
+func running(t *testing.T, pidFile string) func() bool {
+	host := 0
+	return func() bool {
+		if host == 0 {
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatalf("the fixture wrote no pid: %v", err)
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatalf("pid file: %v", err)
+			}
+			if host = testkit.HostPID(pid, os.Getpid()); host == 0 {
+				return false
+			}
+		}
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(host) + "/stat")
+		return err == nil && !strings.Contains(string(stat), ") Z ")
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("pid file: %v", err)
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
 
 // TestContract runs the fixture upstream, over stdio and streamable HTTP,
@@ -70,7 +79,7 @@ func TestContract(t *testing.T) {
 				"MCPFIXTURE_BOUNDS": "1", "MCPFIXTURE_CONFORMANCE": "1", "FIXTURE_PID_FILE": pidFile,
 			}})
 			h := fixtureHarness(s, true)
-			h.Running = func() bool { return running(t, pidFile) }
+			h.Running = running(t, pidFile)
 			return h
 		})
 	})

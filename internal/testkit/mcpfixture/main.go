@@ -47,13 +47,9 @@ func main() {
 	hostile := flag.Bool("hostile", false, "serve only the hostile tools, resources and prompts of hostile.go")
 	flag.Parse()
 	if f := os.Getenv("FIXTURE_PID_FILE"); f != "" {
-		// The pid as the host sees it (/proc is the host's): in the PID
-		// namespace capgate's launcher gives it, Getpid is another number.
-		pid, err := os.Readlink("/proc/self")
-		if err != nil {
-			pid = strconv.Itoa(os.Getpid())
-		}
-		if err := os.WriteFile(f, []byte(pid), 0o600); err != nil {
+		// Its pid in the PID namespace capgate's launcher gives it
+		// (testkit.HostPID maps it to the host's).
+		if err := os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 			log.Fatal(err)
 		}
 	}

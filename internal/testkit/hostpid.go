@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// HostPID is this machine's pid for the process a tool knows as nspid, the
+// HostPID (Linux: it reads /proc; elsewhere 0) is this machine's pid for the process a tool knows as nspid, the
 // pid in its own PID namespace (a sandboxed tool sees only its namespace's
 // /proc), among the descendants of ancestors; 0 when there is none. A
 // process in no namespace of its own is its own nspid.
