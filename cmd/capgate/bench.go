@@ -16,6 +16,7 @@ import (
 func newBenchCmd() *cobra.Command {
 	var o loadtest.Options
 	var input string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what capgate adds to a tool call",
@@ -48,6 +49,9 @@ The token for capgate comes from --token, else CAPGATE_TOKEN.`,
 			if err != nil {
 				return &exitError{code: exitDenied, err: err}
 			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(benchJSON(results))
+			}
 			printBench(cmd, results)
 			return nil
 		},
@@ -63,6 +67,7 @@ The token for capgate comes from --token, else CAPGATE_TOKEN.`,
 	f.IntSliceVar(&o.Concurrency, "concurrency", []int{1, 16}, "concurrency levels")
 	f.IntVar(&o.PID, "pid", 0, "capgate's process id, for its CPU time per call")
 	f.StringVar(&o.Protocol, "protocol", "", "the MCP revision to pin: 2025-11-25 (sessions) or 2026-07-28 (stateless); default the newest both sides speak")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
 }
 
@@ -81,4 +86,34 @@ func printBench(cmd *cobra.Command, results []loadtest.Result) {
 			100*r.Through.PerSecond/max(r.Direct.PerSecond, 1))
 	}
 	w.Flush()
+}
+
+// benchStats and benchLevel are bench --json's shape: one level per
+// concurrency, latencies in microseconds.
+type benchStats struct {
+	Calls     int     `json:"calls"`
+	Errors    int     `json:"errors"`
+	P50us     float64 `json:"p50_us"`
+	P99us     float64 `json:"p99_us"`
+	PerSecond float64 `json:"calls_per_second"`
+}
+
+type benchLevel struct {
+	Concurrency int        `json:"concurrency"`
+	Direct      benchStats `json:"direct"`
+	Capgate     benchStats `json:"capgate"`
+	// CPUPerCallUS is capgate's CPU per call; absent without --pid.
+	CPUPerCallUS float64 `json:"capgate_cpu_per_call_us,omitempty"`
+}
+
+func benchJSON(results []loadtest.Result) []benchLevel {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	stats := func(s loadtest.Stats) benchStats {
+		return benchStats{Calls: s.Calls, Errors: s.Errors, P50us: us(s.P50), P99us: us(s.P99), PerSecond: s.PerSecond}
+	}
+	out := make([]benchLevel, 0, len(results))
+	for _, r := range results {
+		out = append(out, benchLevel{Concurrency: r.Concurrency, Direct: stats(r.Direct), Capgate: stats(r.Through), CPUPerCallUS: us(r.CPUPerCall)})
+	}
+	return out
 }

@@ -306,6 +306,38 @@ func TestBench(t *testing.T) {
 		!strings.Contains(errb, `protocol "2024-01-01"`) {
 		t.Errorf("bench --protocol 2024-01-01: %d %s", code, errb)
 	}
+	// --json: a level per concurrency, and an error as JSON.
+	out, errb, code = s.run(t, []string{"CAPGATE_TOKEN=" + tok}, "bench", "--json",
+		"--direct", "http://"+upstream+"/mcp", "--direct-tool", "t_00",
+		"--through", "http://"+s.addr+"/mcp", "--through-tool", "up__t_00",
+		"--calls", "20", "--concurrency", "1,2", "--pid", fmt.Sprint(s.cmd.Process.Pid))
+	type stats struct {
+		Calls  *int     `json:"calls"`
+		Errors *int     `json:"errors"`
+		P50    *float64 `json:"p50_us"`
+		P99    *float64 `json:"p99_us"`
+		Rate   *float64 `json:"calls_per_second"`
+	}
+	var levels []struct {
+		Concurrency int      `json:"concurrency"`
+		Direct      stats    `json:"direct"`
+		Capgate     stats    `json:"capgate"`
+		CPU         *float64 `json:"capgate_cpu_per_call_us"`
+	}
+	if err := json.Unmarshal([]byte(out), &levels); code != 0 || err != nil || len(levels) != 2 {
+		t.Fatalf("bench --json: %d %v\n%s%s", code, err, out, errb)
+	}
+	for i, l := range levels {
+		for _, p := range []stats{l.Direct, l.Capgate} {
+			if l.Concurrency != i+1 || p.Calls == nil || *p.Calls != 20 || p.Errors == nil || *p.Errors != 0 ||
+				p.P50 == nil || *p.P50 <= 0 || p.P99 == nil || *p.P99 < *p.P50 || p.Rate == nil || *p.Rate <= 0 || l.CPU == nil || *l.CPU <= 0 {
+				t.Errorf("bench --json level %d: %s", i, out)
+			}
+		}
+	}
+	if _, errb, code = s.run(t, nil, "bench", "--json"); code != 2 || !strings.Contains(errb, `{"error":{"code":"usage"`) {
+		t.Errorf("bench --json without its flags: %d %s", code, errb)
+	}
 }
 
 // checkRelayed checks that c is served the conformance fixture's resources,
