@@ -172,8 +172,7 @@ func (b *Broker) serveLink(w http.ResponseWriter, r *http.Request) {
 // nonce it sets in a cookie.
 func (b *Broker) showLink(w http.ResponseWriter, f *store.Flow, srv *Server) {
 	nonce := newID()
-	http.SetCookie(w, &http.Cookie{Name: linkCookie(f.ID), Value: nonce, Path: "/oauth/", Expires: f.ExpiresAt,
-		HttpOnly: true, Secure: strings.HasPrefix(b.opts.PublicURL, "https:"), SameSite: http.SameSiteLaxMode})
+	b.setCookie(w, linkCookie(f.ID), nonce, f.ExpiresAt)
 	p := page{Title: "Link your account on " + srv.Name, Server: srv.Name, Sub: f.Sub, CSRF: nonce, Header: headerName(srv),
 		Action: LinkPath + f.ID}
 	if srv.Mode == ModeUserToken {
@@ -234,6 +233,46 @@ func (b *Broker) servePost(w http.ResponseWriter, r *http.Request) {
 		oauth2.SetAuthURLParam("resource", next.Upstream.Resource)), http.StatusSeeOther)
 }
 
+// takeBrowserFlow takes the flow r's state names, of the kind valid
+// accepts, when r comes from the browser that began it; else it writes
+// the page that says why (refused: the refusal's text) and reports false.
+// Login CSRF: an answer another browser (or site) brings is refused, and
+// the flow stays for the browser that began it. what names the step in
+// the log.
+func (b *Broker) takeBrowserFlow(w http.ResponseWriter, r *http.Request, what string, valid func(*flowState) bool, refused string) (*store.Flow, *flowState, *Server, bool) {
+	id := r.URL.Query().Get("state")
+	f, st, srv, err := b.flowOf(r.Context(), id, false)
+	if err == nil && !valid(st) {
+		err = store.ErrFlowInvalid
+	}
+	if err != nil {
+		b.flowFailed(w, err)
+		return nil, nil, nil, false
+	}
+	if !sameBrowser(r, st) {
+		b.opts.Logger.Warn(what+": the answer came to another browser than the one that began the sign-in; refused",
+			"server", srv.Name, "sub", f.Sub)
+		b.page(w, http.StatusForbidden, page{Title: "Not signed in", Server: srv.Name, Text: refused})
+		return nil, nil, nil, false
+	}
+	if f, err = b.opts.Store.TakeFlowByID(r.Context(), id); err != nil {
+		b.flowFailed(w, err)
+		return nil, nil, nil, false
+	}
+	return f, st, srv, true
+}
+
+// setCookie sets one of the sign-in's cookies, for /oauth/ only, until
+// expires (zero: deleted).
+func (b *Broker) setCookie(w http.ResponseWriter, name, value string, expires time.Time) {
+	c := &http.Cookie{Name: name, Value: value, Path: "/oauth/", Expires: expires, HttpOnly: true,
+		Secure: strings.HasPrefix(b.opts.PublicURL, "https:"), SameSite: http.SameSiteLaxMode}
+	if expires.IsZero() {
+		c.MaxAge = -1
+	}
+	http.SetCookie(w, c)
+}
+
 // sameBrowser reports whether r comes from the browser that began
 // sign-in flow st: its cookie holds the nonce whose hash st keeps.
 func sameBrowser(r *http.Request, st *flowState) bool {
@@ -243,30 +282,13 @@ func sameBrowser(r *http.Request, st *flowState) bool {
 
 func (b *Broker) serveCallback(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	id := q.Get("state")
-	f, st, srv, err := b.flowOf(r.Context(), id, false)
-	if err == nil && (st.Browser == "" || st.Link != "") {
-		err = store.ErrFlowInvalid // a link's or a capgate sign-in's id is no state here
-	}
-	if err != nil {
-		b.flowFailed(w, err)
+	// A link's or a capgate sign-in's id is no state here.
+	f, st, srv, ok := b.takeBrowserFlow(w, r, "oauth callback", func(st *flowState) bool { return st.Browser != "" && st.Link == "" },
+		"This sign-in was begun in another browser. Nothing was linked. Open your own link to sign in.")
+	if !ok {
 		return
 	}
-	if !sameBrowser(r, st) {
-		// Login CSRF: another browser (or site) brings this answer. The flow
-		// stays for the browser that began it.
-		b.opts.Logger.Warn("oauth callback: the answer came to another browser than the one that began the sign-in; refused",
-			"server", srv.Name, "sub", f.Sub)
-		b.page(w, http.StatusForbidden, page{Title: "Not signed in", Server: srv.Name,
-			Text: "This sign-in was begun in another browser. Nothing was linked. Open your own link to sign in."})
-		return
-	}
-	if f, err = b.opts.Store.TakeFlowByID(r.Context(), id); err != nil {
-		b.flowFailed(w, err)
-		return
-	}
-	http.SetCookie(w, &http.Cookie{Name: st.Cookie, Value: "", Path: "/oauth/", MaxAge: -1, HttpOnly: true,
-		Secure: strings.HasPrefix(b.opts.PublicURL, "https:"), SameSite: http.SameSiteLaxMode})
+	b.setCookie(w, st.Cookie, "", time.Time{})
 	if e := q.Get("error"); e != "" {
 		b.page(w, http.StatusBadRequest, page{Title: "Not signed in", Server: srv.Name, Sub: f.Sub,
 			Text: "The sign-in was not completed (" + e + "). Ask for a new link and try again."})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 
 	"github.com/zitadel/oidc/v3/pkg/client/rp"
@@ -84,8 +83,7 @@ func (b *Broker) beginSignIn(w http.ResponseWriter, r *http.Request, f *store.Fl
 		b.page(w, http.StatusInternalServerError, page{Title: "Not signed in", Server: srv.Name, Text: "capgate could not start the sign-in. Try again later."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: st.Cookie, Value: nonce, Path: "/oauth/", Expires: sf.ExpiresAt,
-		HttpOnly: true, Secure: strings.HasPrefix(b.opts.PublicURL, "https:"), SameSite: http.SameSiteLaxMode})
+	b.setCookie(w, st.Cookie, nonce, sf.ExpiresAt)
 	http.Redirect(w, r, rp.AuthURL(sf.ID, p, rp.WithCodeChallenge(oauth2.S256ChallengeFromVerifier(verifier))), http.StatusSeeOther)
 }
 
@@ -97,24 +95,10 @@ func (b *Broker) serveSignIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	id := q.Get("state")
-	f, st, srv, err := b.flowOf(r.Context(), id, false)
-	if err == nil && (st.Link == "" || st.SignedIn) {
-		err = store.ErrFlowInvalid // only a sign-in's state comes back here
-	}
-	if err != nil {
-		b.flowFailed(w, err)
-		return
-	}
-	if !sameBrowser(r, st) {
-		b.opts.Logger.Warn("oauth link: a sign-in answer came to another browser than the one that opened the link; refused",
-			"server", srv.Name, "sub", f.Sub)
-		b.page(w, http.StatusForbidden, page{Title: "Not signed in", Server: srv.Name,
-			Text: "This sign-in was begun in another browser. Nothing was linked. Open your own link."})
-		return
-	}
-	if f, err = b.opts.Store.TakeFlowByID(r.Context(), id); err != nil {
-		b.flowFailed(w, err)
+	// Only a sign-in's state comes back here.
+	f, st, srv, ok := b.takeBrowserFlow(w, r, "oauth link sign-in", func(st *flowState) bool { return st.Link != "" && !st.SignedIn },
+		"This sign-in was begun in another browser. Nothing was linked. Open your own link.")
+	if !ok {
 		return
 	}
 	if e := q.Get("error"); e != "" {
@@ -149,8 +133,7 @@ func (b *Broker) serveSignIn(w http.ResponseWriter, r *http.Request) {
 		b.page(w, http.StatusInternalServerError, page{Title: "Not signed in", Server: srv.Name, Text: "capgate could not record the sign-in. Try again later."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: st.Cookie, Value: nonce, Path: "/oauth/", Expires: pass.ExpiresAt,
-		HttpOnly: true, Secure: strings.HasPrefix(b.opts.PublicURL, "https:"), SameSite: http.SameSiteLaxMode})
+	b.setCookie(w, st.Cookie, nonce, pass.ExpiresAt)
 	http.Redirect(w, r, LinkPath+st.Link+"?signin="+pass.ID, http.StatusSeeOther)
 }
 
