@@ -170,6 +170,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: could not start in its sandbox: %s", ns, proc.Reported(stderr))
 	case errors.As(err, &exit):
 		e := tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command failed with exit %d (its stderr is in capgate's log)", ns, exit.Status)
+		denials.Stderr(stderr) // where capgate reads no audit: the refusals its stderr reports
 		// What the kernel refused it during this call, and what would
 		// allow it, as for an extension command.
 		if msg, hint := denials.Explain(conf.Guarantees, "bridge:"+ns, fmt.Sprintf("capabilities of [capabilities.providers.%s]", ns)); msg != "" {
