@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/internal/rawjson"
 	mcpsrc "github.com/capgate/capgate/sources/mcp"
 )
@@ -195,6 +196,18 @@ func (e *errorPatch) patch(p []byte) (out []byte, status int, ok bool) {
 		return append(append(append([]byte(nil), ssePrefix...), b...), "\n\n"...), status, true
 	}
 	return append(b, '\n'), status, true
+}
+
+// upstreamFailure is how a call that failed with err answers the request
+// ctx serves: an upstream's JSON-RPC error as that error where the answer
+// can carry it (passUpstream) or the request is a forwarded continuation
+// (the forwarding replica's answer carries it, internal.go), any other
+// upstream error as a tool result; an error of capgate's stays one.
+func upstreamFailure(ctx context.Context, err error) (*mcp.CallToolResult, error) {
+	if isUpstreamError(err) && !isForwarded(ctx) && !passUpstream(ctx, err) {
+		return mcpconv.Denial(err), nil
+	}
+	return nil, err
 }
 
 // isUpstreamError says whether err is an upstream's JSON-RPC error.

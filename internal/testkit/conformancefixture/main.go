@@ -277,6 +277,20 @@ func addTools(s *server.MCPServer) {
 			},
 		}, "Elicitation completed: ")
 
+	// refuse_after_input is not the suite's: it asks, then fails the call
+	// with a JSON-RPC error (mcp-go's -32603 with its message), an
+	// upstream error on a later round for capgate's replica tests.
+	s.AddTool(tool("refuse_after_input", "Asks for a name, then refuses the call"),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if res := server.ElicitationResponse(req.Params.InputResponses, "name"); res != nil {
+				return nil, fmt.Errorf("refused after input (%s)", res.Action)
+			}
+			return server.NewInputRequestBuilder("").Elicit("name", mcp.ElicitationParams{
+				Mode: mcp.ElicitationModeForm, Message: "Your name?",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}},
+			}).ToolResult(), nil
+		})
+
 	// A raw schema must not come with mcp.NewTool's InputSchema as well.
 	schemaTool := mcp.NewToolWithRawSchema(jsonSchema2020Tool, "Tool with JSON Schema 2020-12 features",
 		json.RawMessage(jsonSchema2020Input))
