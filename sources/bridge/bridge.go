@@ -104,8 +104,12 @@ func New(opts Options) (*Provider, error) {
 		launch: opts.Confine.Launch(opts.Command, "").JSON()}, nil
 }
 
-func (p *Provider) ID() string      { return p.opts.Namespace }
-func (p *Provider) Kind() tool.Kind { return tool.KindBridge }
+func (p *Provider) ID() string { return p.opts.Namespace }
+
+// Launch is what capgate.lock pins of the provider's process
+// (sandbox.Launch).
+func (p *Provider) Launch() json.RawMessage { return p.launch }
+func (p *Provider) Kind() tool.Kind         { return tool.KindBridge }
 
 // request is the envelope, fields in Ash's order.
 type request struct {
