@@ -122,6 +122,12 @@ type Source struct {
 	// (bounded, scrubbed) when it fails to start or to initialize.
 	stderr atomic.Pointer[proc.Tail]
 
+	// subs are the resource URIs subscribed at the upstream, and
+	// subsSet is closed (then replaced) when they change (listen.go).
+	subMu   sync.Mutex
+	subs    map[string]bool
+	subsSet chan struct{}
+
 	changeMu sync.Mutex
 	onChange []func()
 	onNotify []func(method string, params json.RawMessage)
