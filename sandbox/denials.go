@@ -20,12 +20,23 @@ type Denials struct {
 	// launch's deny paths, which no declaration opens.
 	settle func()
 	deny   []string
+	// rules mirror the launch's Landlock rules, to check a file the tool
+	// reports refused (Stderr) where no audit record named one (audited:
+	// capgate reads the launch's records).
+	rules   *rules
+	audited bool
 }
 
 // FileDenial is one file access Landlock refused a tool, as its audit
 // record says: Blockers the access rights ("fs.read_file",
-// "fs.write_file,fs.truncate"), Path the file.
+// "fs.write_file,fs.truncate"), Path the file. A denial the tool reported
+// in its stderr (Stderr) has Blockers "reported:read" or "reported:write":
+// what its rules withhold from that path.
 type FileDenial struct{ Blockers, Path string }
+
+// Reported reports whether f is the tool's own report, checked against
+// its rules, rather than the kernel's record.
+func (f FileDenial) Reported() bool { return strings.HasPrefix(f.Blockers, "reported:") }
 
 // maxFileDenials bounds what one call keeps: the last ones, the refusal
 // a tool gives up on being most often its last.
@@ -100,7 +111,7 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 	if len(d.keys) == 0 && len(d.files) == 0 {
 		return "", ""
 	}
-	var what, how []string
+	var what, told, how []string
 	for _, k := range d.keys {
 		thing := map[Key]string{NoNetwork: "a socket", NoSubprocess: "a new process"}[k]
 		what = append(what, fmt.Sprintf("%s (%s, set by %s)", thing, k, g.From[k]))
@@ -118,19 +129,40 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 	}
 	for _, f := range d.named() {
 		w, h := d.explainFile(g, f, overrideKey, declare)
-		what, how = append(what, w), append(how, h)
+		if f.Reported() {
+			told = append(told, w)
+		} else {
+			what = append(what, w)
+		}
+		how = append(how, h)
 	}
-	return "the kernel refused it " + strings.Join(what, " and "), strings.Join(slices.Compact(how), "; ")
+	var parts []string
+	if len(what) > 0 {
+		parts = append(parts, "the kernel refused it "+strings.Join(what, " and "))
+	}
+	if len(told) > 0 {
+		// The tool's word, checked against capgate's rules: never
+		// presented as the kernel's.
+		parts = append(parts, "its stderr reports a refused access to "+strings.Join(told, " and ")+
+			" (capgate cannot read the kernel's audit records here; the path was checked against its sandbox rules)")
+	}
+	return strings.Join(parts, "; "), strings.Join(slices.Compact(how), "; ")
 }
 
 // explainFile names a refused file access and what would allow it.
 func (d *Denials) explainFile(g Guarantees, f FileDenial, overrideKey, declare string) (what, how string) {
-	write := !strings.Contains(f.Blockers, "fs.read_") && f.Blockers != "fs.execute"
+	write := !strings.Contains(f.Blockers, "fs.read_") && f.Blockers != "fs.execute" && f.Blockers != reportedRead
 	access := "reading"
 	if write {
 		access = "writing"
 	}
 	what = fmt.Sprintf("%s %s (%s)", access, f.Path, f.Blockers)
+	switch f.Blockers {
+	case reportedRead:
+		what = fmt.Sprintf("%s, which its sandbox does not let it read", f.Path)
+	case reportedWrite:
+		what = fmt.Sprintf("%s, which its sandbox lets it read but not write", f.Path)
+	}
 	if slices.ContainsFunc(d.deny, func(p string) bool { return under(f.Path, p) }) {
 		return what, "it is capgate's own (its data dir, config or key files): no declaration opens it"
 	}

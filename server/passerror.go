@@ -40,6 +40,9 @@ type errorPatch struct {
 	modern bool
 	// upstream is the upstream's error a handler recorded for the answer.
 	upstream atomic.Pointer[mcpsrc.RPCError]
+	// task is the CreateTaskResult a tools/call became (tasks.go), which
+	// answers in place of the error mcp-go makes of it.
+	task atomic.Pointer[json.RawMessage]
 	// held is a JSON answer's status, held back until its body is seen
 	// (the status follows the error); 0: none held. mcp-go writes under a
 	// lock of its own, so held is never written by two at once.
@@ -157,6 +160,20 @@ func (e *errorPatch) patch(p []byte) (out []byte, status int, ok bool) {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Data    any    `json:"data,omitempty"`
+	}
+	if t := e.task.Load(); t != nil {
+		b, err := json.Marshal(struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Result  json.RawMessage `json:"result"`
+		}{"2.0", e.id, *t})
+		if err != nil {
+			return nil, 0, false
+		}
+		if sse {
+			return append(append(append([]byte(nil), ssePrefix...), b...), "\n\n"...), http.StatusOK, true
+		}
+		return append(b, '\n'), http.StatusOK, true
 	}
 	var d details
 	switch re := e.upstream.Load(); {

@@ -208,8 +208,12 @@ func New(opts Options) (*Source, error) {
 	return src, nil
 }
 
-func (s *Source) ID() string      { return s.opts.Name }
-func (s *Source) Kind() tool.Kind { return tool.KindMCP }
+func (s *Source) ID() string { return s.opts.Name }
+
+// Launch is what capgate.lock pins of a stdio server's process
+// (sandbox.Launch), nil for a URL.
+func (s *Source) Launch() json.RawMessage { return s.launch }
+func (s *Source) Kind() tool.Kind         { return tool.KindMCP }
 
 // OnChange registers f for tools/list_changed and for reconnections.
 func (s *Source) OnChange(f func()) {
