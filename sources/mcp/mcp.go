@@ -124,6 +124,12 @@ type Source struct {
 	// denied are the denials of the newest stdio process (denials.go).
 	denied atomic.Pointer[procDenials]
 
+	// subs are the resource URIs subscribed at the upstream, and
+	// subsSet is closed (then replaced) when they change (listen.go).
+	subMu   sync.Mutex
+	subs    map[string]bool
+	subsSet chan struct{}
+
 	changeMu sync.Mutex
 	onChange []func()
 	onNotify []func(method string, params json.RawMessage)
