@@ -215,12 +215,25 @@ func TestTasksRelayed(t *testing.T) {
 	})
 
 	t.Run("input through tasks/update", func(t *testing.T) {
-		id := createTask(t, base, alice, "tk__confirm_job", `{"label":"deploy"}`)
+		id := createTask(t, base, alice, "tk__confirm_delete", `{"filename":"deploy"}`)
 		a := awaitStatus(t, base, alice, id, "input_required")
-		if !strings.Contains(string(a.Result["inputRequests"]), `"elicitation/create"`) {
+		var reqs map[string]struct{ Method string }
+		json.Unmarshal(a.Result["inputRequests"], &reqs)
+		var key string
+		for k, r := range reqs {
+			if r.Method == "elicitation/create" {
+				key = k
+			}
+		}
+		if len(reqs) != 1 || key == "" {
 			t.Fatalf("input_required without the upstream's request: %s", a.Raw)
 		}
-		u := post2026(t, base, alice, "tasks/update", id, fmt.Sprintf(`"taskId":%q,"inputResponses":{"confirm":{"action":"accept","content":{"ok":true}}},%s`, id, metaTasks))
+		wantNotFound(t, "bob's tasks/update", post2026(t, base, bob, "tasks/update", id,
+			fmt.Sprintf(`"taskId":%q,"inputResponses":{%q:{"action":"accept","content":{"ok":false}}},%s`, id, key, metaTasks)))
+		if a := taskGet(t, base, alice, id, metaTasks); a.str("status") != "input_required" {
+			t.Fatalf("bob's answer reached the task: %s", a.Raw)
+		}
+		u := post2026(t, base, alice, "tasks/update", id, fmt.Sprintf(`"taskId":%q,"inputResponses":{%q:{"action":"accept","content":{"ok":true}}},%s`, id, key, metaTasks))
 		if u.Status != 200 || u.Error != nil || u.str("resultType") != "complete" {
 			t.Fatalf("tasks/update: %d %s", u.Status, u.Raw)
 		}
@@ -231,10 +244,15 @@ func TestTasksRelayed(t *testing.T) {
 	})
 
 	t.Run("a failed task carries its error", func(t *testing.T) {
-		id := createTask(t, base, alice, "tk__failing_job", `{}`)
+		id := createTask(t, base, alice, "tk__protocol_error_job", `{}`)
 		a := awaitStatus(t, base, alice, id, "failed")
 		if !strings.Contains(string(a.Result["error"]), `"code":-32603`) {
 			t.Fatalf("failed without its error: %s", a.Raw)
+		}
+		id = createTask(t, base, alice, "tk__failing_job", `{}`)
+		a = awaitStatus(t, base, alice, id, "completed")
+		if !strings.Contains(string(a.Result["result"]), `"isError":true`) {
+			t.Fatalf("a tool error is a completed task with isError: %s", a.Raw)
 		}
 	})
 
