@@ -27,7 +27,6 @@ import (
 // runs once, a rate limit is one budget, and a replica killed with SIGKILL
 // loses no call once the balancer's health check has noticed.
 func TestReplicas(t *testing.T) {
-	t.Parallel()
 	haproxy := lookHAProxy(t)
 	url := pgtest.Start(t)
 	extra, log := replicaPack(t)

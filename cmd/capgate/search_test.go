@@ -146,7 +146,6 @@ func listNames(ctx context.Context, t *testing.T, c *client.Client) ([]string, [
 // tier, hidden tools), call_tool runs a tool through every gate and the
 // audit records it as that tool, via call_tool.
 func TestToolSearch(t *testing.T) {
-	t.Parallel()
 	cfg := `
 [discovery]
 mode = "auto"
@@ -297,7 +296,6 @@ hidden = true
 // an average search_tools answer (the corpus's queries, default limit),
 // through a real capgate serve over HTTP. Target: at least 85% less.
 func TestToolSearchSavings(t *testing.T) {
-	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("..", "..", "toolsearch", "testdata", "corpus", "*.json"))
 	if err != nil || len(files) < 10 {
 		t.Fatalf("corpus: %v %d", err, len(files))
