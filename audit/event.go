@@ -106,6 +106,10 @@ const (
 	// TypeInvocationStart is a call admitted, before any gate: its
 	// invocation's first record (AgentOS), the tool_call its last.
 	TypeInvocationStart = "invocation_start"
+	// TypeTask is a task method (tasks/get, tasks/update, tasks/cancel)
+	// a caller sent for a task a call of Tool made (the MCP tasks
+	// extension): Detail is the method, RequestID the call that made it.
+	TypeTask = "task"
 )
 
 // Event is one audit record. Its fields are written in the order declared,

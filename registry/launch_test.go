@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,3 +92,42 @@ func TestLaunchPins(t *testing.T) {
 		}
 	}
 }
+
+// TestRefuses: before a server starts, the lock refuses it only when its
+// launch loosens one pinned for its tools, and then gives back those tools
+// from the pinned definitions, which the registry lists quarantined.
+func TestRefuses(t *testing.T) {
+	base := sandbox.Launch{Run: []string{"/usr/bin/srv"}, Program: "aa", Declared: sandbox.Declared{Network: "none"}}
+	s := newRegistry(t, Options{}, server{base}).Snapshot()
+	lock := s.Lock(s.Tools)
+	tighter, looser := base, base
+	tighter.Declared.Subprocess = "none"
+	looser.Declared.Network = ""
+	for name, now := range map[string]sandbox.Launch{"unchanged": base, "tighter": tighter} {
+		if tools, changes := lock.Refuses(tool.KindMCP, "files", now.JSON()); tools != nil || changes != nil {
+			t.Errorf("%s: refused (%v)", name, changes)
+		}
+	}
+	if tools, _ := lock.Refuses(tool.KindMCP, "other", looser.JSON()); tools != nil {
+		t.Errorf("refused a source the lock pins nothing of")
+	}
+	if tools, _ := (&Lock{Pins: lock.Pins}).Refuses(tool.KindMCP, "files", looser.JSON()); tools != nil {
+		t.Errorf("refused with no pinned definition to compare with")
+	}
+	tools, changes := lock.Refuses(tool.KindMCP, "files", looser.JSON())
+	if len(tools) != 1 || tools[0].ID != "mcp:files:read" || tools[0].Description != "Read a file" || !slices.Contains(changes, "no_network dropped") {
+		t.Fatalf("refused a looser launch as %v, %v", tools, changes)
+	}
+	d, _ := newRegistry(t, Options{Lock: lock}, fixed{tools: tools}).Snapshot().Lookup("mcp:files:read")
+	if !strings.Contains(d.Quarantined, "no_network dropped") {
+		t.Errorf("the refused tool is listed as %+v", d)
+	}
+}
+
+// fixed is server "files" listing tools as given.
+type fixed struct {
+	server
+	tools []*tool.Descriptor
+}
+
+func (f fixed) List(context.Context) ([]*tool.Descriptor, error) { return f.tools, nil }

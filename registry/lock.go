@@ -253,3 +253,50 @@ func withLaunch(def, launch json.RawMessage) []byte {
 	b, _ := json.Marshal(d)
 	return b
 }
+
+// Refuses is the lock's word on a process capgate is about to start (a
+// stdio MCP server, a bridge provider), before it starts it: when the
+// launch now loosens one pinned for any tool of source (a new run or
+// program, a dropped guarantee, ...), changes names each change and tools
+// are the source's pinned tools, rebuilt from the definitions the lock
+// keeps, each with launch now, for the registry to list quarantined (its
+// judge names the same changes). The process is never started, so a
+// rewritten program or script cannot run even to list its tools.
+//
+// Nothing is refused when no pin of source has a launch to compare with
+// (none pinned, pins from before launches were pinned, or a sidecar that
+// lacks the definitions): then the tools are judged once listed.
+func (l *Lock) Refuses(kind tool.Kind, source string, launch json.RawMessage) (tools []*tool.Descriptor, changes []string) {
+	var now sandbox.Launch
+	if l == nil || len(launch) == 0 || json.Unmarshal(launch, &now) != nil {
+		return nil, nil
+	}
+	prefix := string(kind) + ":" + source + ":"
+	loosened := false
+	for _, id := range slices.Sorted(maps.Keys(l.Pins)) {
+		name, ok := strings.CutPrefix(id, prefix)
+		if !ok {
+			continue
+		}
+		var def definition
+		var pinned sandbox.Launch
+		if raw := l.Defs[l.Pins[id]]; json.Unmarshal(raw, &def) != nil || len(def.Launch) == 0 ||
+			json.Unmarshal(def.Launch, &pinned) != nil {
+			continue
+		}
+		c, loose := sandbox.CompareLaunch(pinned, now)
+		loosened = loosened || loose
+		for _, change := range c {
+			if !slices.Contains(changes, change) {
+				changes = append(changes, change)
+			}
+		}
+		tools = append(tools, &tool.Descriptor{ID: id, Kind: kind, Source: source, Name: name,
+			Title: def.Title, Description: def.Description, InputSchema: def.InputSchema, OutputSchema: def.OutputSchema,
+			Annotations: def.Annotations, Launch: launch})
+	}
+	if !loosened {
+		return nil, nil
+	}
+	return tools, changes
+}

@@ -247,9 +247,15 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 				var note string
 				if d.Quarantined, note = judge(pin, lock.Defs[pin], listedDef, d); d.Quarantined != "" {
 					r.opts.Logger.Warn("tool quarantined", "tool", d.ID, "why", d.Quarantined)
-				} else if r.noted[d.ID] != d.DefinitionHash {
-					r.noted[d.ID] = d.DefinitionHash
-					r.opts.Logger.Warn("tool runs under an outdated pin", "tool", d.ID, "note", note)
+				} else {
+					if s.outdated == nil {
+						s.outdated = map[string]string{}
+					}
+					s.outdated[d.ID] = note
+					if r.noted[d.ID] != d.DefinitionHash {
+						r.noted[d.ID] = d.DefinitionHash
+						r.opts.Logger.Warn("tool runs under an outdated pin", "tool", d.ID, "note", note)
+					}
 				}
 			case !pinned && r.opts.RequireLock:
 				d.Quarantined = "it is not in capgate.lock and policy.require_lock is set; review it and run `capgate tools lock`"
@@ -339,7 +345,16 @@ type Snapshot struct {
 	// downNames maps the exposed-name prefix ("files__") of each down
 	// source that has one to its key.
 	downNames map[string]string
+	// outdated are the notes on tools that run under an outdated pin
+	// (one from before launches were pinned, or whose guarantees only
+	// tightened), by id.
+	outdated map[string]string
 }
+
+// OutdatedPin is, for a tool that runs though its definition no longer
+// hashes to its pin (the pin predates what capgate pins now, or only its
+// guarantees tightened), what the operator should do; "" for any other.
+func (s *Snapshot) OutdatedPin(id string) string { return s.outdated[id] }
 
 // Definition is the definition of the tool id as its source listed it
 // (before operator overrides): what DefinitionHash hashes.

@@ -53,6 +53,9 @@ type Request struct {
 	// ClientInvocationID is the caller's own id for the call (AgentOS's
 	// invocation_id): recorded beside RequestID, never in its place.
 	ClientInvocationID string
+	// Tasks: the caller declared the MCP tasks extension on this call, so
+	// the tool's upstream may make it a task (task.go).
+	Tasks bool
 }
 
 // Invocation is what happened in one call, for its result: the id its
@@ -259,7 +262,7 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 	var err error
 	// The tool gets the canonical input: the bytes that were hashed.
 	call := tool.Call{Input: input, Account: account, IdempotencyKey: req.IdempotencyKey, Progress: req.Progress,
-		Log: req.Log, Ask: req.Ask}
+		Log: req.Log, Ask: req.Ask, Tasks: req.Tasks}
 	if !c.Anonymous {
 		call.Sub = c.Sub
 	}
@@ -310,6 +313,11 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 	}
 	if err := harden.Output(d.ID, res); err != nil {
 		return nil, err
+	}
+	if res.Task != nil {
+		if err := r.keepTask(ctx, st, res); err != nil {
+			return nil, err
+		}
 	}
 	if st.claim != "" {
 		st.stopLease()

@@ -37,6 +37,15 @@ type State interface {
 	Flows
 	Idempotency
 	Approvals
+	Tasks
+}
+
+// Tasks keeps which caller owns which task (task.go), for every replica.
+type Tasks interface {
+	// CreateTask records a task made for sub, live for ttl, under a new id.
+	CreateTask(ctx context.Context, sub, toolID, upstreamID, requestID string, ttl time.Duration) (*state.Task, error)
+	// Task is the live task id, or state.ErrNotFound.
+	Task(ctx context.Context, id string) (*state.Task, error)
 }
 
 type Credentials interface {

@@ -3,8 +3,11 @@
 package sandbox
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAuditRecordsReachTheirLaunch: Landlock's records, as the kernel
@@ -35,5 +38,80 @@ func TestAuditRecordsReachTheirLaunch(t *testing.T) {
 	}
 	if msg, _ := other.Explain(g, "", ""); msg != "" || strings.Contains(msg, "shadow") {
 		t.Errorf("another domain's denial reached a launch: %q", msg)
+	}
+}
+
+// TestStderrReportsCheckedAgainstRules: the usual shapes of a refusal in
+// a tool's stderr name a path only when the launch's rules refuse it; a
+// path its rules allow (a refusal by file modes), one that does not exist,
+// and a path shaped like a credential name nothing; the message says it is the
+// tool's report.
+func TestStderrReportsCheckedAgainstRules(t *testing.T) {
+	root := t.TempDir()
+	ro, rw, out := filepath.Join(root, "ro"), filepath.Join(root, "rw"), filepath.Join(root, "out dir")
+	for _, d := range []string{ro, rw, out} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := filepath.Join(out, "secret")
+	if err := os.WriteFile(secret, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &rules{readDirs: []string{"/usr", ro}, writeDirs: []string{rw}}
+	g, _ := Derive(Declared{Filesystem: "read"}, Overrides{}, Declared{})
+	for _, c := range []struct{ stderr, want string }{
+		{"open " + secret + ": permission denied", secret + ", which its sandbox does not let it read"},
+		{"read=" + secret + " denied open " + secret + ": permission denied", secret + ", which its sandbox does not let it read"},
+		{"PermissionError: [Errno 13] Permission denied: '" + secret + "'", secret + ", which its sandbox does not let it read"},
+		{"Error: EACCES: permission denied, open '" + secret + "'", secret + ", which its sandbox does not let it read"},
+		{"/bin/sh: 1: cannot create " + ro + "/new: Permission denied", ro + "/new, which its sandbox lets it read but not write"},
+		{"java.io.FileNotFoundException: " + secret + " (Permission denied)", secret + ", which its sandbox does not let it read"},
+		{"open " + rw + "/x: permission denied", ""},                                                   // allowed by the rules: file modes refused it
+		{"open /nonexistent/dir/x: permission denied", ""},                                             // no such path: nothing named
+		{"open " + secret + ": no such file or directory", ""},                                         // not a refusal
+		{"open " + filepath.Join(out, "sk_live_0123456789abcdefghijklmn") + ": permission denied", ""}, // shaped like a credential: never named
+	} {
+		d := Denials{rules: r}
+		d.Stderr(c.stderr)
+		msg, hint := d.Explain(g, "ext:p:c", "capabilities")
+		switch {
+		case c.want == "" && msg != "":
+			t.Errorf("%q named %q", c.stderr, msg)
+		case c.want != "" && (!strings.Contains(msg, "its stderr reports a refused access to "+c.want) || strings.Contains(msg, "the kernel refused") ||
+			!strings.Contains(hint, filepath.Dir(c.want[:strings.Index(c.want, ",")]))):
+			t.Errorf("%q: msg %q hint %q", c.stderr, msg, hint)
+		}
+	}
+	// Where capgate read the launch's audit records, the tool's word is
+	// not needed.
+	d := Denials{rules: r, audited: true}
+	d.Stderr("open " + secret + ": permission denied")
+	if msg, _ := d.Explain(g, "", ""); msg != "" {
+		t.Errorf("an audited launch took the stderr's word: %q", msg)
+	}
+}
+
+// BenchmarkSettleAudit measures what a failed call to a stdio MCP server
+// waits for its audit records (root, kernel audit on): one marker queued
+// behind them and read back. It fails if the marker does not arrive.
+func BenchmarkSettleAudit(b *testing.B) {
+	if os.Getuid() != 0 || Probe().LandlockABI < 7 {
+		b.Skip("reading kernel audit needs root and Landlock ABI 7")
+	}
+	was, err := KernelAuditOn()
+	if err != nil {
+		b.Skipf("kernel audit is not readable here: %v", err)
+	}
+	if err := WatchFileDenials(true); err != nil {
+		b.Skip(err)
+	}
+	if !was {
+		b.Cleanup(func() { SetKernelAudit(false) })
+	}
+	for b.Loop() {
+		if !SettleAudit(5 * time.Second) {
+			b.Fatal("the marker did not come back")
+		}
 	}
 }

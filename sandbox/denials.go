@@ -20,12 +20,57 @@ type Denials struct {
 	// launch's deny paths, which no declaration opens.
 	settle func()
 	deny   []string
+	// rules mirror the launch's Landlock rules, to check a file the tool
+	// reports refused (Stderr) where no audit record named one (audited:
+	// capgate reads the launch's records).
+	rules   *rules
+	audited bool
+	// onFile, for a process that outlives calls (OnFile), is told of each
+	// new file denial as the kernel's record arrives.
+	onFile func(FileDenial)
 }
 
 // FileDenial is one file access Landlock refused a tool, as its audit
 // record says: Blockers the access rights ("fs.read_file",
-// "fs.write_file,fs.truncate"), Path the file.
-type FileDenial struct{ Blockers, Path string }
+// "fs.write_file,fs.truncate"), Path the file. A denial the tool reported
+// in its stderr (Stderr) has Blockers "reported:read" or "reported:write":
+// what its rules withhold from that path.
+// From says where a reported one was read ("its stderr").
+type FileDenial struct{ Blockers, Path, From string }
+
+// Reported reports whether f is the tool's own report, checked against
+// its rules, rather than the kernel's record.
+func (f FileDenial) Reported() bool { return strings.HasPrefix(f.Blockers, "reported:") }
+
+// OnFile makes d the denials of a process that outlives calls (a stdio
+// MCP server): its launch stays watched for the process's whole life, and
+// f is told of each file the kernel refuses it, once per distinct access
+// and path d still holds, as the record arrives (on the audit reader's
+// goroutine: f must not block). Set it before the launch.
+func (d *Denials) OnFile(f func(FileDenial)) {
+	d.mu.Lock()
+	d.onFile = f
+	d.mu.Unlock()
+}
+
+// ForCall is an empty Denials for one call to d's long-lived process: the
+// same deny paths and rules, for AddFile and Reported.
+func (d *Denials) ForCall() *Denials {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return &Denials{deny: d.deny, rules: d.rules, audited: d.audited}
+}
+
+// Audited reports whether capgate reads the kernel's records of d's
+// launch (else only what the tool reports names a file).
+func (d *Denials) Audited() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.audited
+}
+
+// AddFile records f, a denial of d's process attributed to this call.
+func (d *Denials) AddFile(f FileDenial) { d.addFile(f) }
 
 // maxFileDenials bounds what one call keeps: the last ones, the refusal
 // a tool gives up on being most often its last.
@@ -33,14 +78,19 @@ const maxFileDenials = 4
 
 func (d *Denials) addFile(f FileDenial) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if slices.Contains(d.files, f) {
+		d.mu.Unlock()
 		return
 	}
 	if len(d.files) == maxFileDenials {
 		d.files = d.files[1:]
 	}
 	d.files = append(d.files, f)
+	onFile := d.onFile
+	d.mu.Unlock()
+	if onFile != nil && !f.Reported() {
+		onFile(f)
+	}
 }
 
 // named are the file denials worth naming: a runtime's probes of /sys
@@ -101,6 +151,8 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 		return "", ""
 	}
 	var what, how []string
+	told := map[string][]string{}
+	var tellers []string
 	for _, k := range d.keys {
 		thing := map[Key]string{NoNetwork: "a socket", NoSubprocess: "a new process"}[k]
 		what = append(what, fmt.Sprintf("%s (%s, set by %s)", thing, k, g.From[k]))
@@ -118,19 +170,43 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 	}
 	for _, f := range d.named() {
 		w, h := d.explainFile(g, f, overrideKey, declare)
-		what, how = append(what, w), append(how, h)
+		if f.Reported() {
+			if told[f.From] == nil {
+				tellers = append(tellers, f.From)
+			}
+			told[f.From] = append(told[f.From], w)
+		} else {
+			what = append(what, w)
+		}
+		how = append(how, h)
 	}
-	return "the kernel refused it " + strings.Join(what, " and "), strings.Join(slices.Compact(how), "; ")
+	var parts []string
+	if len(what) > 0 {
+		parts = append(parts, "the kernel refused it "+strings.Join(what, " and "))
+	}
+	for _, from := range tellers {
+		// The tool's word, checked against capgate's rules: never
+		// presented as the kernel's.
+		parts = append(parts, from+" reports a refused access to "+strings.Join(told[from], " and ")+
+			" (capgate cannot read the kernel's audit records here; the path was checked against its sandbox rules)")
+	}
+	return strings.Join(parts, "; "), strings.Join(slices.Compact(how), "; ")
 }
 
 // explainFile names a refused file access and what would allow it.
 func (d *Denials) explainFile(g Guarantees, f FileDenial, overrideKey, declare string) (what, how string) {
-	write := !strings.Contains(f.Blockers, "fs.read_") && f.Blockers != "fs.execute"
+	write := !strings.Contains(f.Blockers, "fs.read_") && f.Blockers != "fs.execute" && f.Blockers != reportedRead
 	access := "reading"
 	if write {
 		access = "writing"
 	}
 	what = fmt.Sprintf("%s %s (%s)", access, f.Path, f.Blockers)
+	switch f.Blockers {
+	case reportedRead:
+		what = fmt.Sprintf("%s, which its sandbox does not let it read", f.Path)
+	case reportedWrite:
+		what = fmt.Sprintf("%s, which its sandbox lets it read but not write", f.Path)
+	}
 	if slices.ContainsFunc(d.deny, func(p string) bool { return under(f.Path, p) }) {
 		return what, "it is capgate's own (its data dir, config or key files): no declaration opens it"
 	}

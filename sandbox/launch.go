@@ -201,10 +201,16 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	}
 	p.NoFork = g.Has(NoSubprocess)
 	if p.Landlock && spec.Files != nil {
+		p.AuditTag = watchTag(spec.Files)
 		spec.Files.mu.Lock()
 		spec.Files.deny = slices.Clone(spec.Deny)
+		spec.Files.rules = &rules{readDirs: p.ReadDirs, readFiles: p.ReadFiles, writeDirs: p.WriteDirs, writeFiles: p.WriteFiles}
+		spec.Files.audited = p.AuditTag != ""
 		spec.Files.mu.Unlock()
-		p.AuditTag = watchTag(spec.Files)
+		if tag := p.AuditTag; tag != "" {
+			prev := cleanup
+			cleanup = func() { endTag(tag); prev() }
+		}
 	}
 	var sup *supervisor
 	if spec.Observe != nil && f.Seccomp && (p.NoFork || g.Has(NoNetwork)) {

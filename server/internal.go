@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/router"
+	mcpsrc "github.com/capgate/capgate/sources/mcp"
 	"github.com/capgate/capgate/tool"
 )
 
@@ -41,6 +43,19 @@ const (
 	// maxForwardedResult bounds the holder's answer a replica reads.
 	maxForwardedResult = 64 << 20
 )
+
+// upstreamErrorHeader marks the holder's 502 that carries the upstream's
+// JSON-RPC error (a forwardedError) rather than a failure of its own.
+const upstreamErrorHeader = "Capgate-Upstream-Error"
+
+// forwardedError is an upstream's JSON-RPC error, as hardened by its
+// source, on its way back to the forwarding replica.
+type forwardedError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
+	Status  int    `json:"status,omitempty"`
+}
 
 // continuation is a forwarded continuation: whose, the state, the answers.
 type continuation struct {
@@ -116,6 +131,14 @@ func (m *MCP) forward(ctx context.Context, c *router.Caller, st *requestState, r
 	if err != nil {
 		return unavailable("did not finish its answer (%v)", err)
 	}
+	if resp.StatusCode == http.StatusBadGateway && resp.Header.Get(upstreamErrorHeader) != "" {
+		var e forwardedError
+		if err := json.Unmarshal(b, &e); err != nil {
+			return unavailable("answered an upstream error that is not one (%v)", err)
+		}
+		return upstreamFailure(ctx, tool.Wrap(&mcpsrc.RPCError{Code: e.Code, Message: e.Message, Data: e.Data, Status: e.Status},
+			tool.CodeBackendUnavailable, "%s (on replica %q)", e.Message, st.Replica))
+	}
 	if resp.StatusCode != http.StatusOK {
 		return unavailable("refused it (%s)", resp.Status)
 	}
@@ -149,6 +172,16 @@ func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
 		return
 	}
 	res, err := m.continueHere(context.WithValue(r.Context(), forwardedKey{}, true), f)
+	var re *mcpsrc.RPCError
+	if errors.As(err, &re) {
+		// The upstream's error goes back as it is, for the forwarding
+		// replica to answer its caller with.
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(upstreamErrorHeader, "1")
+		w.WriteHeader(http.StatusBadGateway)
+		json.NewEncoder(w).Encode(forwardedError{re.Code, re.Message, re.Data, re.Status})
+		return
+	}
 	if err != nil {
 		http.Error(w, "502 the call failed: "+err.Error(), http.StatusBadGateway)
 		return

@@ -275,11 +275,14 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 		select {
 		case r := <-j.done:
 			detach()
-			if r.err != nil && !passUpstream(ctx, r.err) && isUpstreamError(r.err) {
-				// No answer here can carry it as the upstream's: a result.
-				return mcpconv.Denial(r.err), nil
+			if _, task := r.err.(*taskCreated); task && !passTask(ctx, r.err) {
+				// No answer here can carry a task (a 2025-11-25 stream).
+				return mcpconv.Denial(tool.Errorf(tool.CodeInternal, "the call became a task, which this answer cannot carry")), nil
 			}
-			return r.res, r.err
+			if r.err != nil {
+				return upstreamFailure(ctx, r.err)
+			}
+			return r.res, nil
 		case a := <-j.asks:
 			b := mcpserver.NewInputRequestBuilder("")
 			n, got, want := 0, 0, a.together

@@ -74,6 +74,8 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	hooks.AddAfterListResourceTemplates(m.filterTemplates)
 	hooks.AddAfterSubscribe(m.subscribed)
 	hooks.AddAfterUnsubscribe(m.unsubscribed)
+	hooks.AddOnUnregisterSession(func(_ context.Context, s mcpserver.ClientSession) { m.unsubscribeAll(s.SessionID()) })
+	hooks.AddAfterDiscover(m.discovered)
 	// mcp-go answers a tools/call of a tool it does not list (unknown, or
 	// one the caller may not see) itself: count it and fail its span as
 	// what it is, not as a success.
@@ -221,7 +223,8 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 	if req.Params.RequestState != "" {
 		return m.resume(ctx, c, req)
 	}
-	r := router.Request{Tool: req.Params.Name, Input: mcpconv.RawArguments(req), Protocol: protocolOf(ctx), Via: via}
+	r := router.Request{Tool: req.Params.Name, Input: mcpconv.RawArguments(req), Protocol: protocolOf(ctx), Via: via,
+		Tasks: callDeclaresTasks(ctx)}
 	if res, ok := m.plan(ctx, c, req, r); ok {
 		return res, nil
 	}
@@ -251,6 +254,9 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 			telemetry.OpFrom(ctx).Fail(outcome(res != nil && res.IsError, err))
 		}
 		var out *mcp.CallToolResult
+		if err == nil && res.Task != nil {
+			return nil, &taskCreated{task: res.Task} // the request that waits answers it (jobs.wait)
+		}
 		if isUpstreamError(err) {
 			return nil, err // the request that waits passes it on (jobs.wait)
 		} else if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/internal/rawjson"
 	mcpsrc "github.com/capgate/capgate/sources/mcp"
 )
@@ -39,6 +40,9 @@ type errorPatch struct {
 	modern bool
 	// upstream is the upstream's error a handler recorded for the answer.
 	upstream atomic.Pointer[mcpsrc.RPCError]
+	// task is the CreateTaskResult a tools/call became (tasks.go), which
+	// answers in place of the error mcp-go makes of it.
+	task atomic.Pointer[json.RawMessage]
 	// held is a JSON answer's status, held back until its body is seen
 	// (the status follows the error); 0: none held. mcp-go writes under a
 	// lock of its own, so held is never written by two at once.
@@ -157,6 +161,20 @@ func (e *errorPatch) patch(p []byte) (out []byte, status int, ok bool) {
 		Message string `json:"message"`
 		Data    any    `json:"data,omitempty"`
 	}
+	if t := e.task.Load(); t != nil {
+		b, err := json.Marshal(struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Result  json.RawMessage `json:"result"`
+		}{"2.0", e.id, *t})
+		if err != nil {
+			return nil, 0, false
+		}
+		if sse {
+			return append(append(append([]byte(nil), ssePrefix...), b...), "\n\n"...), http.StatusOK, true
+		}
+		return append(b, '\n'), http.StatusOK, true
+	}
 	var d details
 	switch re := e.upstream.Load(); {
 	case re != nil:
@@ -178,6 +196,18 @@ func (e *errorPatch) patch(p []byte) (out []byte, status int, ok bool) {
 		return append(append(append([]byte(nil), ssePrefix...), b...), "\n\n"...), status, true
 	}
 	return append(b, '\n'), status, true
+}
+
+// upstreamFailure is how a call that failed with err answers the request
+// ctx serves: an upstream's JSON-RPC error as that error where the answer
+// can carry it (passUpstream) or the request is a forwarded continuation
+// (the forwarding replica's answer carries it, internal.go), any other
+// upstream error as a tool result; an error of capgate's stays one.
+func upstreamFailure(ctx context.Context, err error) (*mcp.CallToolResult, error) {
+	if isUpstreamError(err) && !isForwarded(ctx) && !passUpstream(ctx, err) {
+		return mcpconv.Denial(err), nil
+	}
+	return nil, err
 }
 
 // isUpstreamError says whether err is an upstream's JSON-RPC error.

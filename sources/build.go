@@ -81,6 +81,15 @@ func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 	for _, n := range bo.Notes {
 		bo.Logger.Warn("capability override ignored", "origin", bo.Origin, "note", n)
 	}
+	// The lock first: a process whose launch loosened since it was pinned
+	// is never started (refuse).
+	var lock *registry.Lock
+	if bo.LockPath != "" {
+		var err error
+		if lock, err = registry.ReadLock(bo.LockPath); err != nil {
+			return nil, err
+		}
+	}
 	var sources []tool.Source
 	if len(bo.ExtPaths) > 0 {
 		eo := bo.Ext
@@ -114,6 +123,10 @@ func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", bo.Origin, p.Key, err)
 		}
+		if r := refuse(lock, tool.KindBridge, b.ID(), b.Launch(), o.Confine.Describe(), bo.Logger.Warn); r != nil {
+			sources = append(sources, r)
+			continue
+		}
 		sources = append(sources, b)
 	}
 	opts := registry.Options{
@@ -122,6 +135,7 @@ func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 		Overrides:   map[string]registry.Override{},
 		RequireLock: bo.RequireLock,
 		Logger:      bo.Logger,
+		Lock:        lock,
 	}
 	var upstreams []*mcp.Source
 	for _, sc := range bo.MCP {
@@ -134,8 +148,13 @@ func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", bo.Origin, sc.Key, err)
 		}
-		upstreams = append(upstreams, src)
-		sources = append(sources, src)
+		if r := refuse(lock, tool.KindMCP, src.ID(), src.Launch(), o.Confine.Describe(), bo.Logger.Warn); r != nil {
+			src.Close() // never connected: ends what New began
+			sources = append(sources, r)
+		} else {
+			upstreams = append(upstreams, src)
+			sources = append(sources, src)
+		}
 		key := string(tool.KindMCP) + ":" + o.Name
 		opts.Prefixes[key] = sc.Prefix
 		opts.Defaults[key] = sc.Default
@@ -152,13 +171,6 @@ func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 		})
 	}
 	wg.Wait()
-	if bo.LockPath != "" {
-		lock, err := registry.ReadLock(bo.LockPath)
-		if err != nil {
-			return nil, err
-		}
-		opts.Lock = lock
-	}
 	r, err := registry.New(ctx, sources, opts)
 	if err != nil {
 		for _, u := range upstreams {

@@ -104,6 +104,20 @@ var opsMigrations = []migration{
 		`ALTER TABLE approvals ADD COLUMN denied_by TEXT`,
 		`ALTER TABLE approvals ADD COLUMN note TEXT`,
 	}},
+	{7, []string{
+		// Tasks upstreams made of calls (the MCP tasks extension), under
+		// capgate's own ids: whose each is, on every replica (tasks.go).
+		`CREATE TABLE tasks (
+			id          TEXT PRIMARY KEY,
+			sub         TEXT NOT NULL,
+			tool_id     TEXT NOT NULL,
+			upstream_id TEXT NOT NULL,
+			request_id  TEXT NOT NULL,
+			created_at  INTEGER NOT NULL,
+			expires_at  INTEGER NOT NULL
+		)`,
+		`CREATE INDEX tasks_expires ON tasks (expires_at)`,
+	}},
 }
 
 // vaultMigrations build vault.db.

@@ -242,11 +242,11 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Prune deletes expired auth flows, idempotency records, approvals and
-// once claims, and rate-limit buckets untouched for a day.
+// Prune deletes expired auth flows, idempotency records, approvals,
+// once claims and tasks, and rate-limit buckets untouched for a day.
 func (s *Store) Prune(ctx context.Context) error {
 	now := s.nowMS()
-	for _, table := range []string{"auth_flows", "idempotency", "approvals", "once_claims"} {
+	for _, table := range []string{"auth_flows", "idempotency", "approvals", "once_claims", "tasks"} {
 		if _, err := s.ops.ExecContext(ctx, `DELETE FROM `+table+` WHERE expires_at <= ?`, now); err != nil {
 			return fmt.Errorf("store: prune %s: %w", table, err)
 		}

@@ -163,6 +163,10 @@ type Call struct {
 	// roots/list) and returns the client's answer. Without it such
 	// requests are refused.
 	Ask func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	// Tasks: the calling client declared the MCP tasks extension on this
+	// call, so a source whose upstream offers it may answer with a task
+	// (Result.Task) instead of the result.
+	Tasks bool
 }
 
 // SecretsEnv is c.Secrets as "NAME=value" entries, in name order.
@@ -180,6 +184,24 @@ type Result struct {
 	Content    []json.RawMessage `json:"content"`
 	Structured json.RawMessage   `json:"structuredContent,omitempty"`
 	IsError    bool              `json:"isError,omitempty"`
+	// Task, when set, says the call became a task (the MCP tasks
+	// extension, a CreateTaskResult): it is the upstream's Task object
+	// (taskId, status, ...), and Content means nothing.
+	Task json.RawMessage `json:"task,omitempty"`
+}
+
+// TasksExtension names the MCP tasks extension (SEP-2663).
+const TasksExtension = "io.modelcontextprotocol/tasks"
+
+// Tasker is a Source whose tools may answer with a task, and which relays
+// the task methods (tasks/get, tasks/update, tasks/cancel) for it.
+type Tasker interface {
+	// OffersTasks says whether the source offers the tasks extension now.
+	OffersTasks() bool
+	// TaskRequest sends method for the source's own task id, with the
+	// request's other params (a JSON object or nil), and returns the
+	// raw result. An error the upstream answered with is passed on.
+	TaskRequest(ctx context.Context, method, taskID string, params json.RawMessage) (json.RawMessage, error)
 }
 
 // TextResult returns a result with one text block.

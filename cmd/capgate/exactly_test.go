@@ -447,8 +447,13 @@ const oldClaimExpiry = 2*time.Minute + time.Minute
 //
 // It waits over three minutes, so the retries run in the background while
 // the package's other tests go on: t.Parallel is called once they have
-// started, and the test's end waits for them.
+// started, and the test's end waits for them. Three minutes is longer than
+// the rest of `go test ./...` takes (issue 26), so it runs only where $CI or
+// $CAPGATE_LONG_TESTS is set; .ci/run sets CI.
 func TestKeyNeverRunsTwicePastOldExpiry(t *testing.T) {
+	if os.Getenv("CI") == "" && os.Getenv("CAPGATE_LONG_TESTS") == "" {
+		t.Skip("waits past the old 3-minute claim expiry; set CAPGATE_LONG_TESTS=1 (CI sets CI) to run it")
+	}
 	haproxy := lookHAProxy(t)
 	url := pgtest.Start(t)
 	pack, log := oncePack(t)

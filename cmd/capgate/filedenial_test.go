@@ -19,8 +19,22 @@ import (
 // serve reads Landlock's audit records, so the caller's error names the
 // access and the path, and the hint the declaration that would allow it.
 func TestFileDenialIsNamedAsRoot(t *testing.T) {
+	needKernelAudit(t, "TestFileDenialUnprivileged")
+	out, _ := fileDenial(t, nil)
+	for _, want := range []string{"command failed with exit 254", "the kernel refused it reading ", "(fs.read_file)",
+		"to allow it: add ", " to read_paths in capabilities of [capabilities.providers.gog]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the caller's error lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// needKernelAudit skips t unless serve can read Landlock's audit records
+// here (root, ABI 7, audit readable; otherwise, unprivileged covers this
+// user), and turns kernel audit off again after t if it was off.
+func needKernelAudit(t *testing.T, unprivileged string) {
 	if os.Getuid() != 0 {
-		t.Skip("reading kernel audit needs root; TestFileDenialUnprivileged covers this user")
+		t.Skip("reading kernel audit needs root; " + unprivileged + " covers this user")
 	}
 	if sandbox.Probe().LandlockABI < 7 {
 		t.Skip("Landlock ABI 7 logs denials; this kernel's does not")
@@ -32,31 +46,33 @@ func TestFileDenialIsNamedAsRoot(t *testing.T) {
 	if !was {
 		t.Cleanup(func() { sandbox.SetKernelAudit(false) }) // as it was
 	}
-	out := fileDenial(t, nil)
-	for _, want := range []string{"command failed with exit 254", "the kernel refused it reading ", "(fs.read_file)",
-		"to allow it: add ", " to read_paths in capabilities of [capabilities.providers.gog]"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the caller's error lacks %q:\n%s", want, out)
-		}
-	}
 }
 
-// TestFileDenialUnprivileged: an unprivileged serve cannot read audit: it
-// says so at start, and the call fails as before, naming no file.
+// TestFileDenialUnprivileged: an unprivileged serve cannot read audit:
+// it says so at start, and the call's error names the file the provider's
+// stderr reports refused, checked against its sandbox rules and labelled
+// as the tool's report, with the declaration that would allow it; nothing
+// else of the stderr reaches the caller.
 func TestFileDenialUnprivileged(t *testing.T) {
 	var user *testkit.User
 	if os.Getuid() == 0 {
 		user = &testkit.User{Uid: 65534, Gid: 65534}
 	}
-	out := fileDenial(t, user)
-	if !strings.Contains(out, "command failed with exit 254") || strings.Contains(out, "the kernel refused it reading") {
-		t.Errorf("the unprivileged call's error: %s", out)
+	out, secret := fileDenial(t, user)
+	for _, want := range []string{"command failed with exit 254", "its stderr reports a refused access to " + secret + ", which its sandbox does not let it read",
+		fmt.Sprintf("to allow it: add %q to read_paths in capabilities of [capabilities.providers.gog]", filepath.Dir(secret))} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the caller's error lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "the kernel refused it reading") || strings.Contains(out, "read="+secret) {
+		t.Errorf("the unprivileged call's error claims the kernel's word or carries the stderr: %s", out)
 	}
 }
 
 // fileDenial serves a provider that reads a file it may not and returns
-// the call's error.
-func fileDenial(t *testing.T, user *testkit.User) string {
+// the call's error and the file.
+func fileDenial(t *testing.T, user *testkit.User) (string, string) {
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -76,8 +92,8 @@ func fileDenial(t *testing.T, user *testkit.User) string {
 	if code == 0 {
 		t.Fatalf("the provider read %s: %s", secret, stdout)
 	}
-	if user != nil && !strings.Contains(s.logs(), `msg="file denials will not be named in call errors" why="reading kernel audit needs root"`) {
-		t.Errorf("an unprivileged serve did not say file denials go unnamed:\n%s", s.logs())
+	if user != nil && !strings.Contains(s.logs(), `msg="file denials are named from what the tool's stderr reports, checked against its sandbox rules, not from the kernel's records" why="reading kernel audit needs root"`) {
+		t.Errorf("an unprivileged serve did not say how file denials are named:\n%s", s.logs())
 	}
-	return errb
+	return errb, secret
 }

@@ -18,17 +18,48 @@ import (
 
 // TestLaunchPinsHoldForEverySource: under require_lock, capgate.lock pins
 // how a stdio MCP server, a bridge provider and an extension command start
-// (run, program sha256, declared guarantees). Reloads through a real serve:
-// one that only adds guarantees keeps every tool callable (each now runs
-// tighter); one that drops the server's no_network, and one whose provider
-// program changed on disk, quarantine those tools, refused with the change
-// named in the caller's error and in serve's log.
+// (run, program sha256, declared guarantees). Reloads through a real serve
+// (as root here): one that only adds guarantees keeps every tool callable
+// (each now runs tighter); one that drops the server's no_network, and one
+// whose provider program changed on disk, quarantine those tools, refused
+// with the change named in the caller's error and in serve's log, and
+// neither process is started again (each writes a marker outside its pack
+// when it starts: none is written after that reload).
 func TestLaunchPinsHoldForEverySource(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("runs serve as root; TestLaunchPinsHoldUnprivileged covers this user")
+	}
+	launchPins(t, nil)
+}
+
+// TestLaunchPinsHoldUnprivileged is the same with capgate serve running as
+// an unprivileged user.
+func TestLaunchPinsHoldUnprivileged(t *testing.T) {
+	if os.Getuid() != 0 {
+		launchPins(t, nil) // this user is unprivileged already
+		return
+	}
+	launchPins(t, &testkit.User{Uid: 65534, Gid: 65534})
+}
+
+func launchPins(t *testing.T, user *testkit.User) {
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
-	if f := sandbox.Probe(); f.LandlockABI < 1 || !f.Seccomp {
+	if f := sandbox.Probe(); f.LandlockABI < 1 || !f.Seccomp || (user != nil && !f.UserNS) {
 		t.Skipf("needs Landlock and seccomp for the declared guarantees: %+v", f)
+	}
+	// The tools run as nobody under a root serve ([sandbox] run_as), as
+	// serve's user otherwise: they write their markers as that user.
+	toolUser := user
+	if os.Getuid() == 0 {
+		toolUser = &testkit.User{Uid: 65534, Gid: 65534}
+	}
+	markers := publicDir(t, toolUser)
+	serverRan, providerRan := filepath.Join(markers, "server.pid"), filepath.Join(markers, "provider.ran")
+	var dir string
+	if user != nil {
+		dir = publicDir(t, user)
 	}
 	bins := publicDir(t, nil)
 	server, provider := filepath.Join(bins, "server"), filepath.Join(bins, "provider")
@@ -47,19 +78,22 @@ grants = ["rye.fetch.*", "rye.execute.tool.*"]
 acknowledge = ["elevated"]
 
 [extensions]
-paths = [%q]
+paths = [%[1]q]
 
 [mcp.servers.files]
-command = %q
+command = %[2]q
 risk = "LOW"
-capabilities = %s
+capabilities = { %[3]s, filesystem = "write", write_paths = [%[7]q] }
+env = { FIXTURE_PID_FILE = %[4]q }
 
 [capabilities.providers.gog]
-command = [%q]
-capabilities = %s
-`, packs, server, serverCaps, provider, providerCaps)
+command = [%[5]q]
+capabilities = { %[6]s, filesystem = "write", write_paths = [%[7]q] }
+env = ["BRIDGE_FIXTURE_RAN"]
+`, packs, server, serverCaps, serverRan, provider, providerCaps, markers)
 	}
-	cg := testkit.StartCapgate(t, testkit.Capgate{Config: config(`{ network = "none" }`, `{ network = "none" }`)})
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: config(`network = "none"`, `network = "none"`),
+		User: user, Dir: dir, Env: []string{"BRIDGE_FIXTURE_RAN=" + providerRan}})
 	head, _, _ := strings.Cut(readFile(t, cg.ConfigPath), "[policy]")
 	s := fromCapgate(cg)
 	if out, errb, code := s.run(t, nil, "tools", "lock", "--config", s.config); code != 0 {
@@ -87,7 +121,12 @@ capabilities = %s
 		out, errb, code := s.as(t, tok, append([]string{"invoke", "--capability"}, call[id]...)...)
 		return code == 0, out + errb
 	}
-	reload(config(`{ network = "none" }`, `{ network = "none" }`))
+	reload(config(`network = "none"`, `network = "none"`))
+	for _, m := range []string{serverRan, providerRan} {
+		if _, err := os.Stat(m); err != nil {
+			t.Fatalf("the marker of a started process is missing (the test would prove nothing): %v", err)
+		}
+	}
 	for id := range call {
 		if ok, out := runs(id); !ok {
 			t.Fatalf("%s does not run under its pin: %s\n%s", id, out, s.logs())
@@ -97,7 +136,7 @@ capabilities = %s
 	// Only tighter: subprocess none added everywhere, filesystem none on
 	// the command. Nothing is quarantined; each runs.
 	writeFile(t, yaml, manifest("{network: none, subprocess: none, filesystem: none}"))
-	reload(config(`{ network = "none", subprocess = "none" }`, `{ network = "none", subprocess = "none" }`))
+	reload(config(`network = "none", subprocess = "none"`, `network = "none", subprocess = "none"`))
 	for id := range call {
 		if ok, out := runs(id); !ok {
 			t.Errorf("%s was quarantined though its guarantees only tightened: %s", id, out)
@@ -118,7 +157,12 @@ capabilities = %s
 		t.Fatal(err)
 	}
 	f.Close()
-	reload(config(`{ subprocess = "none" }`, `{ network = "none", subprocess = "none" }`))
+	for _, m := range []string{serverRan, providerRan} {
+		if err := os.Remove(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(config(`subprocess = "none"`, `network = "none", subprocess = "none"`))
 	for id, change := range map[string]string{"mcp:files:echo": "no_network dropped", "bridge:gog:calendar.list_events": "program sha256 "} {
 		ok, out := runs(id)
 		if ok || !strings.Contains(out, "capability_access_denied") || !strings.Contains(out, change) {
@@ -131,6 +175,29 @@ capabilities = %s
 	}
 	if ok, out := runs("ext:probe:p"); !ok {
 		t.Errorf("the unchanged command was quarantined with the others: %s", out)
+	}
+	// Neither changed process was started to list its tools.
+	for _, m := range []string{serverRan, providerRan} {
+		if _, err := os.Stat(m); !os.IsNotExist(err) {
+			t.Errorf("capgate started %s after its launch loosened (%v)", filepath.Base(m), err)
+		}
+	}
+	for _, source := range []string{"mcp:files", "bridge:gog"} {
+		if !strings.Contains(s.logs(), `msg="not started: its run, program or declared guarantees changed since capgate.lock pinned it; `) ||
+			!strings.Contains(s.logs(), "source="+source) {
+			t.Errorf("serve did not log that it left %s unstarted:\n%s", source, s.logs())
+		}
+	}
+	// tools list, which starts the sources as serve does, names them
+	// quarantined and starts neither.
+	out, errb, _ := s.run(t, nil, "tools", "list", "--config", s.config)
+	for _, name := range []string{"files__echo", "gog__calendar_list_events"} {
+		if !regexp.MustCompile(regexp.QuoteMeta(name) + `\s.*quarantined`).MatchString(out) {
+			t.Errorf("tools list does not show %s quarantined:\n%s\n%s", name, out, errb)
+		}
+	}
+	if _, err := os.Stat(serverRan); !os.IsNotExist(err) {
+		t.Errorf("tools list started the server whose launch loosened (%v)", err)
 	}
 }
 

@@ -87,8 +87,9 @@ type mcpReply struct {
 		} `json:"content"`
 	} `json:"result"`
 	Error *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
 	} `json:"error"`
 }
 
@@ -295,6 +296,24 @@ url = %q
 	got := call(b.URL, first.Result.RequestState, key, answer)
 	if got.Result.IsError || !strings.Contains(got.text(), "User response: action=accept") || !strings.Contains(got.text(), `"username":"alice"`) {
 		t.Fatalf("the continuation through B = %+v %q", got.Result, got.text())
+	}
+
+	// An upstream that answers the later round with a JSON-RPC error: the
+	// caller gets that error through B as it does on A, not a tool result.
+	refuse := func(base, state, key, answer string) mcpReply {
+		t.Helper()
+		return callOn(t, base, alice, "cf__refuse_after_input", `{}`, state, key, answer)
+	}
+	name := `{"action":"accept","content":{"name":"alice"}}`
+	r := refuse(a.URL, "", "", "")
+	onA := refuse(a.URL, r.Result.RequestState, oneKey(t, r), name)
+	if onA.Error == nil || onA.Error.Code != -32603 || onA.Error.Message != "refused after input (accept)" {
+		t.Fatalf("the upstream's error on A = %+v %+v, want its -32603 and its message", onA.Error, onA.Result)
+	}
+	r = refuse(a.URL, "", "", "")
+	onB := refuse(b.URL, r.Result.RequestState, oneKey(t, r), name)
+	if onB.Error == nil || (onB.Error.Code != onA.Error.Code || onB.Error.Message != onA.Error.Message || string(onB.Error.Data) != string(onA.Error.Data)) {
+		t.Errorf("the upstream's error through B = %+v %+v, want it as on A: %+v", onB.Error, onB.Result, onA.Error)
 	}
 
 	// The internal path: nothing without the MAC, nor with a MAC under

@@ -196,14 +196,16 @@ func listenOverride(flag string) (addr, from string) {
 
 // logFileDenials has a root capgate read Landlock's audit records, so
 // that a call's error names the files the kernel refused its tool, and
-// says once at start whether it does.
+// says once at start whether it does; without them a refused file is named
+// from the tool's own stderr, checked against its sandbox rules.
 func logFileDenials(logger *slog.Logger, cfg *config.Config) {
+	const fallback = "file denials are named from what the tool's stderr reports, checked against its sandbox rules, not from the kernel's records"
 	if os.Geteuid() != 0 {
-		logger.Info("file denials will not be named in call errors", "why", "reading kernel audit needs root")
+		logger.Info(fallback, "why", "reading kernel audit needs root")
 		return
 	}
 	if err := sandbox.WatchFileDenials(cfg.Sandbox.AuditFileDenials); err != nil {
-		logger.Info("file denials will not be named in call errors", "why", err)
+		logger.Info(fallback, "why", err)
 		return
 	}
 	logger.Info("file denials are named in call errors (from Landlock's audit records)")

@@ -42,6 +42,8 @@ operator should not ship:
   - anonymous access ([auth.anonymous]);
   - [sandbox] run_as naming root, which keeps a root capgate's tools root;
   - policy.require_lock without capgate.lock, or a tool it does not pin;
+  - a tool capgate.lock pins only in part (a pin from before capgate pinned
+    launches or the files a run names): run capgate tools lock;
   - key files and the data dir readable by others, a config others can write.
 
 It checks the environment and kernel it runs in: run it where serve runs.
@@ -193,13 +195,19 @@ func toolProblems(log *slog.Logger, cfg *config.Config, allowUnsafe bool) []stri
 	for _, key := range slices.Sorted(maps.Keys(failures)) {
 		out = append(out, fmt.Sprintf("%s: %s: the source is down: %v", cfg.Path, key, failures[key]))
 	}
-	for _, d := range r.Snapshot().Tools {
+	snap := r.Snapshot()
+	for _, d := range snap.Tools {
 		if g := d.Guarantees; g != nil && len(g.Keys) == 0 && !g.Pure {
 			out = append(out, fmt.Sprintf("%s: %s: declares nothing it cannot do, so it runs with the baseline alone: declare %s",
 				cfg.Path, d.ID, declareWhere(d)))
 		}
 		if d.Quarantined != "" {
 			out = append(out, fmt.Sprintf("%s: policy.require_lock: %s is quarantined: %s", cfg.Path, d.ID, d.Quarantined))
+		}
+		// A pin that does not vouch for all capgate pins now (its launch,
+		// the files its run names) still lets the tool run.
+		if note := snap.OutdatedPin(d.ID); note != "" {
+			out = append(out, fmt.Sprintf("%s: capgate.lock: %s runs under an outdated pin: %s", cfg.Path, d.ID, note))
 		}
 		if g := d.Guarantees; g != nil && !g.Enforced && !(g.AllowUnsafe && allowUnsafe) {
 			var miss []string

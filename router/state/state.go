@@ -87,3 +87,16 @@ func (a *Approval) Approved() bool { return !a.ApprovedAt.IsZero() }
 
 // Denied reports whether an operator has denied a.
 func (a *Approval) Denied() bool { return !a.DeniedAt.IsZero() }
+
+// Task is a task an upstream made of a call (the MCP tasks extension),
+// under capgate's own id: only Sub, who made the call, may reach it, and
+// only through capgate, which relays to ToolID's source for UpstreamID.
+type Task struct {
+	ID         string // "cgt_" + 32 hex: 128 random bits
+	Sub        string
+	ToolID     string
+	UpstreamID string
+	RequestID  string // the invocation that made it (its tool_call record)
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+}

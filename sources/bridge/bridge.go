@@ -104,8 +104,12 @@ func New(opts Options) (*Provider, error) {
 		launch: opts.Confine.Launch(opts.Command, "").JSON()}, nil
 }
 
-func (p *Provider) ID() string      { return p.opts.Namespace }
-func (p *Provider) Kind() tool.Kind { return tool.KindBridge }
+func (p *Provider) ID() string { return p.opts.Namespace }
+
+// Launch is what capgate.lock pins of the provider's process
+// (sandbox.Launch).
+func (p *Provider) Launch() json.RawMessage { return p.launch }
+func (p *Provider) Kind() tool.Kind         { return tool.KindBridge }
 
 // request is the envelope, fields in Ash's order.
 type request struct {
@@ -166,6 +170,7 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: could not start in its sandbox: %s", ns, proc.Reported(stderr))
 	case errors.As(err, &exit):
 		e := tool.Wrap(err, tool.CodeBackendUnavailable, "bridge %s: command failed with exit %d (its stderr is in capgate's log)", ns, exit.Status)
+		denials.Stderr(stderr) // where capgate reads no audit: the refusals its stderr reports
 		// What the kernel refused it during this call, and what would
 		// allow it, as for an extension command.
 		if msg, hint := denials.Explain(conf.Guarantees, "bridge:"+ns, fmt.Sprintf("capabilities of [capabilities.providers.%s]", ns)); msg != "" {

@@ -402,6 +402,7 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 		return nil, tool.Wrap(err, tool.CodeBackendUnavailable, "%s could not start in its sandbox: %s", id, proc.Reported(stderr))
 	case errors.As(err, &exit):
 		e := tool.Wrap(err, tool.CodeBackendUnavailable, "%s exited with status %d (its stderr is in capgate's log)", id, exit.Status)
+		denials.Stderr(stderr) // where capgate reads no audit: the refusals its stderr reports
 		if msg, hint := denials.Explain(conf.Guarantees, id, fmt.Sprintf("commands.%s.capabilities of %s", c.Tool.Name, filepath.Join(p.Dir, ManifestFile))); msg != "" {
 			e.Message += "; " + msg
 			e.Hint = hint

@@ -41,6 +41,9 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	body = append(body, args...)
 	tp, ts, traced := telemetry.TraceParent(ctx)
 	modern := l.modern()
+	if call.Tasks && offersTasks(l) {
+		ctx = withTasks(ctx) // the upstream may answer with a task
+	}
 	metaAt := -1
 	if call.Progress != nil || traced || modern {
 		body = append(body, `,"_meta":`...)
@@ -94,6 +97,12 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 				return nil, tool.Wrap(err, tool.CodeInternal, "mcp server %s: tools/call %s: %v", s.opts.Name, call.Tool.Name, err)
 			}
 			continue
+		}
+		if task, ok := taskResult(raw); ok && modern {
+			if ctx.Value(tasksKey{}) == nil {
+				return nil, tool.Errorf(tool.CodeInvalidOutput, "mcp server %s: tools/call %s: answered with a task, which this call did not declare it takes", s.opts.Name, call.Tool.Name)
+			}
+			return &tool.Result{Content: []json.RawMessage{}, Task: task}, nil
 		}
 		if out, ok := readResult(raw); ok {
 			return out, nil

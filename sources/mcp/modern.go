@@ -74,6 +74,9 @@ var relayedCaps = []string{"sampling", "elicitation", "roots"}
 // requests, such as lists). An upstream must not ask a client what it
 // did not say it can answer, and may refuse a call that needs it.
 func metaFor(ctx context.Context, asks bool) []byte {
+	if ctx.Value(tasksKey{}) != nil {
+		return buildMeta(withTasksExtension(capsFor(ctx, asks)))
+	}
 	if !asks {
 		return askNothingMeta
 	}
@@ -92,6 +95,40 @@ func metaFor(ctx context.Context, asks bool) []byte {
 		}
 	}
 	return buildMeta(caps)
+}
+
+type tasksKey struct{}
+
+// withTasks marks ctx's requests as declaring the tasks extension: the
+// caller declared it on its call, or it is a task method (tasks.go).
+func withTasks(ctx context.Context) context.Context { return context.WithValue(ctx, tasksKey{}, true) }
+
+// capsFor is metaFor's client capabilities as members.
+func capsFor(ctx context.Context, asks bool) map[string]json.RawMessage {
+	caps := map[string]json.RawMessage{}
+	if !asks {
+		return caps
+	}
+	declared, ok := tool.Askable(ctx)
+	if !ok {
+		declared, _ = json.Marshal(clientCaps)
+	}
+	var all map[string]json.RawMessage
+	if json.Unmarshal(declared, &all) != nil {
+		return caps
+	}
+	for _, k := range relayedCaps {
+		if v, ok := all[k]; ok && string(v) != "null" {
+			caps[k] = v
+		}
+	}
+	return caps
+}
+
+// withTasksExtension adds the tasks extension to caps.
+func withTasksExtension(caps map[string]json.RawMessage) map[string]json.RawMessage {
+	caps["extensions"] = json.RawMessage(`{"` + tool.TasksExtension + `":{}}`)
+	return caps
 }
 
 // modern reports whether l speaks the stateless protocol.
@@ -135,6 +172,10 @@ func standardHeaders(method string, params json.RawMessage) http.Header {
 	h := http.Header{}
 	for k, v := range mcpgo.StandardHeaders(Modern, mcpgo.MCPMethod(method), params) {
 		h.Set(k, v)
+	}
+	if id, ok := taskIDOf(method, params); ok {
+		// A task method names its task, for balancers (SEP-2663).
+		h.Set(mcpgo.HeaderName, id)
 	}
 	return h
 }

@@ -4,6 +4,8 @@
 // (leak, secret_error, secret_stderr, big_bytes). With BRIDGE_FIXTURE_CAPTURE
 // set, each invoke writes there what a provider holds: its environment and
 // the context token it was given (tests play the provider turned attacker).
+// With BRIDGE_FIXTURE_RAN set, every run first appends a line there, so a
+// test sees whether capgate started it at all.
 package main
 
 import (
@@ -32,6 +34,15 @@ type request struct {
 }
 
 func main() {
+	if f := os.Getenv("BRIDGE_FIXTURE_RAN"); f != "" {
+		ran, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ran:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(ran, "ran")
+		ran.Close()
+	}
 	var req request
 	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
 		fmt.Fprintln(os.Stderr, "bad request:", err)

@@ -75,7 +75,8 @@ func main() {
 	// v1.2.1 can drop a notification sent just before a tool returns (its
 	// forwarder takes it off the channel and then sees the request done),
 	// which loses the last progress or log message now and then.
-	mux.Handle("/mcp", watchFlushes(server.NewStreamableHTTPServer(s, server.WithEventStore(server.NewInMemoryEventStore()))))
+	mux.Handle("/mcp", watchFlushes(server.NewStreamableHTTPServer(s, server.WithEventStore(server.NewInMemoryEventStore()),
+		server.WithHTTPContextFunc(listenStreams))))
 	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -91,7 +92,10 @@ func main() {
 }
 
 func newServer() *server.MCPServer {
+	hooks := &server.Hooks{}
+	hookSubscriptions(hooks)
 	s := server.NewMCPServer("conformancefixture", "1.0.0",
+		server.WithHooks(hooks),
 		server.WithToolCapabilities(true),
 		server.WithResourceCapabilities(true, true),
 		server.WithPromptCapabilities(true),
@@ -103,6 +107,7 @@ func newServer() *server.MCPServer {
 	)
 	s.EnableSampling()
 	addTools(s)
+	addWatchTools(s)
 	addResources(s)
 	addPrompts(s)
 	return s
@@ -276,6 +281,20 @@ func addTools(s *server.MCPServer) {
 					"items": map[string]any{"anyOf": titled("value", "First Choice", "Second Choice", "Third Choice")}},
 			},
 		}, "Elicitation completed: ")
+
+	// refuse_after_input is not the suite's: it asks, then fails the call
+	// with a JSON-RPC error (mcp-go's -32603 with its message), an
+	// upstream error on a later round for capgate's replica tests.
+	s.AddTool(tool("refuse_after_input", "Asks for a name, then refuses the call"),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if res := server.ElicitationResponse(req.Params.InputResponses, "name"); res != nil {
+				return nil, fmt.Errorf("refused after input (%s)", res.Action)
+			}
+			return server.NewInputRequestBuilder("").Elicit("name", mcp.ElicitationParams{
+				Mode: mcp.ElicitationModeForm, Message: "Your name?",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}},
+			}).ToolResult(), nil
+		})
 
 	// A raw schema must not come with mcp.NewTool's InputSchema as well.
 	schemaTool := mcp.NewToolWithRawSchema(jsonSchema2020Tool, "Tool with JSON Schema 2020-12 features",
