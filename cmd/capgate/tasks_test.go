@@ -275,6 +275,11 @@ func TestTasksRelayed(t *testing.T) {
 		if a.str("resultType") == "task" || a.Result["taskId"] != nil || !strings.Contains(string(a.Result["content"]), "computed sync") {
 			t.Errorf("a call not declaring tasks must run synchronously: %s", a.Raw)
 		}
+		// Task notifications asked for without the extension (SEP-2663).
+		a = post2026(t, base, alice, "subscriptions/listen", "", fmt.Sprintf(`"notifications":{"taskIds":[%q]},%s`, id, metaPlain))
+		if a.Status != http.StatusBadRequest || a.Error == nil || a.Error.Code != -32021 {
+			t.Errorf("subscriptions/listen for task ids without the extension: want 400 -32021, got %d %s", a.Status, a.Raw)
+		}
 		// tasks/result was the 2025-11-25 experiment's; it is no method here.
 		if a := post2026(t, base, alice, "tasks/result", id, fmt.Sprintf(`"taskId":%q,%s`, id, metaTasks)); a.Status != http.StatusNotFound || a.Error == nil || a.Error.Code != -32601 {
 			t.Errorf("tasks/result: want 404 -32601, got %d %s", a.Status, a.Raw)
