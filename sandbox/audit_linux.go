@@ -28,6 +28,7 @@ import (
 const (
 	auditGet              = 1000
 	auditSet              = 1001
+	auditUser             = 1107 // a message of a user process's own (SettleAudit's marker)
 	auditLandlockAccess   = 1423
 	auditLandlockDomain   = 1424
 	auditStatusEnabled    = 1
@@ -42,6 +43,7 @@ type auditWatch struct {
 	tags    map[string]*tagged // by comm tag
 	domains map[string]*tagged // by Landlock domain id
 	pending map[string][]FileDenial
+	marks   map[string]chan struct{} // SettleAudit's markers still on their way
 }
 
 type tagged struct {
@@ -50,6 +52,10 @@ type tagged struct {
 	domain    string
 	done      chan struct{} // closed when the domain is deallocated
 	closeOnce sync.Once
+	// live: a process that outlives calls (Denials.OnFile), watched until
+	// ended (its launch's cleanup) and a while after.
+	live  bool
+	ended time.Time
 }
 
 var watching atomic.Pointer[auditWatch]
@@ -88,7 +94,8 @@ func WatchFileDenials(enable bool) error {
 		unix.Close(fd)
 		return fmt.Errorf("reading audit records: %w", err)
 	}
-	w := &auditWatch{tags: map[string]*tagged{}, domains: map[string]*tagged{}, pending: map[string][]FileDenial{}}
+	w := &auditWatch{tags: map[string]*tagged{}, domains: map[string]*tagged{}, pending: map[string][]FileDenial{},
+		marks: map[string]chan struct{}{}}
 	watching.Store(w)
 	go w.read(fd)
 	return nil
@@ -182,6 +189,10 @@ func (w *auditWatch) read(fd int) {
 
 // record takes one audit record's text.
 func (w *auditWatch) record(typ uint16, text string) {
+	if typ == auditUser {
+		w.mark(text)
+		return
+	}
 	if typ != auditLandlockAccess && typ != auditLandlockDomain {
 		return
 	}
@@ -256,10 +267,13 @@ func watchTag(d *Denials) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	tag := "cg" + hex.EncodeToString(b[:]) // within TASK_COMM_LEN (15 and a NUL)
-	t := &tagged{d: d, added: time.Now(), done: make(chan struct{})}
+	d.mu.Lock()
+	live := d.onFile != nil
+	d.mu.Unlock()
+	t := &tagged{d: d, added: time.Now(), done: make(chan struct{}), live: live}
 	w.mu.Lock()
 	for k, old := range w.tags { // launches long done
-		if time.Since(old.added) > 10*time.Minute {
+		if !old.live && time.Since(old.added) > 10*time.Minute || old.live && !old.ended.IsZero() && time.Since(old.ended) > 10*time.Minute {
 			delete(w.tags, k)
 			delete(w.domains, old.domain)
 		}
@@ -279,4 +293,69 @@ func watchTag(d *Denials) string {
 		w.mu.Unlock()
 	})
 	return tag
+}
+
+// endTag marks a live launch's process ended (its cleanup): its tag goes
+// with the next launch after a while, as a per-call one does.
+func endTag(tag string) {
+	w := watching.Load()
+	if w == nil || tag == "" {
+		return
+	}
+	w.mu.Lock()
+	if t := w.tags[tag]; t != nil {
+		t.ended = time.Now()
+	}
+	w.mu.Unlock()
+}
+
+// SettleAudit returns once capgate has read every audit record the kernel
+// queued before the call (or after timeout): the records of a long-lived
+// process's denials arrive after its syscalls returned, and a call's
+// error may only name those that happened during it. It queues a marker
+// of its own (an AUDIT_USER message: root, as reading audit is) behind
+// them and waits for it; the kernel delivers records in order. Where
+// capgate reads no audit it returns at once. It reports whether the
+// marker arrived.
+func SettleAudit(timeout time.Duration) bool {
+	w := watching.Load()
+	if w == nil {
+		return false
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	key := "capgate-settle-" + hex.EncodeToString(b[:])
+	ch := make(chan struct{})
+	w.mu.Lock()
+	w.marks[key] = ch
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.marks, key)
+		w.mu.Unlock()
+	}()
+	if _, err := auditRequest(auditUser, append([]byte(key), 0)); err != nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// mark takes a user message: a marker of SettleAudit's has arrived.
+func (w *auditWatch) mark(text string) {
+	i := strings.Index(text, "capgate-settle-")
+	if i < 0 {
+		return
+	}
+	key := text[i:min(i+len("capgate-settle-")+16, len(text))]
+	w.mu.Lock()
+	if ch := w.marks[key]; ch != nil {
+		close(ch)
+		delete(w.marks, key)
+	}
+	w.mu.Unlock()
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAuditRecordsReachTheirLaunch: Landlock's records, as the kernel
@@ -88,5 +89,29 @@ func TestStderrReportsCheckedAgainstRules(t *testing.T) {
 	d.Stderr("open " + secret + ": permission denied")
 	if msg, _ := d.Explain(g, "", ""); msg != "" {
 		t.Errorf("an audited launch took the stderr's word: %q", msg)
+	}
+}
+
+// BenchmarkSettleAudit measures what a failed call to a stdio MCP server
+// waits for its audit records (root, kernel audit on): one marker queued
+// behind them and read back. It fails if the marker does not arrive.
+func BenchmarkSettleAudit(b *testing.B) {
+	if os.Getuid() != 0 || Probe().LandlockABI < 7 {
+		b.Skip("reading kernel audit needs root and Landlock ABI 7")
+	}
+	was, err := KernelAuditOn()
+	if err != nil {
+		b.Skipf("kernel audit is not readable here: %v", err)
+	}
+	if err := WatchFileDenials(true); err != nil {
+		b.Skip(err)
+	}
+	if !was {
+		b.Cleanup(func() { SetKernelAudit(false) })
+	}
+	for b.Loop() {
+		if !SettleAudit(5 * time.Second) {
+			b.Fatal("the marker did not come back")
+		}
 	}
 }

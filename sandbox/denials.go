@@ -25,6 +25,9 @@ type Denials struct {
 	// capgate reads the launch's records).
 	rules   *rules
 	audited bool
+	// onFile, for a process that outlives calls (OnFile), is told of each
+	// new file denial as the kernel's record arrives.
+	onFile func(FileDenial)
 }
 
 // FileDenial is one file access Landlock refused a tool, as its audit
@@ -32,11 +35,42 @@ type Denials struct {
 // "fs.write_file,fs.truncate"), Path the file. A denial the tool reported
 // in its stderr (Stderr) has Blockers "reported:read" or "reported:write":
 // what its rules withhold from that path.
-type FileDenial struct{ Blockers, Path string }
+// From says where a reported one was read ("its stderr").
+type FileDenial struct{ Blockers, Path, From string }
 
 // Reported reports whether f is the tool's own report, checked against
 // its rules, rather than the kernel's record.
 func (f FileDenial) Reported() bool { return strings.HasPrefix(f.Blockers, "reported:") }
+
+// OnFile makes d the denials of a process that outlives calls (a stdio
+// MCP server): its launch stays watched for the process's whole life, and
+// f is told of each file the kernel refuses it, once per distinct access
+// and path d still holds, as the record arrives (on the audit reader's
+// goroutine: f must not block). Set it before the launch.
+func (d *Denials) OnFile(f func(FileDenial)) {
+	d.mu.Lock()
+	d.onFile = f
+	d.mu.Unlock()
+}
+
+// ForCall is an empty Denials for one call to d's long-lived process: the
+// same deny paths and rules, for AddFile and Reported.
+func (d *Denials) ForCall() *Denials {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return &Denials{deny: d.deny, rules: d.rules, audited: d.audited}
+}
+
+// Audited reports whether capgate reads the kernel's records of d's
+// launch (else only what the tool reports names a file).
+func (d *Denials) Audited() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.audited
+}
+
+// AddFile records f, a denial of d's process attributed to this call.
+func (d *Denials) AddFile(f FileDenial) { d.addFile(f) }
 
 // maxFileDenials bounds what one call keeps: the last ones, the refusal
 // a tool gives up on being most often its last.
@@ -44,14 +78,19 @@ const maxFileDenials = 4
 
 func (d *Denials) addFile(f FileDenial) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if slices.Contains(d.files, f) {
+		d.mu.Unlock()
 		return
 	}
 	if len(d.files) == maxFileDenials {
 		d.files = d.files[1:]
 	}
 	d.files = append(d.files, f)
+	onFile := d.onFile
+	d.mu.Unlock()
+	if onFile != nil && !f.Reported() {
+		onFile(f)
+	}
 }
 
 // named are the file denials worth naming: a runtime's probes of /sys
@@ -111,7 +150,9 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 	if len(d.keys) == 0 && len(d.files) == 0 {
 		return "", ""
 	}
-	var what, told, how []string
+	var what, how []string
+	told := map[string][]string{}
+	var tellers []string
 	for _, k := range d.keys {
 		thing := map[Key]string{NoNetwork: "a socket", NoSubprocess: "a new process"}[k]
 		what = append(what, fmt.Sprintf("%s (%s, set by %s)", thing, k, g.From[k]))
@@ -130,7 +171,10 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 	for _, f := range d.named() {
 		w, h := d.explainFile(g, f, overrideKey, declare)
 		if f.Reported() {
-			told = append(told, w)
+			if told[f.From] == nil {
+				tellers = append(tellers, f.From)
+			}
+			told[f.From] = append(told[f.From], w)
 		} else {
 			what = append(what, w)
 		}
@@ -140,10 +184,10 @@ func (d *Denials) Explain(g Guarantees, overrideKey, declare string) (msg, hint 
 	if len(what) > 0 {
 		parts = append(parts, "the kernel refused it "+strings.Join(what, " and "))
 	}
-	if len(told) > 0 {
+	for _, from := range tellers {
 		// The tool's word, checked against capgate's rules: never
 		// presented as the kernel's.
-		parts = append(parts, "its stderr reports a refused access to "+strings.Join(told, " and ")+
+		parts = append(parts, from+" reports a refused access to "+strings.Join(told[from], " and ")+
 			" (capgate cannot read the kernel's audit records here; the path was checked against its sandbox rules)")
 	}
 	return strings.Join(parts, "; "), strings.Join(slices.Compact(how), "; ")

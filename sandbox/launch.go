@@ -207,6 +207,10 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		spec.Files.rules = &rules{readDirs: p.ReadDirs, readFiles: p.ReadFiles, writeDirs: p.WriteDirs, writeFiles: p.WriteFiles}
 		spec.Files.audited = p.AuditTag != ""
 		spec.Files.mu.Unlock()
+		if tag := p.AuditTag; tag != "" {
+			prev := cleanup
+			cleanup = func() { endTag(tag); prev() }
+		}
 	}
 	var sup *supervisor
 	if spec.Observe != nil && f.Seccomp && (p.NoFork || g.Has(NoNetwork)) {

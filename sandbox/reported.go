@@ -86,16 +86,19 @@ const maxReportedLines = 64
 
 // Stderr names the files the tool reports refused in stderr (what it
 // wrote during this call) and that its Landlock rules do refuse, when
-// capgate read no audit records for this launch. A line that holds a
-// credential is skipped, as in the stderr tail callers see (harden).
-func (d *Denials) Stderr(stderr string) {
+// capgate read no audit records for this launch.
+func (d *Denials) Stderr(stderr string) { d.Reported(stderr, "its stderr") }
+
+// Reported is Stderr for text the tool wrote elsewhere, from says where
+// ("its error result").
+func (d *Denials) Reported(text, from string) {
 	d.mu.Lock()
 	r, audited := d.rules, d.audited
 	d.mu.Unlock()
-	if r == nil || audited || stderr == "" {
+	if r == nil || audited || text == "" {
 		return
 	}
-	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	lines := strings.Split(strings.TrimSpace(text), "\n")
 	if len(lines) > maxReportedLines {
 		lines = lines[len(lines)-maxReportedLines:]
 	}
@@ -104,6 +107,7 @@ func (d *Denials) Stderr(stderr string) {
 			continue
 		}
 		if f, ok := r.reported(line); ok {
+			f.From = from
 			d.addFile(f)
 		}
 	}

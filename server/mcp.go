@@ -74,6 +74,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	hooks.AddAfterListResourceTemplates(m.filterTemplates)
 	hooks.AddAfterSubscribe(m.subscribed)
 	hooks.AddAfterUnsubscribe(m.unsubscribed)
+	hooks.AddOnUnregisterSession(func(_ context.Context, s mcpserver.ClientSession) { m.unsubscribeAll(s.SessionID()) })
 	hooks.AddAfterDiscover(m.discovered)
 	// mcp-go answers a tools/call of a tool it does not list (unknown, or
 	// one the caller may not see) itself: count it and fail its span as
@@ -254,7 +255,7 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 		}
 		var out *mcp.CallToolResult
 		if err == nil && res.Task != nil {
-			return nil, &taskCreated{task: res.Task} // the request that waits answers it (jobs.wait)
+			return nil, &taskCreated{task: taskInvocation(res.Task, inv)} // the request that waits answers it (jobs.wait)
 		}
 		if isUpstreamError(err) {
 			return nil, err // the request that waits passes it on (jobs.wait)

@@ -325,7 +325,9 @@ func (m *MCP) subscribeUpstream(ctx context.Context, uri string) {
 	}
 	m.relay.upSubs[uri] = true
 	m.relay.mu.Unlock()
-	if _, err := up.src.Request(ctx, "resources/subscribe", map[string]any{"uri": uri}); err != nil {
+	// A 2026-07-28 upstream hears of it in its listen stream's filter, a
+	// 2025-11-25 one by resources/subscribe (Source.Subscribe).
+	if err := up.src.Subscribe(ctx, uri); err != nil {
 		m.relay.mu.Lock()
 		delete(m.relay.upSubs, uri)
 		m.relay.mu.Unlock()
@@ -337,9 +339,41 @@ func (m *MCP) unsubscribed(ctx context.Context, _ any, req *mcp.UnsubscribeReque
 	if session == nil {
 		return
 	}
+	m.unsubscribe(session.SessionID(), req.Params.URI)
+}
+
+// unsubscribeAll drops the subscriptions of a session that ended.
+func (m *MCP) unsubscribeAll(sid string) {
 	m.relay.mu.Lock()
-	delete(m.relay.subs[req.Params.URI], session.SessionID())
+	var uris []string
+	for uri, sessions := range m.relay.subs {
+		if _, ok := sessions[sid]; ok {
+			uris = append(uris, uri)
+		}
+	}
 	m.relay.mu.Unlock()
+	for _, uri := range uris {
+		m.unsubscribe(sid, uri)
+	}
+}
+
+// unsubscribe drops session sid's subscription to uri, and the
+// upstream's when it was the last.
+func (m *MCP) unsubscribe(sid, uri string) {
+	m.relay.mu.Lock()
+	delete(m.relay.subs[uri], sid)
+	up, owned := m.relay.resources[uri]
+	last := len(m.relay.subs[uri]) == 0 && m.relay.upSubs[uri]
+	if len(m.relay.subs[uri]) == 0 {
+		delete(m.relay.subs, uri)
+	}
+	if last {
+		delete(m.relay.upSubs, uri)
+	}
+	m.relay.mu.Unlock()
+	if last && owned {
+		_ = up.src.Unsubscribe(context.Background(), uri)
+	}
 }
 
 // resourceUpdated passes an upstream's resources/updated to the sessions

@@ -194,3 +194,23 @@ func passTask(ctx context.Context, err error) bool {
 	e.task.Store(&t.task)
 	return true
 }
+
+// taskInvocation is a CreateTaskResult with the invocation that made the
+// task in its _meta, as a call's result has it (withInvocation).
+func taskInvocation(task json.RawMessage, inv router.Invocation) json.RawMessage {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(task, &fields) != nil {
+		return task
+	}
+	meta := map[string]json.RawMessage{}
+	if m, ok := fields["_meta"]; ok && json.Unmarshal(m, &meta) != nil {
+		return task
+	}
+	meta["capgate/invocation_id"], _ = json.Marshal(inv.ID)
+	fields["_meta"], _ = json.Marshal(meta)
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return task
+	}
+	return b
+}

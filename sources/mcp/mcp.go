@@ -121,6 +121,14 @@ type Source struct {
 	// stderr is the tail of the newest stdio process's stderr, shown
 	// (bounded, scrubbed) when it fails to start or to initialize.
 	stderr atomic.Pointer[proc.Tail]
+	// denied are the denials of the newest stdio process (denials.go).
+	denied atomic.Pointer[procDenials]
+
+	// subs are the resource URIs subscribed at the upstream, and
+	// subsSet is closed (then replaced) when they change (listen.go).
+	subMu   sync.Mutex
+	subs    map[string]bool
+	subsSet chan struct{}
 
 	changeMu sync.Mutex
 	onChange []func()
@@ -322,7 +330,7 @@ func (s *Source) handshake(ctx context.Context, l *link, c *client.Client, versi
 	// so that is the source's life, not this dial's deadline.
 	if err := c.Start(s.life); err != nil {
 		c.Close()
-		return fmt.Errorf("mcp server %s: start: %w%s", s.opts.Name, err, s.stderrTail())
+		return fmt.Errorf("mcp server %s: start: %w%s%s", s.opts.Name, err, s.stderrTail(), s.denialNote())
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -340,7 +348,7 @@ func (s *Source) handshake(ctx context.Context, l *link, c *client.Client, versi
 	res, err := c.Initialize(ctx, init)
 	if err != nil {
 		c.Close() // waits for the process, so its stderr is whole
-		return fmt.Errorf("mcp server %s: initialize: %w%s", s.opts.Name, err, s.stderrTail())
+		return fmt.Errorf("mcp server %s: initialize: %w%s%s", s.opts.Name, err, s.stderrTail(), s.denialNote())
 	}
 	l.version, l.caps = res.ProtocolVersion, res.Capabilities
 	if l.modern() {
@@ -450,7 +458,7 @@ func (s *Source) newClient(g *guard, base *http.Header, modern bool) (*client.Cl
 		// The process lives as long as the source (see dial).
 		stderr := new(proc.Tail)
 		s.stderr.Store(stderr)
-		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g, s.opts.Confine, stderr)
+		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g, s.watch(s.opts.Confine), stderr)
 		if err != nil {
 			return nil, fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
 		}
@@ -845,6 +853,12 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	}
 	if l.http {
 		return s.callHTTP(ctx, l, call, args)
+	}
+	if p := s.denied.Load(); p != nil && s.opts.Command != "" {
+		// What its sandbox refuses the server during this call.
+		c := p.enter(call.Denied)
+		res, err := s.callMCPGo(ctx, l, call, args)
+		return p.leave(c, res, err)
 	}
 	return s.callMCPGo(ctx, l, call, args)
 }

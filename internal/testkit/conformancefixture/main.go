@@ -75,7 +75,8 @@ func main() {
 	// v1.2.1 can drop a notification sent just before a tool returns (its
 	// forwarder takes it off the channel and then sees the request done),
 	// which loses the last progress or log message now and then.
-	mux.Handle("/mcp", watchFlushes(server.NewStreamableHTTPServer(s, server.WithEventStore(server.NewInMemoryEventStore()))))
+	mux.Handle("/mcp", watchFlushes(server.NewStreamableHTTPServer(s, server.WithEventStore(server.NewInMemoryEventStore()),
+		server.WithHTTPContextFunc(listenStreams))))
 	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -91,7 +92,10 @@ func main() {
 }
 
 func newServer() *server.MCPServer {
+	hooks := &server.Hooks{}
+	hookSubscriptions(hooks)
 	s := server.NewMCPServer("conformancefixture", "1.0.0",
+		server.WithHooks(hooks),
 		server.WithToolCapabilities(true),
 		server.WithResourceCapabilities(true, true),
 		server.WithPromptCapabilities(true),
@@ -103,6 +107,7 @@ func newServer() *server.MCPServer {
 	)
 	s.EnableSampling()
 	addTools(s)
+	addWatchTools(s)
 	addResources(s)
 	addPrompts(s)
 	return s

@@ -131,6 +131,15 @@ func main() {
 			func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return mcp.NewToolResultText(attempt.Try(req.GetString("try", ""))), nil
 			})
+		// One that answers a tool error when the kernel refuses it, as a
+		// server does when it cannot read a file.
+		s.AddTool(mcp.NewTool("attempt_or_fail", mcp.WithDescription("Try one thing; fail when refused"), mcp.WithString("try")),
+			func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				if r := attempt.Try(req.GetString("try", "")); strings.HasPrefix(r, "denied") {
+					return mcp.NewToolResultError(r), nil
+				}
+				return mcp.NewToolResultText("done"), nil
+			})
 	}
 	if os.Getenv("MCPFIXTURE_CONFORMANCE") == "1" {
 		s.AddTool(mcp.NewTool("fail", mcp.WithDescription("Answer with a tool error")),

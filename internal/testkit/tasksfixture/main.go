@@ -1,19 +1,27 @@
 // Command tasksfixture is an upstream MCP server, on mcp-go, that offers
 // the tasks extension (io.modelcontextprotocol/tasks, SEP-2663) on protocol
-// 2026-07-28, for capgate's tests of relaying it. mcp-go v1.2.1 serves
+// 2026-07-28, with the fixture tools the MCP conformance suite's tasks
+// scenarios call, for capgate's tests of relaying it. mcp-go v1.2.1 serves
 // server/discover, tools/list and plain calls, and declares the extension;
 // mcp-go implements only 2025-11-25's experimental tasks, so the
 // extension's part (a task-augmented tools/call, tasks/get, tasks/update,
 // tasks/cancel) is answered here, per the specification:
 //
-//   - greet: never a task, "Hello, NAME!".
+//   - greet {name}: never a task, "Hello, NAME!".
 //   - slow_compute {seconds, label}: a task when the request's client
 //     capabilities declare the extension (else it runs synchronously),
 //     completed after seconds with the text "computed LABEL".
-//   - confirm_job {label}: a task that asks for input (input_required with
-//     an elicitation under key "confirm"), then completes with the
-//     answer's content as text, once tasks/update brings it.
-//   - failing_job: a task that fails with JSON-RPC error -32603.
+//   - confirm_delete {filename}: a task that asks for input (input_required
+//     with one elicitation), then completes with "confirmed FILENAME: " and
+//     the answer's content, once tasks/update brings it.
+//   - multi_input: a task with two elicitations pending at once; it stays
+//     input_required until both are answered.
+//   - failing_job: task support required (-32021 for a client that does
+//     not declare the extension); completes with a tool error (isError).
+//   - protocol_error_job: a task that fails with JSON-RPC error -32603.
+//   - test_tool_with_task: a multi round-trip request first (an
+//     input_required result asking for user_name), then, with the answer,
+//     a task that completes with "Hello, NAME".
 //
 // Task methods without the extension declared on the request answer
 // -32021; an unknown task id -32602. Every task method's Mcp-Name header
@@ -32,6 +40,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,14 +65,12 @@ func main() {
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("computed " + req.GetString("label", "")), nil
 		})
-	s.AddTool(mcp.NewTool("confirm_job", mcp.WithDescription("A task that asks for confirmation."), mcp.WithString("label")),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultError("confirm_job runs only as a task"), nil
-		})
-	s.AddTool(mcp.NewTool("failing_job", mcp.WithDescription("A task that fails.")),
-		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultError("failing_job runs only as a task"), nil
-		})
+	for _, name := range []string{"confirm_delete", "multi_input", "failing_job", "protocol_error_job", "test_tool_with_task"} {
+		s.AddTool(mcp.NewTool(name, mcp.WithDescription(name+": runs only as a task."), mcp.WithString("filename")),
+			func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultError(name + " runs only as a task"), nil
+			})
+	}
 	t := &tasks{byID: map[string]*task{}, next: server.NewStreamableHTTPServer(s)}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", t)
@@ -73,7 +80,9 @@ func main() {
 // task is one task's state, as tasks/get shows it.
 type task struct {
 	ID, Status, Created, Updated string
-	Result, Error, InputRequests json.RawMessage
+	Result, Error                json.RawMessage
+	pending                      map[string]json.RawMessage // input requests by key
+	answers                      []string
 	label                        string
 }
 
@@ -118,8 +127,19 @@ func (ts *tasks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, declared := req.Params.Meta.Caps.Extensions[tasksExt]
 	switch req.Method {
 	case "tools/call":
-		if !declared || req.Params.Name == "greet" {
+		name := req.Params.Name
+		if name == "greet" || (name == "slow_compute" && !declared) {
 			ts.next.ServeHTTP(w, r)
+			return
+		}
+		if name == "test_tool_with_task" && req.Params.InputResponses["user_name"] == nil {
+			answer(w, req.ID, map[string]any{"resultType": "input_required", "requestState": "round-1",
+				"inputRequests": map[string]any{"user_name": elicit("Your name?")}})
+			return
+		}
+		if !declared {
+			fail(w, req.ID, http.StatusBadRequest, -32021, "Missing required client capability",
+				map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExt: map[string]any{}}}})
 			return
 		}
 		t := ts.create(req)
@@ -164,24 +184,37 @@ func (ts *tasks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // makes none.
 func (ts *tasks) create(req request) *task {
 	now := stamp()
-	var b [16]byte
-	rand.Read(b[:])
-	t := &task{ID: hex.EncodeToString(b[:]), Status: "working", Created: now, Updated: now}
+	t := &task{ID: newID(), Status: "working", Created: now, Updated: now, pending: map[string]json.RawMessage{}}
 	t.label, _ = req.Params.Arguments["label"].(string)
+	if f, ok := req.Params.Arguments["filename"].(string); ok {
+		t.label = f
+	}
+	later := func(d time.Duration, status string, result, rpcErr json.RawMessage) {
+		time.AfterFunc(d, func() { ts.settle(t, status, result, rpcErr) })
+	}
 	switch req.Params.Name {
 	case "slow_compute":
 		secs, _ := req.Params.Arguments["seconds"].(float64)
-		time.AfterFunc(time.Duration(secs*float64(time.Second)), func() {
-			res, _ := json.Marshal(mcp.NewToolResultText("computed " + t.label))
-			ts.settle(t, "completed", res, nil)
-		})
-	case "confirm_job":
+		later(time.Duration(secs*float64(time.Second)), "completed", text("computed "+t.label, false), nil)
+	case "confirm_delete":
 		t.Status = "input_required"
-		t.InputRequests = json.RawMessage(`{"confirm":{"method":"elicitation/create","params":{"mode":"form","message":"Go ahead?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}}`)
+		t.pending["confirm-"+newID()[:8]] = elicit("Delete " + t.label + "?")
+	case "multi_input":
+		t.Status = "input_required"
+		t.pending["first-"+newID()[:8]] = elicit("First?")
+		t.pending["second-"+newID()[:8]] = elicit("Second?")
 	case "failing_job":
-		time.AfterFunc(50*time.Millisecond, func() {
-			ts.settle(t, "failed", nil, json.RawMessage(`{"code":-32603,"message":"the job failed"}`))
-		})
+		later(50*time.Millisecond, "completed", text("the job reported an error", true), nil)
+	case "protocol_error_job":
+		later(50*time.Millisecond, "failed", nil, json.RawMessage(`{"code":-32603,"message":"the job failed"}`))
+	case "test_tool_with_task":
+		var a struct {
+			Content struct {
+				Name string `json:"name"`
+			} `json:"content"`
+		}
+		json.Unmarshal(req.Params.InputResponses["user_name"], &a)
+		later(50*time.Millisecond, "completed", text("Hello, "+a.Content.Name, false), nil)
 	default:
 		return nil
 	}
@@ -191,21 +224,46 @@ func (ts *tasks) create(req request) *task {
 	return t
 }
 
-// update takes the answer to confirm_job's request.
+// update takes answers to t's pending requests; keys not pending are
+// ignored. The task completes once none is left.
 func (ts *tasks) update(t *task, responses map[string]json.RawMessage) {
 	ts.mu.Lock()
-	ans, ok := responses["confirm"]
-	waiting := t.Status == "input_required"
+	for k, v := range responses {
+		if _, ok := t.pending[k]; ok && t.Status == "input_required" {
+			delete(t.pending, k)
+			var a struct {
+				Content json.RawMessage `json:"content"`
+			}
+			json.Unmarshal(v, &a)
+			t.answers = append(t.answers, string(a.Content))
+		}
+	}
+	done := t.Status == "input_required" && len(t.pending) == 0
+	answers := strings.Join(t.answers, ", ")
+	t.Updated = stamp()
 	ts.mu.Unlock()
-	if !ok || !waiting {
-		return // a key not outstanding is ignored
+	if done {
+		ts.settle(t, "completed", text("confirmed "+t.label+": "+answers, false), nil)
 	}
-	var a struct {
-		Content json.RawMessage `json:"content"`
-	}
-	json.Unmarshal(ans, &a)
-	res, _ := json.Marshal(mcp.NewToolResultText("confirmed " + t.label + ": " + string(a.Content)))
-	ts.settle(t, "completed", res, nil)
+}
+
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func elicit(msg string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"method": "elicitation/create", "params": map[string]any{"mode": "form", "message": msg,
+		"requestedSchema": map[string]any{"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean"}}}}})
+	return b
+}
+
+func text(s string, isError bool) json.RawMessage {
+	r := mcp.NewToolResultText(s)
+	r.IsError = isError
+	b, _ := json.Marshal(r)
+	return b
 }
 
 // settle moves t to a terminal status, unless it is in one.
@@ -215,7 +273,7 @@ func (ts *tasks) settle(t *task, status string, result, rpcErr json.RawMessage) 
 	if t.Status == "completed" || t.Status == "failed" || t.Status == "cancelled" {
 		return
 	}
-	t.Status, t.Result, t.Error, t.InputRequests, t.Updated = status, result, rpcErr, nil, stamp()
+	t.Status, t.Result, t.Error, t.pending, t.Updated = status, result, rpcErr, nil, stamp()
 }
 
 // view is t as a result of resultType rt.
@@ -230,8 +288,8 @@ func (ts *tasks) view(t *task, rt string) map[string]any {
 	if t.Error != nil {
 		v["error"] = t.Error
 	}
-	if t.InputRequests != nil {
-		v["inputRequests"] = t.InputRequests
+	if len(t.pending) > 0 {
+		v["inputRequests"] = t.pending
 	}
 	return v
 }
