@@ -131,3 +131,28 @@ type fixed struct {
 }
 
 func (f fixed) List(context.Context) ([]*tool.Descriptor, error) { return f.tools, nil }
+
+// TestPinsBeforeFileDigests: a launch pinned whole before capgate digested
+// the files a run names still holds (found by its hash, no sidecar needed);
+// its tool runs, with a note naming the files the pin does not vouch for,
+// and without one when its run names none.
+func TestPinsBeforeFileDigests(t *testing.T) {
+	for name, files := range map[string]map[string]string{"script": {"server.py": "ab"}, "none": {}} {
+		now := sandbox.Launch{Run: []string{"/usr/bin/python3", "server.py"}, Program: "aa", Files: files}
+		r := newRegistry(t, Options{}, server{now})
+		d := r.Snapshot().Tools[0].Clone()
+		d.Launch = now.V1()
+		lock := &Lock{Pins: map[string]string{d.ID: DefinitionHash(d)}}
+		s := newRegistry(t, Options{Lock: lock, RequireLock: true}, server{now}).Snapshot()
+		got, _ := s.Lookup(d.ID)
+		note := s.OutdatedPin(d.ID)
+		switch {
+		case got.Quarantined != "":
+			t.Errorf("%s: quarantined under its old pin: %s", name, got.Quarantined)
+		case name == "script" && !strings.Contains(note, "before it digested the files its run names (server.py)"):
+			t.Errorf("%s: note %q", name, note)
+		case name == "none" && note != "":
+			t.Errorf("%s: a note though the run names no file: %q", name, note)
+		}
+	}
+}

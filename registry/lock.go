@@ -224,6 +224,11 @@ func judge(pin string, def, listed json.RawMessage, d *tool.Descriptor) (quarant
 				return "", "capgate.lock pinned it before it pinned launches (run, program digest, declared guarantees); run `capgate tools lock` to pin them"
 			}
 		}
+		// Pinned whole, before file digests: the same launch, whose
+		// files (if its run names any) the pin does not vouch for.
+		if hashDefinition(withLaunch(listed, now.V1())) == pin {
+			return "", unpinnedFiles(sandbox.UnpinnedFiles(sandbox.Launch{}, now))
+		}
 	}
 	if len(def) == 0 || !bytes.Equal(withLaunch(def, nil), withLaunch(listed, nil)) {
 		return "its definition changed since capgate.lock pinned it" + review, ""
@@ -235,10 +240,22 @@ func judge(pin string, def, listed json.RawMessage, d *tool.Descriptor) (quarant
 		return "its run, program or declared guarantees changed since capgate.lock pinned it" + review, ""
 	}
 	changes, loosened := sandbox.CompareLaunch(*pinned.Launch, now)
-	if loosened {
+	switch {
+	case loosened:
 		return "its run, program or declared guarantees changed since capgate.lock pinned it (" + strings.Join(changes, ", ") + ")" + review, ""
+	case len(changes) > 0:
+		return "", "its declared guarantees only tightened since capgate.lock pinned it (" + strings.Join(changes, ", ") + "); run `capgate tools lock` to pin them"
 	}
-	return "", "its declared guarantees only tightened since capgate.lock pinned it (" + strings.Join(changes, ", ") + "); run `capgate tools lock` to pin them"
+	return "", unpinnedFiles(sandbox.UnpinnedFiles(*pinned.Launch, now))
+}
+
+// unpinnedFiles is the note on a tool whose pin does not vouch for files,
+// the files its run names; "" for none.
+func unpinnedFiles(files []string) string {
+	if len(files) == 0 {
+		return ""
+	}
+	return "capgate.lock pinned it before it digested the files its run names (" + strings.Join(files, ", ") + "); run `capgate tools lock` to pin them"
 }
 
 // withLaunch is the definition def with its launch replaced by launch

@@ -6,16 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 )
 
 // Launch is what capgate.lock pins of a process capgate starts (an
 // extension command, a stdio MCP server, a bridge provider): its argv, its
-// work dir, the sha256 of its program and its declaration. A reload that
-// changes it quarantines the tool, unless only guarantees were added
-// (CompareLaunch).
+// work dir, the sha256 of its program and of the files its arguments name,
+// and its declaration. A reload that changes it quarantines the tool,
+// unless only guarantees were added (CompareLaunch).
 type Launch struct {
 	Run []string `json:"run"`
 	// Cwd is a server's configured work dir (its script's base); an
@@ -25,27 +27,56 @@ type Launch struct {
 	// cannot be read (its start fails; its coming back is a change too).
 	Program  string   `json:"program_sha256"`
 	Declared Declared `json:"declared"`
+	// Files are the hex sha256 of each argument that names a regular file
+	// (server.py of `python3 server.py`), by the argument as written. The
+	// rule has no list of interpreters: whatever file a run names is part
+	// of what it runs. Nil in a pin written before capgate digested them.
+	Files map[string]string `json:"files"`
+}
+
+// launchV1 is a Launch as capgate pinned it before it digested files.
+type launchV1 struct {
+	Run      []string `json:"run"`
+	Cwd      string   `json:"cwd,omitempty"`
+	Program  string   `json:"program_sha256"`
+	Declared Declared `json:"declared"`
 }
 
 // NewLaunch pins argv, run from dir (a relative or bare argv[0] resolved
-// as the launcher will), under decl.
+// as the launcher will, a relative argument against dir), under decl.
 func NewLaunch(argv []string, dir string, decl Declared) Launch {
-	l := Launch{Run: slices.Clone(argv), Program: "missing", Declared: decl}
+	l := Launch{Run: slices.Clone(argv), Program: "missing", Declared: decl, Files: map[string]string{}}
 	if len(argv) == 0 {
 		return l
 	}
-	path, err := program(argv[0], dir)
-	if err != nil {
-		return l
-	}
-	if f, err := os.Open(path); err == nil {
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err == nil {
-			l.Program = hex.EncodeToString(h.Sum(nil))
+	for _, a := range argv[1:] {
+		p := a
+		if !filepath.IsAbs(p) && dir != "" {
+			p = filepath.Join(dir, p)
 		}
-		f.Close()
+		if fi, err := os.Stat(p); a != "" && err == nil && fi.Mode().IsRegular() {
+			l.Files[a] = digest(p)
+		}
+	}
+	if path, err := program(argv[0], dir); err == nil {
+		l.Program = digest(path)
 	}
 	return l
+}
+
+// digest is the hex sha256 of the file at path, "missing" when it cannot
+// be read.
+func digest(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "missing"
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "missing"
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // JSON is l as the pinned definition holds it.
@@ -54,17 +85,34 @@ func (l Launch) JSON() json.RawMessage {
 	return b
 }
 
+// V1 is l as capgate.lock pinned it before it digested the files a run
+// names: a lock that still holds it matches its tool without a diff.
+func (l Launch) V1() json.RawMessage {
+	b, _ := json.Marshal(launchV1{l.Run, l.Cwd, l.Program, l.Declared})
+	return b
+}
+
 // Digest is the launch pin of capgate.lock files written before launches
-// were pinned whole ("sha256:" of l's JSON, an extension command's only):
-// a lock that still holds one matches its tool without a diff.
+// were pinned whole ("sha256:" of l's V1 JSON, an extension command's
+// only): a lock that still holds one matches its tool without a diff.
 func (l Launch) Digest() string {
-	sum := sha256.Sum256(l.JSON())
+	sum := sha256.Sum256(l.V1())
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// UnpinnedFiles are the files now's run names that pinned, written before
+// capgate digested them, does not vouch for (sorted); none when pinned
+// digests files.
+func UnpinnedFiles(pinned, now Launch) []string {
+	if pinned.Files != nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(now.Files))
 }
 
 // CompareLaunch says what changed from pinned to now, each change named
 // ("no_network dropped", "program sha256 1a2b3c4d… → 5e6f7a8b…"), and
-// whether any of it loosens: a new run, work dir or program, a guarantee
+// whether any of it loosens: a new run, work dir, program or file, a guarantee
 // dropped, a secret, read or write path added. Guarantees that were only
 // added (or paths and secrets only taken away) tighten: the launcher
 // enforces them, and the tool is not quarantined for them.
@@ -80,6 +128,22 @@ func CompareLaunch(pinned, now Launch) (changes []string, loosened bool) {
 	}
 	if pinned.Program != now.Program {
 		loosen("program sha256 %s → %s", short(pinned.Program), short(now.Program))
+	}
+	// A pin without file digests vouches for none (UnpinnedFiles); one
+	// with them, for exactly those files as they were.
+	if pinned.Files != nil {
+		for _, a := range slices.Sorted(maps.Keys(now.Files)) {
+			if was, ok := pinned.Files[a]; !ok {
+				loosen("file %s sha256 (not a file when pinned) → %s", a, short(now.Files[a]))
+			} else if was != now.Files[a] {
+				loosen("file %s sha256 %s → %s", a, short(was), short(now.Files[a]))
+			}
+		}
+		for _, a := range slices.Sorted(maps.Keys(pinned.Files)) {
+			if _, ok := now.Files[a]; !ok {
+				loosen("file %s sha256 %s → (no longer a file)", a, short(pinned.Files[a]))
+			}
+		}
 	}
 	was, _ := Derive(pinned.Declared, Overrides{}, Declared{})
 	is, _ := Derive(now.Declared, Overrides{}, Declared{})

@@ -238,7 +238,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 		b = append(b, mcpResult(res, err, inv, modern)...)
 	}
 	b = append(b, "}\n"...)
-	w.Header().Set("Content-Type", "application/json")
+	setJSONAnswer(w.Header())
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
 	m.fastCalls.Add(1)

@@ -48,6 +48,10 @@ const (
 // JSON-RPC error (a forwardedError) rather than a failure of its own.
 const upstreamErrorHeader = "Capgate-Upstream-Error"
 
+// taskHeader marks a forwarded continuation's answer as the task the call
+// became (the body its CreateTaskResult, owner already recorded).
+const taskHeader = "Capgate-Task"
+
 // forwardedError is an upstream's JSON-RPC error, as hardened by its
 // source, on its way back to the forwarding replica.
 type forwardedError struct {
@@ -142,6 +146,15 @@ func (m *MCP) forward(ctx context.Context, c *router.Caller, st *requestState, r
 	if resp.StatusCode != http.StatusOK {
 		return unavailable("refused it (%s)", resp.Status)
 	}
+	if resp.Header.Get(taskHeader) != "" {
+		if !json.Valid(b) {
+			return unavailable("answered a task that is not JSON")
+		}
+		if t := (&taskCreated{task: b}); passTask(ctx, t) {
+			return nil, t
+		}
+		return unavailable("made it a task, which this answer cannot carry")
+	}
 	raw := json.RawMessage(b)
 	res, err := mcp.ParseCallToolResult(&raw)
 	if err != nil {
@@ -172,6 +185,12 @@ func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
 		return
 	}
 	res, err := m.continueHere(context.WithValue(r.Context(), forwardedKey{}, true), f)
+	if t, ok := err.(*taskCreated); ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(taskHeader, "1")
+		w.Write(t.task)
+		return
+	}
 	var re *mcpsrc.RPCError
 	if errors.As(err, &re) {
 		// The upstream's error goes back as it is, for the forwarding

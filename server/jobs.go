@@ -275,7 +275,7 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 		select {
 		case r := <-j.done:
 			detach()
-			if _, task := r.err.(*taskCreated); task && !passTask(ctx, r.err) {
+			if _, task := r.err.(*taskCreated); task && !isForwarded(ctx) && !passTask(ctx, r.err) {
 				// No answer here can carry a task (a 2025-11-25 stream).
 				return mcpconv.Denial(tool.Errorf(tool.CodeInternal, "the call became a task, which this answer cannot carry")), nil
 			}

@@ -255,7 +255,7 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 		}
 		var out *mcp.CallToolResult
 		if err == nil && res.Task != nil {
-			return nil, &taskCreated{task: res.Task} // the request that waits answers it (jobs.wait)
+			return nil, &taskCreated{task: taskInvocation(res.Task, inv)} // the request that waits answers it (jobs.wait)
 		}
 		if isUpstreamError(err) {
 			return nil, err // the request that waits passes it on (jobs.wait)

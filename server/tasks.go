@@ -82,7 +82,9 @@ func callDeclaresTasks(ctx context.Context) bool {
 }
 
 // taskMethod serves r when it is a task method on the stateless protocol
-// while some upstream offers tasks, and says whether it did.
+// while some upstream offers tasks (or a subscriptions/listen asking for
+// task notifications without declaring the extension), and says whether
+// it did.
 func (m *MCP) taskMethod(w http.ResponseWriter, r *http.Request, p *posted) bool {
 	if r.Header.Get(mcp.HeaderProtocolVersion) != modernProtocol {
 		return false
@@ -92,14 +94,30 @@ func (m *MCP) taskMethod(w http.ResponseWriter, r *http.Request, p *posted) bool
 		return false
 	}
 	var method string
-	if json.Unmarshal(top[2], &method) != nil || !taskMethods[method] || !present(top[1]) || !m.offersTasks() {
+	if json.Unmarshal(top[2], &method) != nil || !(taskMethods[method] || method == "subscriptions/listen") ||
+		!present(top[1]) || !m.offersTasks() {
 		return false
 	}
 	id := json.RawMessage(top[1])
 	var params map[string]json.RawMessage
 	if present(top[3]) && json.Unmarshal(top[3], &params) != nil {
+		if method == "subscriptions/listen" {
+			return false // mcp-go's to refuse
+		}
 		writeRPCError(w, id, mcp.INVALID_PARAMS, method+": params are not an object", nil)
 		return true
+	}
+	if method == "subscriptions/listen" {
+		// Task status notifications are not relayed (capgate agrees to
+		// none of the task ids, as its acknowledgement says), but asking
+		// for them undeclared is an error all the same (SEP-2663).
+		var n struct {
+			TaskIDs []json.RawMessage `json:"taskIds"`
+		}
+		json.Unmarshal(params["notifications"], &n)
+		if len(n.TaskIDs) == 0 || declaresTasks(params["_meta"]) {
+			return false
+		}
 	}
 	if !declaresTasks(params["_meta"]) {
 		writeRPCError(w, id, mcp.MISSING_REQUIRED_CLIENT_CAPABILITY, "Missing required client capability", map[string]any{
@@ -193,4 +211,24 @@ func passTask(ctx context.Context, err error) bool {
 	}
 	e.task.Store(&t.task)
 	return true
+}
+
+// taskInvocation is a CreateTaskResult with the invocation that made the
+// task in its _meta, as a call's result has it (withInvocation).
+func taskInvocation(task json.RawMessage, inv router.Invocation) json.RawMessage {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(task, &fields) != nil {
+		return task
+	}
+	meta := map[string]json.RawMessage{}
+	if m, ok := fields["_meta"]; ok && json.Unmarshal(m, &meta) != nil {
+		return task
+	}
+	meta["capgate/invocation_id"], _ = json.Marshal(inv.ID)
+	fields["_meta"], _ = json.Marshal(meta)
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return task
+	}
+	return b
 }

@@ -19,8 +19,22 @@ import (
 // serve reads Landlock's audit records, so the caller's error names the
 // access and the path, and the hint the declaration that would allow it.
 func TestFileDenialIsNamedAsRoot(t *testing.T) {
+	needKernelAudit(t, "TestFileDenialUnprivileged")
+	out, _ := fileDenial(t, nil)
+	for _, want := range []string{"command failed with exit 254", "the kernel refused it reading ", "(fs.read_file)",
+		"to allow it: add ", " to read_paths in capabilities of [capabilities.providers.gog]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the caller's error lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// needKernelAudit skips t unless serve can read Landlock's audit records
+// here (root, ABI 7, audit readable; otherwise, unprivileged covers this
+// user), and turns kernel audit off again after t if it was off.
+func needKernelAudit(t *testing.T, unprivileged string) {
 	if os.Getuid() != 0 {
-		t.Skip("reading kernel audit needs root; TestFileDenialUnprivileged covers this user")
+		t.Skip("reading kernel audit needs root; " + unprivileged + " covers this user")
 	}
 	if sandbox.Probe().LandlockABI < 7 {
 		t.Skip("Landlock ABI 7 logs denials; this kernel's does not")
@@ -31,13 +45,6 @@ func TestFileDenialIsNamedAsRoot(t *testing.T) {
 	}
 	if !was {
 		t.Cleanup(func() { sandbox.SetKernelAudit(false) }) // as it was
-	}
-	out, _ := fileDenial(t, nil)
-	for _, want := range []string{"command failed with exit 254", "the kernel refused it reading ", "(fs.read_file)",
-		"to allow it: add ", " to read_paths in capabilities of [capabilities.providers.gog]"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the caller's error lacks %q:\n%s", want, out)
-		}
 	}
 }
 

@@ -43,24 +43,8 @@ func TestLaunchPinsHoldUnprivileged(t *testing.T) {
 }
 
 func launchPins(t *testing.T, user *testkit.User) {
-	if testing.Short() {
-		t.Skip("runs capgate serve")
-	}
-	if f := sandbox.Probe(); f.LandlockABI < 1 || !f.Seccomp || (user != nil && !f.UserNS) {
-		t.Skipf("needs Landlock and seccomp for the declared guarantees: %+v", f)
-	}
-	// The tools run as nobody under a root serve ([sandbox] run_as), as
-	// serve's user otherwise: they write their markers as that user.
-	toolUser := user
-	if os.Getuid() == 0 {
-		toolUser = &testkit.User{Uid: 65534, Gid: 65534}
-	}
-	markers := publicDir(t, toolUser)
+	markers, dir := pinDirs(t, user)
 	serverRan, providerRan := filepath.Join(markers, "server.pid"), filepath.Join(markers, "provider.ran")
-	var dir string
-	if user != nil {
-		dir = publicDir(t, user)
-	}
 	bins := publicDir(t, nil)
 	server, provider := filepath.Join(bins, "server"), filepath.Join(bins, "provider")
 	copyProgram(t, testkit.Build(t, testkit.MCPFixture), server)
@@ -94,23 +78,7 @@ env = ["BRIDGE_FIXTURE_RAN"]
 	}
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: config(`network = "none"`, `network = "none"`),
 		User: user, Dir: dir, Env: []string{"BRIDGE_FIXTURE_RAN=" + providerRan}})
-	head, _, _ := strings.Cut(readFile(t, cg.ConfigPath), "[policy]")
-	s := fromCapgate(cg)
-	if out, errb, code := s.run(t, nil, "tools", "lock", "--config", s.config); code != 0 {
-		t.Fatalf("tools lock: %d %s %s", code, out, errb)
-	}
-	reloads := 0
-	reload := func(cfg string) {
-		t.Helper()
-		writeFile(t, cg.ConfigPath, head+cfg)
-		reloads++
-		if out, errb, code := s.run(t, nil, "reload", "--config", s.config); code != 0 {
-			t.Fatalf("reload: %d %s %s", code, out, errb)
-		}
-		if !testkit.Poll(30e9, func() bool { return strings.Count(s.logs(), "reload applied") >= reloads }) {
-			t.Fatalf("reload %d was not applied:\n%s", reloads, s.logs())
-		}
-	}
+	s, reload := lockedServe(t, cg)
 	tok := cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"})
 	call := map[string][]string{
 		"mcp:files:echo":                  {"mcp:files:echo", "--input-json", `{"message":"hi"}`},
@@ -198,6 +166,163 @@ env = ["BRIDGE_FIXTURE_RAN"]
 	}
 	if _, err := os.Stat(serverRan); !os.IsNotExist(err) {
 		t.Errorf("tools list started the server whose launch loosened (%v)", err)
+	}
+}
+
+// pinDirs skips unless the kernel enforces the declared guarantees, and
+// makes the dir the tools write their markers into (write_paths: they run
+// as nobody under a root serve, as serve's user otherwise) and, for an
+// unprivileged serve, its own dir.
+func pinDirs(t *testing.T, user *testkit.User) (markers, dir string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs capgate serve")
+	}
+	if f := sandbox.Probe(); f.LandlockABI < 1 || !f.Seccomp || (user != nil && !f.UserNS) {
+		t.Skipf("needs Landlock and seccomp for the declared guarantees: %+v", f)
+	}
+	toolUser := user
+	if os.Getuid() == 0 {
+		toolUser = &testkit.User{Uid: testkit.ToolUID, Gid: testkit.ToolUID}
+	}
+	if user != nil {
+		dir = publicDir(t, user)
+	}
+	return publicDir(t, toolUser), dir
+}
+
+// lockedServe pins cg's tools (`capgate tools lock`) and returns reload,
+// which replaces the config after its [server] table with cfg, reloads
+// serve and waits until the reload is applied.
+func lockedServe(t *testing.T, cg *testkit.Served) (*served, func(cfg string)) {
+	t.Helper()
+	head, _, _ := strings.Cut(readFile(t, cg.ConfigPath), "[policy]")
+	s := fromCapgate(cg)
+	if out, errb, code := s.run(t, nil, "tools", "lock", "--config", s.config); code != 0 {
+		t.Fatalf("tools lock: %d %s %s", code, out, errb)
+	}
+	reloads := 0
+	return s, func(cfg string) {
+		t.Helper()
+		writeFile(t, cg.ConfigPath, head+cfg)
+		reloads++
+		if out, errb, code := s.run(t, nil, "reload", "--config", s.config); code != 0 {
+			t.Fatalf("reload: %d %s %s", code, out, errb)
+		}
+		if !testkit.Poll(30e9, func() bool { return strings.Count(s.logs(), "reload applied") >= reloads }) {
+			t.Fatalf("reload %d was not applied:\n%s", reloads, s.logs())
+		}
+	}
+}
+
+// TestScriptPins: capgate.lock pins the files a run names by their sha256
+// (`/bin/sh run.sh`: run.sh), as it pins the program. Through a real serve
+// (as root here): after a stdio MCP server's script and an extension
+// command's script are rewritten and serve reloads, both tools are
+// quarantined naming the changed file, the server is not started, and
+// neither rewritten script ever runs (each writes a marker outside its
+// pack when it runs).
+func TestScriptPins(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("runs serve as root; TestScriptPinsUnprivileged covers this user")
+	}
+	scriptPins(t, nil)
+}
+
+// TestScriptPinsUnprivileged is the same with serve running as an
+// unprivileged user.
+func TestScriptPinsUnprivileged(t *testing.T) {
+	if os.Getuid() != 0 {
+		scriptPins(t, nil) // this user is unprivileged already
+		return
+	}
+	scriptPins(t, &testkit.User{Uid: 65534, Gid: 65534})
+}
+
+func scriptPins(t *testing.T, user *testkit.User) {
+	markers, dir := pinDirs(t, user)
+	serverRan, extRan := filepath.Join(markers, "server.ran"), filepath.Join(markers, "ext.ran")
+	work, packs := publicDir(t, nil), publicDir(t, nil)
+	fixture := filepath.Join(work, "server")
+	copyProgram(t, testkit.Build(t, testkit.MCPFixture), fixture)
+	runSh, hiSh := filepath.Join(work, "run.sh"), filepath.Join(packs, "probe", "hi.sh")
+	scripts := func(version string) {
+		writeFile(t, runSh, fmt.Sprintf("echo %s >> %q\nexec %q\n", version, serverRan, fixture))
+		writeFile(t, hiSh, fmt.Sprintf("echo %s >> %q\ncat >/dev/null\necho '{\"ok\": true}'\n", version, extRan))
+	}
+	scripts("v1")
+	writeFile(t, filepath.Join(packs, "probe", "extension.yaml"), fmt.Sprintf(`id: probe
+name: Probe
+description: Probe
+commands:
+  hi:
+    description: Say hi
+    run: ["/bin/sh", "hi.sh"]
+    risk: LOW
+    side_effects: []
+    capabilities: {network: none, filesystem: write, write_paths: [%q]}
+`, markers))
+	config := fmt.Sprintf(`[policy]
+require_lock = true
+grants = ["rye.fetch.*", "rye.execute.tool.*"]
+acknowledge = ["elevated"]
+
+[extensions]
+paths = [%q]
+
+[mcp.servers.files]
+command = "/bin/sh"
+args = ["run.sh"]
+cwd = %q
+risk = "LOW"
+capabilities = { network = "none", filesystem = "write", write_paths = [%q] }
+`, packs, work, markers)
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: config, User: user, Dir: dir})
+	s, reload := lockedServe(t, cg)
+	reload(config)
+	tok := cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"})
+	call := map[string][]string{
+		"mcp:files:echo": {"mcp:files:echo", "--input-json", `{"message":"hi"}`},
+		"ext:probe:hi":   {"ext:probe:hi"},
+	}
+	runs := func(id string) (bool, string) {
+		out, errb, code := s.as(t, tok, append([]string{"invoke", "--capability"}, call[id]...)...)
+		return code == 0, out + errb
+	}
+	for id := range call {
+		if ok, out := runs(id); !ok {
+			t.Fatalf("%s does not run under its pin: %s\n%s", id, out, s.logs())
+		}
+	}
+	for _, m := range []string{serverRan, extRan} {
+		if b, err := os.ReadFile(m); err != nil || !strings.Contains(string(b), "v1") {
+			t.Fatalf("the script did not leave its marker (the test would prove nothing): %q %v", b, err)
+		}
+		if err := os.Remove(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The scripts rewritten; the launches (/bin/sh and its arguments)
+	// and the declarations unchanged.
+	scripts("v2")
+	reload(config)
+	for id, file := range map[string]string{"mcp:files:echo": "run.sh", "ext:probe:hi": "hi.sh"} {
+		ok, out := runs(id)
+		if ok || !strings.Contains(out, "capability_access_denied") || !strings.Contains(out, "file "+file+" sha256 ") {
+			t.Errorf("%s runs after its script %s changed: %s", id, file, out)
+		}
+		if !strings.Contains(s.logs(), fmt.Sprintf(`msg="tool quarantined" tool=%s why="its run, program or declared guarantees changed since capgate.lock pinned it (file %s sha256 `, id, file)) {
+			t.Errorf("serve did not log that %s is quarantined for %s:\n%s", id, file, s.logs())
+		}
+	}
+	if !regexp.MustCompile(`msg="not started: [^"]*" source=mcp:files changes="file run.sh sha256 `).MatchString(s.logs()) {
+		t.Errorf("serve did not log that it left the server unstarted:\n%s", s.logs())
+	}
+	for _, m := range []string{serverRan, extRan} {
+		if b, err := os.ReadFile(m); !os.IsNotExist(err) {
+			t.Errorf("a rewritten script ran: %s %q (%v)", filepath.Base(m), b, err)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/sandbox"
@@ -22,26 +23,15 @@ import (
 // once however often it recurs. A server refused its own script names it
 // in the error its calls get.
 func TestMCPServerDenialIsNamedAsRoot(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("reading kernel audit needs root; TestMCPServerDenialUnprivileged covers this user")
-	}
-	if sandbox.Probe().LandlockABI < 7 {
-		t.Skip("Landlock ABI 7 logs denials; this kernel's does not")
-	}
-	was, err := sandbox.KernelAuditOn()
-	if err != nil {
-		t.Skipf("kernel audit is not readable here: %v", err)
-	}
-	if !was {
-		t.Cleanup(func() { sandbox.SetKernelAudit(false) }) // as it was
-	}
-	s, call, down, secret, script := mcpDenial(t, nil)
+	needKernelAudit(t, "TestMCPServerDenialUnprivileged")
+	s, call, connect, down, secret, script := mcpDenial(t, nil)
+	checkConnectNamed(t, s, connect)
 	want := fmt.Sprintf("capgate: the kernel refused it reading %s (fs.read_file); to allow it: add %q to read_paths in capabilities of [mcp.servers.files]",
 		secret, filepath.Dir(secret))
 	if !strings.Contains(call, want) {
 		t.Errorf("the failed call's result lacks %q:\n%s", want, call)
 	}
-	logged := `msg="the sandbox refused an MCP server a file" server=files denied="the kernel refused it reading ` + secret
+	logged := `msg="the sandbox refused an MCP server" server=files denied="the kernel refused it reading ` + secret
 	if n := strings.Count(s.logs(), logged); n != 1 {
 		t.Errorf("the denial, made twice, is logged %d times, want once:\n%s", n, s.logs())
 	}
@@ -59,7 +49,8 @@ func TestMCPServerDenialUnprivileged(t *testing.T) {
 	if os.Getuid() == 0 {
 		user = &testkit.User{Uid: 65534, Gid: 65534}
 	}
-	_, call, down, secret, script := mcpDenial(t, user)
+	s, call, connect, down, secret, script := mcpDenial(t, user)
+	checkConnectNamed(t, s, connect)
 	want := fmt.Sprintf("capgate: its error result reports a refused access to %s, which its sandbox does not let it read", secret)
 	hint := fmt.Sprintf("to allow it: add %q to read_paths in capabilities of [mcp.servers.files]", filepath.Dir(secret))
 	if !strings.Contains(call, want) || !strings.Contains(call, hint) || strings.Contains(call, "the kernel refused") {
@@ -71,10 +62,10 @@ func TestMCPServerDenialUnprivileged(t *testing.T) {
 }
 
 // mcpDenial serves a stdio MCP server that fails a call reading a file
-// it may not (twice), and one that may not read its own script; it
-// returns the first call's output, the second server's error, the file
-// and the script.
-func mcpDenial(t *testing.T, user *testkit.User) (s *served, call, down, secret, script string) {
+// it may not (twice) and one connecting under network none, and one that
+// may not read its own script; it returns the first call's output, the
+// connect's, the second server's error, the file and the script.
+func mcpDenial(t *testing.T, user *testkit.User) (s *served, call, connect, down, secret, script string) {
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -97,7 +88,7 @@ acknowledge = ["elevated"]
 command = %q
 risk = "LOW"
 side_effects = []
-capabilities = { filesystem = "read" }
+capabilities = { filesystem = "read", network = "none" }
 
 [mcp.servers.files.env]
 MCPFIXTURE_ATTEMPTS = "1"
@@ -116,11 +107,40 @@ capabilities = { filesystem = "read" }
 		}
 	}
 	t.Logf("the call: %s", call)
+	out, errb, _ := s.as(t, tok, "invoke", "--capability", "mcp:files:attempt_or_fail", "--input-json", `{"try":"tcp=127.0.0.1:9"}`)
+	connect = strings.ReplaceAll(out+errb, `\"`, `"`)
+	t.Logf("the connect: %s", connect)
 	if strings.Contains(call, `"never"`) {
 		t.Fatalf("the server read %s", secret)
 	}
 	outb, errb, _ := s.as(t, tok, "invoke", "--capability", "mcp:broken:echo")
 	down = outb + errb
 	t.Logf("the down server: %s", down)
-	return s, call, down, secret, script
+	return s, call, connect, down, secret, script
+}
+
+// checkConnectNamed: a socket the kernel refused the server under network
+// none (seccomp hands it to capgate as it happens, root or not) is named
+// in that call's result with the declaration that allows it, logged, and
+// recorded as the call's capability_check.
+func checkConnectNamed(t *testing.T, s *served, connect string) {
+	t.Helper()
+	want := "capgate: the kernel refused it a socket (no_network, set by tool); to allow it: declare network: outbound in capabilities of [mcp.servers.files]"
+	if !strings.Contains(connect, want) {
+		t.Errorf("the connect's result lacks %q:\n%s", want, connect)
+	}
+	if !strings.Contains(s.logs(), `msg="the sandbox refused an MCP server" server=files denied="the kernel refused it a socket (no_network, set by tool)"`) {
+		t.Errorf("the refused socket is not logged:\n%s", s.logs())
+	}
+	// The log commits in groups: wait for the call's record.
+	if !testkit.Poll(10*time.Second, func() bool {
+		for _, c := range auditRecords(t, s, record("capability_check", "mcp:files:attempt_or_fail")) {
+			if c["capability"] == "network" && c["reason"] == "guarantee_blocked" && c["allowed"] == false {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Errorf("the refused socket is no capability_check record of the call")
+	}
 }

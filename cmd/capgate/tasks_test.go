@@ -124,6 +124,12 @@ func createTask(t *testing.T, base, tok, tool, args string) string {
 	if _, nested := a.Result["task"]; nested {
 		t.Errorf("CreateTaskResult must be flat: %s", a.Raw)
 	}
+	var meta struct {
+		Invocation string `json:"capgate/invocation_id"`
+	}
+	if json.Unmarshal(a.Result["_meta"], &meta); !strings.HasPrefix(meta.Invocation, "cap_") {
+		t.Errorf("CreateTaskResult without the invocation that made it: %s", a.Raw)
+	}
 	return id
 }
 
@@ -269,6 +275,11 @@ func TestTasksRelayed(t *testing.T) {
 		if a.str("resultType") == "task" || a.Result["taskId"] != nil || !strings.Contains(string(a.Result["content"]), "computed sync") {
 			t.Errorf("a call not declaring tasks must run synchronously: %s", a.Raw)
 		}
+		// Task notifications asked for without the extension (SEP-2663).
+		a = post2026(t, base, alice, "subscriptions/listen", "", fmt.Sprintf(`"notifications":{"taskIds":[%q]},%s`, id, metaPlain))
+		if a.Status != http.StatusBadRequest || a.Error == nil || a.Error.Code != -32021 {
+			t.Errorf("subscriptions/listen for task ids without the extension: want 400 -32021, got %d %s", a.Status, a.Raw)
+		}
 		// tasks/result was the 2025-11-25 experiment's; it is no method here.
 		if a := post2026(t, base, alice, "tasks/result", id, fmt.Sprintf(`"taskId":%q,%s`, id, metaTasks)); a.Status != http.StatusNotFound || a.Error == nil || a.Error.Code != -32601 {
 			t.Errorf("tasks/result: want 404 -32601, got %d %s", a.Status, a.Raw)
@@ -331,8 +342,13 @@ func TestTasksReplicas(t *testing.T) {
 	const secret = "tasks-replicas-secret-0123456789ab"
 	env := []string{"CAPGATE_STORE_KEY=" + strings.Repeat("7c", 32)}
 	cfg := tasksConfig(fx) + fmt.Sprintf("\n[store]\nurl = %q\n", url)
-	r1 := testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Config: cfg, Env: env})
-	r2 := testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Config: cfg, Env: env})
+	var reps [2]*testkit.Served
+	for i, name := range []string{"r1", "r2"} {
+		addr := testkit.FreeAddr(t)
+		reps[i] = testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Env: env, Addr: addr,
+			Server: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"", name, addr), Config: cfg})
+	}
+	r1, r2 := reps[0], reps[1]
 	alice := r1.Token(t, token.Claims{Sub: "alice"})
 	bob := r1.Token(t, token.Claims{Sub: "bob"})
 
@@ -345,4 +361,30 @@ func TestTasksReplicas(t *testing.T) {
 		t.Fatalf("tasks/cancel on the other replica: %d %s", a.Status, a.Raw)
 	}
 	awaitStatus(t, r1.URL, alice, id, "cancelled")
+
+	// A call that asks for input first (a multi round-trip request), whose
+	// second round goes to the other replica, where the upstream makes it
+	// a task: the replica holding the call records it, and both serve it.
+	const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}}`
+	a := post2026(t, r1.URL, alice, "tools/call", "tk__test_tool_with_task", `"name":"tk__test_tool_with_task","arguments":{},`+meta)
+	var asks map[string]json.RawMessage
+	json.Unmarshal(a.Result["inputRequests"], &asks)
+	if a.str("resultType") != "input_required" || len(asks) != 1 || a.str("requestState") == "" {
+		t.Fatalf("round 1 on r1: want one input request and a requestState, got %s", a.Raw)
+	}
+	var key string
+	for k := range asks {
+		key = k
+	}
+	a = post2026(t, r2.URL, alice, "tools/call", "tk__test_tool_with_task", fmt.Sprintf(
+		`"name":"tk__test_tool_with_task","arguments":{},"inputResponses":{%q:{"action":"accept","content":{"name":"Alice"}}},"requestState":%q,%s`,
+		key, a.str("requestState"), meta))
+	id = a.str("taskId")
+	if a.str("resultType") != "task" || !strings.HasPrefix(id, "cgt_") {
+		t.Fatalf("round 2 on r2: want a task under capgate's id, got %s", a.Raw)
+	}
+	if a := awaitStatus(t, r2.URL, alice, id, "completed"); !strings.Contains(string(a.Result["result"]), "Hello, Alice") {
+		t.Fatalf("the task's result: %s", a.Raw)
+	}
+	wantNotFound(t, "bob's tasks/get of the task made across replicas", taskGet(t, r1.URL, bob, id, metaTasks))
 }

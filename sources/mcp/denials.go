@@ -36,15 +36,60 @@ type procDenials struct {
 
 	mu     sync.Mutex
 	logged map[sandbox.FileDenial]bool
-	calls  map[*sandbox.Denials]bool // the calls in flight
+	keys   map[sandbox.Key]bool // the guarantees logged
+	// calls are the calls in flight, each with its observer of denials
+	// (the router's capability_check record; may be nil).
+	calls map[*sandbox.Denials]func(string)
 }
 
-// watchDenials is the Denials to launch the newest process with.
-func (s *Source) watchDenials() *sandbox.Denials {
-	p := &procDenials{s: s, d: new(sandbox.Denials), logged: map[sandbox.FileDenial]bool{}, calls: map[*sandbox.Denials]bool{}}
+// watch has the newest process's confinement c report its denials: files
+// (root audit) and, through seccomp user notification as for a per-call
+// tool, each socket under no_network and new process under no_subprocess,
+// which the kernel hands capgate as they happen: a call in flight then is
+// the one that caused them, when it is the only one.
+func (s *Source) watch(c sandbox.Confinement) sandbox.Confinement {
+	p := &procDenials{s: s, d: new(sandbox.Denials), logged: map[sandbox.FileDenial]bool{}, keys: map[sandbox.Key]bool{},
+		calls: map[*sandbox.Denials]func(string){}}
 	p.d.OnFile(p.file)
 	s.denied.Store(p)
-	return p.d
+	c.Files, c.Observe = p.d, p.observe
+	return c
+}
+
+// observe takes one socket or process the kernel refused the server.
+func (p *procDenials) observe(k sandbox.Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	only := p.only()
+	if only != nil {
+		only.Observe(p.calls[only])(string(k))
+	}
+	if p.keys[k] {
+		return
+	}
+	p.keys[k] = true
+	one := p.d.ForCall()
+	one.Observe(nil)(string(k))
+	p.log(one, only != nil)
+}
+
+// only is the call in flight when there is exactly one (p.mu held).
+func (p *procDenials) only() *sandbox.Denials {
+	if len(p.calls) != 1 {
+		return nil
+	}
+	for c := range p.calls {
+		return c
+	}
+	return nil
+}
+
+// log says once what the sandbox refused the server (one), and whether a
+// call's error names it.
+func (p *procDenials) log(one *sandbox.Denials, named bool) {
+	msg, hint := p.s.explain(one)
+	p.s.opts.Logger.Warn("the sandbox refused an MCP server", "server", p.s.opts.Name, "denied", msg, "to_allow", hint,
+		"call", map[bool]string{true: "named in the error of the call in flight", false: "not named in a call (none or several in flight)"}[named])
 }
 
 // file takes one denial the kernel recorded: logged once, and the call's
@@ -52,11 +97,8 @@ func (s *Source) watchDenials() *sandbox.Denials {
 func (p *procDenials) file(f sandbox.FileDenial) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var only *sandbox.Denials
-	if len(p.calls) == 1 {
-		for c := range p.calls {
-			only = c
-		}
+	only := p.only()
+	if only != nil {
 		only.AddFile(f)
 	}
 	if p.logged[f] || len(p.logged) >= maxLoggedDenials {
@@ -65,17 +107,15 @@ func (p *procDenials) file(f sandbox.FileDenial) {
 	p.logged[f] = true
 	one := p.d.ForCall()
 	one.AddFile(f)
-	msg, hint := p.s.explain(one)
-	p.s.opts.Logger.Warn("the sandbox refused an MCP server a file", "server", p.s.opts.Name, "denied", msg, "to_allow", hint,
-		"call", map[bool]string{true: "named in the error of the call in flight", false: "not named in a call (none or several in flight)"}[only != nil])
+	p.log(one, only != nil)
 }
 
 // enter registers a call in flight; leave takes it out once it has ended
 // and adds what the sandbox refused during it to its failure.
-func (p *procDenials) enter() *sandbox.Denials {
+func (p *procDenials) enter(denied func(string)) *sandbox.Denials {
 	c := p.d.ForCall()
 	p.mu.Lock()
-	p.calls[c] = true
+	p.calls[c] = denied
 	p.mu.Unlock()
 	return c
 }

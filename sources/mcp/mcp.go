@@ -458,9 +458,7 @@ func (s *Source) newClient(g *guard, base *http.Header, modern bool) (*client.Cl
 		// The process lives as long as the source (see dial).
 		stderr := new(proc.Tail)
 		s.stderr.Store(stderr)
-		conf := s.opts.Confine
-		conf.Files = s.watchDenials()
-		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g, conf, stderr)
+		t, err := startStdio(s.life, s.opts.Command, env, s.opts.Args, s.opts.Cwd, s.opts.MaxMessage, g, s.watch(s.opts.Confine), stderr)
 		if err != nil {
 			return nil, fmt.Errorf("mcp server %s: %w", s.opts.Name, err)
 		}
@@ -858,7 +856,7 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	}
 	if p := s.denied.Load(); p != nil && s.opts.Command != "" {
 		// What its sandbox refuses the server during this call.
-		c := p.enter()
+		c := p.enter(call.Denied)
 		res, err := s.callMCPGo(ctx, l, call, args)
 		return p.leave(c, res, err)
 	}
