@@ -55,6 +55,14 @@ func resolveLoose(path string) string {
 // error codes.
 var refusalLine = regexp.MustCompile(`(?i)permission denied|operation not permitted|\bEACCES\b|\bEPERM\b|errno 13\b|os error 13\b`)
 
+// mayRefuse is a quick test that lets through every line refusalLine
+// may match (the regexp costs microseconds a line).
+func mayRefuse(line string) bool {
+	l := strings.ToLower(line)
+	return strings.Contains(l, "denied") || strings.Contains(l, "not permitted") || strings.Contains(l, "eacces") ||
+		strings.Contains(l, "eperm") || strings.Contains(l, " 13")
+}
+
 // quotedPath is an absolute path in quotes ('...', "...", ‘...’, `...').
 var quotedPath = regexp.MustCompile("['\"‘`](/[^'\"’`\n]*)['\"’`]")
 
@@ -120,6 +128,9 @@ func (d *Denials) Reported(text, from string) {
 // denied"). Only the path leaves capgate, and only when it holds nothing
 // shaped like a credential (harden).
 func (r *rules) reported(line string) (FileDenial, bool) {
+	if !mayRefuse(line) {
+		return FileDenial{}, false
+	}
 	at := refusalLine.FindStringIndex(line)
 	if at == nil {
 		return FileDenial{}, false

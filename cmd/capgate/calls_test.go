@@ -284,6 +284,7 @@ func TestApprovedInputIsWhatRuns(t *testing.T) {
 // limit or the schema keeps its approval; two concurrent calls on one
 // approval run once.
 func TestApprovalSurvivesRefusals(t *testing.T) {
+	t.Parallel()
 	extra, log := callsPack(t)
 	// One token every 10 s: slow enough that a loaded machine's approvals
 	// between the calls below do not refill one.

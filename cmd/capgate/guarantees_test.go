@@ -71,6 +71,7 @@ capabilities = { filesystem = "none" }
 // (with openWorldHint false under an enforced no_network), in tools show
 // and in tools list --json.
 func TestGuaranteesAreVisible(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

@@ -151,6 +151,7 @@ func TestUpstreamAnnotationsNeverLoosened(t *testing.T) {
 // capability_invalid_output naming the key or format, not the value; a
 // stderr tail is in capgate's log instead.
 func TestHostileOutputWithheld(t *testing.T) {
+	t.Parallel()
 	s, logs := startHostile(t)
 	secrets := []string{mcpSecret, bridgeSecret, extSecret}
 	leaks := func(v any) bool {

@@ -264,6 +264,7 @@ func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
 // call, and the answer arrives. The internal path refuses a caller
 // without the MAC under the shared secret.
 func TestParkedCallContinuedThroughAnotherReplica(t *testing.T) {
+	t.Parallel()
 	const secret = "replica-test-secret-value-41c7e2"
 	data := filepath.Join(t.TempDir(), "data")
 	cfg := fmt.Sprintf(`

@@ -364,6 +364,7 @@ func TestBridgeTokenIsNarrowAndRefused(t *testing.T) {
 // its environment; an ES256 token from the JWKS is accepted, and bridge
 // providers still verify their per-call tokens.
 func TestJWKSOnlyRefusesHS256(t *testing.T) {
+	t.Parallel()
 	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)

@@ -97,6 +97,7 @@ func (s *served) as(t *testing.T, tok string, args ...string) (string, string, i
 // two users, one bridge capability, flows, chat policy, spoofing, output
 // hardening, approvals, the Unix socket and the audit file.
 func TestServeCapabilityRPC(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, "")
 	alice, bob := s.mint(t, "alice", "private"), s.mint(t, "bob", "private")
 

@@ -19,6 +19,7 @@ import (
 // dirty flag git would give, and the Go that built it: all read from the
 // binary's build info, none written by hand.
 func TestVersionFromBuildInfo(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

@@ -9,13 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
 // Try makes one attempt, "kind=arg" (write=PATH, writetmp=, read=PATH,
-// tcp=ADDR, udp=ADDR, unix=PATH or @ABSTRACT, vsock=, spawn=PROGRAM,
+// tcp=ADDR, udp=ADDR, unix=PATH or @ABSTRACT, vsock=, sockets=N, spawn=PROGRAM,
 // env=NAME, parentenv, caps, id), and says "ok <detail>" or "denied <error>". caps
 // is ok only when the process holds a capability in any set, the
 // bounding set included.
@@ -68,6 +69,18 @@ func attempt(kind, arg string) (string, error) {
 		b := make([]byte, 16)
 		n, err := c.Read(b)
 		return string(b[:n]), err
+	case "sockets": // N AF_UNIX socket() calls, each refused or closed: what a refused syscall costs
+		n, _ := strconv.Atoi(arg)
+		refused := 0
+		for range n {
+			fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+			if err != nil {
+				refused++
+				continue
+			}
+			syscall.Close(fd)
+		}
+		return fmt.Sprintf("%d refused", refused), nil
 	case "vsock": // open an AF_VSOCK socket (family 40)
 		fd, err := syscall.Socket(40, syscall.SOCK_STREAM, 0)
 		if err != nil {
