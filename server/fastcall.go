@@ -211,6 +211,10 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 		var done func()
 		ctx, done = sess.track(ctx, msg.id)
 		defer done()
+		// The session's revision, as mcp-go's path gives it: an upstream
+		// that speaks both serves this caller at 2025-11-25 on either path
+		// (sources/mcp Hooks.Protocol).
+		ctx = mcpserver.WithRequestProtocolInfo(ctx, &mcpserver.RequestProtocolInfo{ProtocolVersion: version})
 	}
 	res, inv, err := p.router.Invoke(ctx, c, router.Request{Tool: name, Input: args, Protocol: protocol})
 	if m.observed() {

@@ -15,8 +15,9 @@ import (
 // 2025-11-25 to the sessions that sent resources/subscribe, on 2026-07-28
 // to the subscriptions/listen streams whose filter names the resource
 // (mcp-go records the filter on the stream's session but delivers no
-// resources/updated by itself). The tools update_resource and
-// watched_resources are not the suite's; capgate's tests use them.
+// resources/updated by itself). The tools update_resource,
+// watched_resources and served_protocol are not the suite's; capgate's
+// tests use them.
 
 type watchers struct {
 	mu       sync.Mutex
@@ -132,6 +133,12 @@ func (w *watchers) updated(s *server.MCPServer, uri string) int {
 }
 
 func addWatchTools(s *server.MCPServer) {
+	// served_protocol says at which revision it was called: what capgate
+	// speaks to this upstream for the caller.
+	s.AddTool(tool("served_protocol", "Says the protocol revision of the call"),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(server.RequestProtocolVersion(ctx)), nil
+		})
 	s.AddTool(tool("update_resource", "Tells whoever subscribed to a resource that it changed",
 		mcp.WithString("uri", mcp.Required())),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
