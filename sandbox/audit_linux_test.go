@@ -43,9 +43,10 @@ func TestAuditRecordsReachTheirLaunch(t *testing.T) {
 
 // TestStderrReportsCheckedAgainstRules: the usual shapes of a refusal in
 // a tool's stderr name a path only when the launch's rules refuse it; a
-// path its rules allow (a refusal by file modes), one that does not exist,
-// and a path shaped like a credential name nothing; the message says it is the
-// tool's report.
+// path its rules allow (a refusal by file modes) and a path shaped like a
+// credential name nothing; a path is named whether it exists or not (capgate
+// must not tell which host paths exist); the message says it is the tool's
+// report.
 func TestStderrReportsCheckedAgainstRules(t *testing.T) {
 	root := t.TempDir()
 	ro, rw, out := filepath.Join(root, "ro"), filepath.Join(root, "rw"), filepath.Join(root, "out dir")
@@ -67,10 +68,10 @@ func TestStderrReportsCheckedAgainstRules(t *testing.T) {
 		{"Error: EACCES: permission denied, open '" + secret + "'", secret + ", which its sandbox does not let it read"},
 		{"/bin/sh: 1: cannot create " + ro + "/new: Permission denied", ro + "/new, which its sandbox lets it read but not write"},
 		{"java.io.FileNotFoundException: " + secret + " (Permission denied)", secret + ", which its sandbox does not let it read"},
-		{"open " + rw + "/x: permission denied", ""},                                                   // allowed by the rules: file modes refused it
-		{"open /nonexistent/dir/x: permission denied", ""},                                             // no such path: nothing named
-		{"open " + secret + ": no such file or directory", ""},                                         // not a refusal
-		{"open " + filepath.Join(out, "sk_live_0123456789abcdefghijklmn") + ": permission denied", ""}, // shaped like a credential: never named
+		{"open " + rw + "/x: permission denied", ""},                                                                 // allowed by the rules: file modes refused it
+		{"open /nonexistent/dir/x: permission denied", "/nonexistent/dir/x, which its sandbox does not let it read"}, // named alike whether it exists: no oracle
+		{"open " + secret + ": no such file or directory", ""},                                                       // not a refusal
+		{"open " + filepath.Join(out, "sk_live_0123456789abcdefghijklmn") + ": permission denied", ""},               // shaped like a credential: never named
 	} {
 		d := Denials{rules: r}
 		d.Stderr(c.stderr)

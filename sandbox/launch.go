@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,8 +64,15 @@ var SystemDirs = []string{"/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "
 // deviceFiles are readable and writable by every confined tool.
 var deviceFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
-// specEnv carries the plan from capgate to its trampoline.
+// specEnv marks the trampoline and names the descriptor that holds its
+// plan (planFD). The plan is not in the environment itself: it lists every
+// entry around a deny path (carve), which in a crowded directory such as
+// /tmp passes the kernel's 128 KiB limit on one environment string
+// (E2BIG), and it holds the tool's secrets.
 const specEnv = "CAPGATE_SANDBOX_SPEC"
+
+// planFD is where the trampoline reads its plan: a sealed memfd.
+const planFD = 5
 
 // plan is everything the trampoline applies, decided by the parent.
 type plan struct {
@@ -237,13 +246,23 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	}
 	if sup != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, sup.child) // fd 4
+	} else {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
 	}
 	js, err := json.Marshal(p)
 	if err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("sandbox: encoding the plan: %w", err)
 	}
-	cmd.Env = []string{specEnv + "=" + string(js)}
+	planFile, err := sealed("capgate-plan", js)
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("sandbox: handing over the plan: %w", err)
+	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, planFile) // fd 5
+	prevCleanup := cleanup
+	cleanup = func() { planFile.Close(); prevCleanup() }
+	cmd.Env = []string{specEnv + "=" + strconv.Itoa(planFD)}
 	if feat.PidNS {
 		cmd.Env = append(cmd.Env, nsinit.Env+"="+nsinit.Value(p.Alive, p.Notify))
 	}
@@ -446,4 +465,26 @@ func carve(roots, deny []string) (dirs, files []string, err error) {
 		}
 	}
 	return dirs, files, nil
+}
+
+// sealed is a memfd holding b, sealed against change, read from its start.
+func sealed(name string, b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }

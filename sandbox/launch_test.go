@@ -260,6 +260,26 @@ func TestCarvingSurvivesVanishingEntries(t *testing.T) {
 	<-done
 }
 
+// TestCarvingACrowdedDirectory: the entries listed around a deny path in a
+// crowded directory (a busy /tmp) come to more than the kernel takes in
+// one environment string (128 KiB); the launch still starts, with the deny
+// path carved out. It failed with E2BIG while the plan travelled in the
+// environment.
+func TestCarvingACrowdedDirectory(t *testing.T) {
+	f := Probe()
+	needs(t, f, guarantee(NoFilesystemRead))
+	w := newWorld(t)
+	parent := filepath.Dir(w.data)
+	for i := range 2500 {
+		if err := os.Mkdir(filepath.Join(parent, fmt.Sprintf("crowd-%04d-%s", i, strings.Repeat("x", 60))), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := launch(t, w, Spec{Deny: []string{w.data}}, f)
+	want(t, got, "read-key", "denied")
+	want(t, got, "read-outside", "ok") // its content depends on write-outside's turn
+}
+
 func TestFilesystemNone(t *testing.T) {
 	f := Probe()
 	g := guarantee(NoFilesystemRead, NoFilesystemWrite)

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -155,7 +154,7 @@ func (r *rules) reported(line string) (FileDenial, bool) {
 	for _, m := range barePaths(line) {
 		add(m[0], m[1])
 	}
-	// The nearest, and of those the shortest that exists: "read=/x
+	// The nearest, and of those the shortest: "read=/x
 	// denied open /x: permission denied" names /x.
 	slices.SortFunc(cands, func(a, b candidate) int {
 		if a.dist != b.dist {
@@ -174,8 +173,7 @@ func (r *rules) reported(line string) (FileDenial, bool) {
 	return FileDenial{}, false
 }
 
-// check is p as a reported denial, when it names an existing path (or
-// one in an existing directory) that r refuses.
+// check is p as a reported denial, when r refuses it.
 func (r *rules) check(p string) (FileDenial, bool) {
 	if len(p) < 2 || p != filepath.Clean(p) || !printable(p) {
 		return FileDenial{}, false
@@ -183,13 +181,9 @@ func (r *rules) check(p string) (FileDenial, bool) {
 	if _, secret := harden.Message(p); secret {
 		return FileDenial{}, false
 	}
-	// Only a path that exists (or whose directory does: a file it would
-	// create) is named, never a string the tool made up.
-	if _, err := os.Lstat(p); err != nil {
-		if _, err := os.Lstat(filepath.Dir(p)); err != nil {
-			return FileDenial{}, false
-		}
-	}
+	// Whether p exists is not checked: capgate (perhaps root) would then
+	// tell a caller which paths exist where the tool (as nobody) cannot
+	// look. The message says it is the tool's word, made up or not.
 	switch read, write := r.allows(p); {
 	case !read:
 		return FileDenial{Blockers: reportedRead, Path: p}, true

@@ -5,9 +5,11 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -24,12 +26,23 @@ import (
 // binaries in TestMain). As a trampoline it never returns: it confines
 // itself and execs the tool, or exits 126 saying why not.
 func Main() {
-	js, ok := os.LookupEnv(specEnv)
+	v, ok := os.LookupEnv(specEnv)
 	if !ok {
 		return
 	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd != planFD {
+		fail(fmt.Errorf("reading the plan: %s=%q names no plan descriptor", specEnv, v))
+	}
+	// Read and closed before anything else: the tool never inherits it.
+	f := os.NewFile(uintptr(fd), "capgate-plan")
+	js, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		fail(fmt.Errorf("reading the plan: %w", err))
+	}
 	var p plan
-	if err := json.Unmarshal([]byte(js), &p); err != nil {
+	if err := json.Unmarshal(js, &p); err != nil {
 		fail(fmt.Errorf("reading the plan: %w", err))
 	}
 	fail(p.apply())

@@ -286,6 +286,24 @@ func TestTasksRelayed(t *testing.T) {
 		}
 	})
 
+	t.Run("not on 2025-11-25", func(t *testing.T) {
+		// The extension is not defined there: a session's tools/call that
+		// declares it anyway is not a task, and the task methods are none
+		// of capgate's (it offers no 2025-11-25 experimental tasks).
+		id := createTask(t, base, alice, "tk__slow_compute", `{"seconds":0,"label":"s"}`)
+		sid := testkit.OpenSession(t, base, alice, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`)
+		st, _, b := testkit.PostSession(t, base, alice, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tk__slow_compute","arguments":{"seconds":0,"label":"old"}}}`)
+		if st != http.StatusOK || !strings.Contains(string(b), "computed old") || strings.Contains(string(b), "taskId") {
+			t.Errorf("a 2025-11-25 call: %d %s", st, b)
+		}
+		for _, m := range []string{"tasks/get", "tasks/cancel", "tasks/result", "tasks/list"} {
+			st, _, b := testkit.PostSession(t, base, alice, sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":%q,"params":{"taskId":%q}}`, m, id))
+			if !strings.Contains(string(b), `"code":-32601`) || strings.Contains(string(b), `"result"`) {
+				t.Errorf("%s in a 2025-11-25 session: want -32601, got %d %s", m, st, b)
+			}
+		}
+	})
+
 	t.Run("audited", func(t *testing.T) {
 		var denied, allowed bool
 		var b []byte

@@ -12,11 +12,13 @@ import (
 	"unsafe"
 )
 
-// aliveFD and notifyFD are where the trampoline finds capgate's pidfd and
-// the seccomp notifier's socket (sandbox: the same numbers).
+// aliveFD, notifyFD and planFD are where the trampoline finds capgate's
+// pidfd, the seccomp notifier's socket and its plan (sandbox: the same
+// numbers).
 const (
 	aliveFD  = 3
 	notifyFD = 4
+	planFD   = 5
 )
 
 // Value is Env's value for the launcher.
@@ -75,7 +77,8 @@ func reap(alive int, notify bool) {
 	if err != nil {
 		fail(errors.New("finding the trampoline: " + err.Error()))
 	}
-	files := []*os.File{os.Stdin, os.Stdout, os.Stderr, nil, nil}
+	// fd 5 is the trampoline's plan (sandbox reads it from there).
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr, nil, nil, os.NewFile(planFD, "capgate-plan")}
 	if alive >= 0 {
 		files[aliveFD] = os.NewFile(uintptr(alive), "capgate-pidfd")
 	}
