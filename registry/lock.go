@@ -317,3 +317,29 @@ func (l *Lock) Refuses(kind tool.Kind, source string, launch json.RawMessage) (t
 	}
 	return tools, changes
 }
+
+// Launches are the launches l pins for the tools of kind:source (of tool
+// name alone when name is not ""), for checking at each start
+// (sandbox.Hold); none from pins that predate launch pins or a sidecar
+// that lacks the definitions, as for Refuses.
+func (l *Lock) Launches(kind tool.Kind, source, name string) []sandbox.Launch {
+	if l == nil {
+		return nil
+	}
+	prefix := string(kind) + ":" + source + ":"
+	var out []sandbox.Launch
+	for _, id := range slices.Sorted(maps.Keys(l.Pins)) {
+		n, ok := strings.CutPrefix(id, prefix)
+		if !ok || (name != "" && n != name) {
+			continue
+		}
+		var def definition
+		var pinned sandbox.Launch
+		if json.Unmarshal(l.Defs[l.Pins[id]], &def) != nil || len(def.Launch) == 0 ||
+			json.Unmarshal(def.Launch, &pinned) != nil {
+			continue
+		}
+		out = append(out, pinned)
+	}
+	return out
+}

@@ -48,6 +48,9 @@ type Confinement struct {
 	// Declared is what its source declared, before overrides: what
 	// capgate.lock pins (Launch).
 	Declared Declared
+	// Held, when capgate.lock pins this launch, refuses a start whose
+	// program or named files changed on disk since (nil: no pin).
+	Held *Held
 }
 
 // For derives the confinement of a process with declaration decl, whose

@@ -23,6 +23,9 @@ import (
 // cannot be enforced here fails with *UnenforceableError, unless
 // AllowUnsafe.
 func (c Confinement) Command(ctx context.Context, argv []string, dir string, env, protocol []string) (cmd *exec.Cmd, cleanup func(), err error) {
+	if err := c.Held.Check(); err != nil {
+		return nil, nil, err
+	}
 	path, err := program(argv[0], dir)
 	if err == nil {
 		// Checked here, as a direct start would: the trampoline could

@@ -28,6 +28,9 @@ func (c Confinement) Describe() *tool.Guarantees { return c.describe(c.missing()
 // Command runs argv directly: the launcher is Linux only, so a tool with
 // guarantees is refused (*UnenforceableError) unless AllowUnsafe.
 func (c Confinement) Command(ctx context.Context, argv []string, dir string, env, protocol []string) (*exec.Cmd, func(), error) {
+	if err := c.Held.Check(); err != nil {
+		return nil, nil, err
+	}
 	if c.Confined() && !c.AllowUnsafe {
 		return nil, nil, &UnenforceableError{Missing: c.missing()}
 	}

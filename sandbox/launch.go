@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/capgate/capgate/internal/nsinit"
+	"github.com/capgate/capgate/internal/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,7 +71,7 @@ var deviceFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
 // (E2BIG), and it holds the tool's secrets.
 const specEnv = "CAPGATE_SANDBOX_SPEC"
 
-// planFD is where the trampoline reads its plan: a sealed memfd.
+// planFD is where the trampoline reads its plan: a memfd.
 const planFD = 5
 
 // plan is everything the trampoline applies, decided by the parent.
@@ -258,7 +258,7 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		cleanup()
 		return nil, nil, fmt.Errorf("sandbox: encoding the plan: %w", err)
 	}
-	planFile, err := sealed("capgate-plan", js)
+	planFile, err := proc.MemFile("capgate-plan", js)
 	if err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("sandbox: handing over the plan: %w", err)
@@ -469,26 +469,4 @@ func carve(roots, deny []string) (dirs, files []string, err error) {
 		}
 	}
 	return dirs, files, nil
-}
-
-// sealed is a memfd holding b, sealed against change, read from its start.
-func sealed(name string, b []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), name)
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }

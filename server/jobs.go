@@ -275,6 +275,7 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 		select {
 		case r := <-j.done:
 			detach()
+			settle(ctx) // what the call sent goes before its answer
 			if _, task := r.err.(*taskCreated); task && !isForwarded(ctx) && !passTask(ctx, r.err) {
 				// No answer here can carry a task (a 2025-11-25 stream).
 				return mcpconv.Denial(tool.Errorf(tool.CodeInternal, "the call became a task, which this answer cannot carry")), nil
@@ -317,6 +318,7 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 				return mcpconv.Denial(err), nil
 			}
 			b.RequestState(state)
+			settle(ctx)
 			if !mcp.IsModernProtocol(mcpserver.RequestProtocolVersion(ctx)) && !isForwarded(ctx) {
 				// mcp-go asks a 2025-11-25 client within this request; if the
 				// request ends first, nobody will come back for the job.

@@ -240,7 +240,12 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 			j.values = tool.WithAnswers(j.values, b)
 		}
 	}
-	r.Progress = mcpconv.ProgressSender(j.current, req)
+	r.Progress = mcpconv.ProgressSender(func() context.Context {
+		if ctx := j.current(); ctx != nil {
+			return queuedFor(ctx)
+		}
+		return nil
+	}, req)
 	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
 	reqCtx := ctx
 	j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
@@ -308,7 +313,20 @@ func (m *MCP) relayLog(ctx context.Context, params json.RawMessage) {
 	if err := json.Unmarshal(params, &n.Params); err != nil {
 		return
 	}
-	_ = m.srv.SendLogMessageToClient(ctx, n)
+	if m.srv.SendLogMessageToClient(ctx, n) == nil && logSent(ctx, n.Params.Level) {
+		queuedFor(ctx)
+	}
+}
+
+// logSent says whether mcp-go sends a log message at level for the
+// request ctx serves rather than filter it out (as SendLogMessageToClient
+// decides).
+func logSent(ctx context.Context, level mcp.LoggingLevel) bool {
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		return info.LogLevel != "" && level.ShouldSendTo(info.LogLevel)
+	}
+	s, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithLogging)
+	return ok && level.ShouldSendTo(s.GetLogLevel())
 }
 
 // withInvocation puts what happened in the result's _meta: the invocation

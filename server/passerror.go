@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -47,6 +48,11 @@ type errorPatch struct {
 	// (the status follows the error); 0: none held. mcp-go writes under a
 	// lock of its own, so held is never written by two at once.
 	held int
+	// queued counts the notifications capgate handed mcp-go for this
+	// answer, written the SSE events written, and wrote is signalled on
+	// each (see settle).
+	queued, written atomic.Int64
+	wrote           chan struct{}
 }
 
 // patchedMethods are the methods whose errors may be an upstream's or a
@@ -66,7 +72,7 @@ func newErrorPatch(w http.ResponseWriter, r *http.Request, p *posted) (*errorPat
 	if json.Compact(&id, top[1]) != nil {
 		return nil, r
 	}
-	e := &errorPatch{w: w, id: id.Bytes(), modern: r.Header.Get(mcp.HeaderProtocolVersion) == modernProtocol}
+	e := &errorPatch{w: w, id: id.Bytes(), modern: r.Header.Get(mcp.HeaderProtocolVersion) == modernProtocol, wrote: make(chan struct{}, 1)}
 	if string(top[2]) == `"resources/read"` {
 		var v [1][]byte
 		if rawjson.Pick(top[3], uriName, v[:]) && v[0] != nil {
@@ -113,7 +119,56 @@ func (e *errorPatch) Write(p []byte) (int, error) {
 		return len(p), err
 	}
 	e.release()
-	return e.w.Write(p)
+	n, err := e.w.Write(p)
+	if bytes.HasPrefix(p, ssePrefix) {
+		e.written.Add(1)
+		select {
+		case e.wrote <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
+}
+
+// mcp-go v1.2.1 loses a notification of a stateless request now and then:
+// its forwarder takes it off the session's channel, and when the handler
+// returns before the forwarder has written it, the response path (which
+// drains the channel itself) writes the result and the forwarder, seeing
+// the request done, drops what it holds. So before a call's handler
+// returns, it waits until every notification capgate queued for the
+// answer has been written (settle), a bounded wait.
+
+// settleLimit bounds that wait: a response that cannot stream writes no
+// notification at all.
+const settleLimit = 2 * time.Second
+
+// queuedFor counts one notification queued for the answer ctx serves; it
+// returns ctx, for the sender.
+func queuedFor(ctx context.Context) context.Context {
+	if e, _ := ctx.Value(errorPatchKey{}).(*errorPatch); e != nil {
+		e.queued.Add(1)
+	}
+	return ctx
+}
+
+// settle waits until what was queued for the answer ctx serves is
+// written, ctx ends, or settleLimit passes.
+func settle(ctx context.Context) {
+	e, _ := ctx.Value(errorPatchKey{}).(*errorPatch)
+	if e == nil || e.written.Load() >= e.queued.Load() {
+		return
+	}
+	limit := time.NewTimer(settleLimit)
+	defer limit.Stop()
+	for e.written.Load() < e.queued.Load() {
+		select {
+		case <-e.wrote:
+		case <-ctx.Done():
+			return
+		case <-limit.C:
+			return
+		}
+	}
 }
 
 func (e *errorPatch) Flush() {

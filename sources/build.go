@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/capgate/capgate/registry"
+	"github.com/capgate/capgate/sandbox"
 	"github.com/capgate/capgate/sources/bridge"
 	"github.com/capgate/capgate/sources/ext"
 	"github.com/capgate/capgate/sources/mcp"
@@ -102,6 +103,7 @@ func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 			return nil, err
 		}
 		for _, p := range packs {
+			p.Hold(func(name string) []sandbox.Launch { return lock.Launches(tool.KindExt, p.ID(), name) }, bo.Logger.Warn)
 			sources = append(sources, p)
 		}
 	}
@@ -119,6 +121,8 @@ func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 			return nil, fmt.Errorf("%s: %s: %w", bo.Origin, p.Key, err)
 		}
 		o.Secret = key
+		o.Confine.Held = sandbox.Hold(string(tool.KindBridge)+":"+o.Namespace, o.Command, "", bo.Logger.Warn,
+			lock.Launches(tool.KindBridge, o.Namespace, "")...)
 		b, err := bridge.New(o)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", bo.Origin, p.Key, err)
@@ -143,6 +147,10 @@ func Build(ctx context.Context, bo BuildOptions) (*registry.Registry, error) {
 		o.Logger = cmp.Or(o.Logger, bo.Logger)
 		if o.LookupEnv == nil {
 			o.LookupEnv = bo.LookupEnv
+		}
+		if o.Command != "" {
+			o.Confine.Held = sandbox.Hold(string(tool.KindMCP)+":"+o.Name, append([]string{o.Command}, o.Args...), o.Cwd, bo.Logger.Warn,
+				lock.Launches(tool.KindMCP, o.Name, "")...)
 		}
 		src, err := mcp.New(o)
 		if err != nil {

@@ -245,23 +245,13 @@ func scriptPins(t *testing.T, user *testkit.User) {
 	work, packs := publicDir(t, nil), publicDir(t, nil)
 	fixture := filepath.Join(work, "server")
 	copyProgram(t, testkit.Build(t, testkit.MCPFixture), fixture)
-	runSh, hiSh := filepath.Join(work, "run.sh"), filepath.Join(packs, "probe", "hi.sh")
+	runSh := filepath.Join(work, "run.sh")
+	hiSh := hiPack(t, packs, markers, extRan)
 	scripts := func(version string) {
 		writeFile(t, runSh, fmt.Sprintf("echo %s >> %q\nexec %q\n", version, serverRan, fixture))
-		writeFile(t, hiSh, fmt.Sprintf("echo %s >> %q\ncat >/dev/null\necho '{\"ok\": true}'\n", version, extRan))
+		hiSh(version)
 	}
 	scripts("v1")
-	writeFile(t, filepath.Join(packs, "probe", "extension.yaml"), fmt.Sprintf(`id: probe
-name: Probe
-description: Probe
-commands:
-  hi:
-    description: Say hi
-    run: ["/bin/sh", "hi.sh"]
-    risk: LOW
-    side_effects: []
-    capabilities: {network: none, filesystem: write, write_paths: [%q]}
-`, markers))
 	config := fmt.Sprintf(`[policy]
 require_lock = true
 grants = ["rye.fetch.*", "rye.execute.tool.*"]
@@ -326,6 +316,27 @@ capabilities = { network = "none", filesystem = "write", write_paths = [%q] }
 	}
 }
 
+// hiPack writes pack probe under packs, whose command hi runs
+// `/bin/sh hi.sh` and may write markers, and returns what writes hi.sh:
+// a script that appends version to marker when it runs.
+func hiPack(t *testing.T, packs, markers, marker string) func(version string) {
+	t.Helper()
+	writeFile(t, filepath.Join(packs, "probe", "extension.yaml"), fmt.Sprintf(`id: probe
+name: Probe
+description: Probe
+commands:
+  hi:
+    description: Say hi
+    run: ["/bin/sh", "hi.sh"]
+    risk: LOW
+    side_effects: []
+    capabilities: {network: none, filesystem: write, write_paths: [%q]}
+`, markers))
+	return func(version string) {
+		writeFile(t, filepath.Join(packs, "probe", "hi.sh"), fmt.Sprintf("echo %s >> %q\ncat >/dev/null\necho '{\"ok\": true}'\n", version, marker))
+	}
+}
+
 func copyProgram(t *testing.T, from, to string) {
 	t.Helper()
 	in, err := os.Open(from)
@@ -352,4 +363,122 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestRewrittenWithoutReload: capgate.lock's launch pins hold at every
+// start, not only when serve builds its sources. Through a real serve (as
+// root here): an extension command's script and a bridge provider's
+// program are rewritten on disk and serve is NOT reloaded; the next call
+// of each is refused (capability_access_denied, the changed file named,
+// in the judge's wording) and logged, and neither rewritten program runs
+// (each leaves a marker outside its pack when it runs). Put back as
+// pinned, both run again.
+func TestRewrittenWithoutReload(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("runs serve as root; TestRewrittenWithoutReloadUnprivileged covers this user")
+	}
+	rewrittenWithoutReload(t, nil)
+}
+
+// TestRewrittenWithoutReloadUnprivileged is the same with serve running
+// as an unprivileged user.
+func TestRewrittenWithoutReloadUnprivileged(t *testing.T) {
+	if os.Getuid() != 0 {
+		rewrittenWithoutReload(t, nil)
+		return
+	}
+	rewrittenWithoutReload(t, &testkit.User{Uid: 65534, Gid: 65534})
+}
+
+func rewrittenWithoutReload(t *testing.T, user *testkit.User) {
+	markers, dir := pinDirs(t, user)
+	extRan, providerRan := filepath.Join(markers, "ext.ran"), filepath.Join(markers, "provider.ran")
+	bins, packs := publicDir(t, nil), publicDir(t, nil)
+	provider := filepath.Join(bins, "provider")
+	copyProgram(t, testkit.Build(t, testkit.BridgeFixture), provider)
+	pinnedProvider := readFile(t, provider)
+	script := hiPack(t, packs, markers, extRan)
+	script("v1")
+	config := fmt.Sprintf(`[policy]
+require_lock = true
+grants = ["rye.fetch.*", "rye.execute.tool.*"]
+acknowledge = ["elevated"]
+
+[extensions]
+paths = [%q]
+
+[capabilities.providers.gog]
+command = [%q]
+capabilities = { network = "none", filesystem = "write", write_paths = [%q] }
+env = ["BRIDGE_FIXTURE_RAN"]
+`, packs, provider, markers)
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: config, User: user, Dir: dir,
+		Env: []string{"BRIDGE_FIXTURE_RAN=" + providerRan}})
+	s, reload := lockedServe(t, cg)
+	reload(config)
+	tok := cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"})
+	call := map[string][]string{
+		"ext:probe:hi":                    {"ext:probe:hi"},
+		"bridge:gog:calendar.list_events": {"gog.calendar", "--operation", "list_events"},
+	}
+	runs := func(id string) (bool, string) {
+		out, errb, code := s.as(t, tok, append([]string{"invoke", "--capability"}, call[id]...)...)
+		return code == 0, out + errb
+	}
+	ranSince := func() {
+		t.Helper()
+		for _, m := range []string{extRan, providerRan} {
+			if _, err := os.Stat(m); err != nil {
+				t.Fatalf("a pinned program did not leave its marker (the test would prove nothing): %v", err)
+			}
+			if err := os.Remove(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for id := range call {
+		if ok, out := runs(id); !ok {
+			t.Fatalf("%s does not run under its pin: %s\n%s", id, out, s.logs())
+		}
+	}
+	ranSince()
+
+	// Rewritten on disk, serve not reloaded.
+	script("v2")
+	f, err := os.OpenFile(provider, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte{0}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	source := map[string]string{"ext:probe:hi": "ext:probe:hi", "bridge:gog:calendar.list_events": "bridge:gog"}
+	for id, change := range map[string]string{"ext:probe:hi": "file hi.sh sha256 ", "bridge:gog:calendar.list_events": "program sha256 "} {
+		ok, out := runs(id)
+		if ok || !strings.Contains(out, "capability_access_denied") || !strings.Contains(out, change) ||
+			!strings.Contains(out, "changed since capgate.lock pinned it") {
+			t.Errorf("%s runs after it was rewritten on disk (%s), without a reload: %s", id, change, out)
+		}
+		logged := regexp.MustCompile(`msg="not started: its run, program or declared guarantees changed since capgate.lock pinned it; [^"]*" tool=` +
+			regexp.QuoteMeta(source[id]) + ` changes="[^"]*` + regexp.QuoteMeta(change))
+		if !testkit.Poll(10e9, func() bool { return logged.MatchString(s.logs()) }) {
+			t.Errorf("serve did not log the refused start of %s naming %s:\n%s", id, change, s.logs())
+		}
+	}
+	for _, m := range []string{extRan, providerRan} {
+		if b, err := os.ReadFile(m); !os.IsNotExist(err) {
+			t.Errorf("a program rewritten after it was pinned ran: %s %q (%v)", filepath.Base(m), b, err)
+		}
+	}
+
+	// As pinned again: both run.
+	script("v1")
+	writeFile(t, provider, pinnedProvider)
+	for id := range call {
+		if ok, out := runs(id); !ok {
+			t.Errorf("%s does not run once its files are as pinned again: %s", id, out)
+		}
+	}
+	ranSince()
 }

@@ -139,7 +139,7 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 // where the kernel has one (handed to the command as its stdin itself),
 // else a pipe fed by a goroutine.
 func inputFile(b []byte) (io.ReadCloser, error) {
-	if f, err := memFile(b); err == nil {
+	if f, err := MemFile("capgate-input", b); err == nil {
 		return f, nil
 	}
 	return io.NopCloser(bytes.NewReader(b)), nil

@@ -45,13 +45,15 @@ func Start(cmd *exec.Cmd) error {
 // ptrace it, and it leaves no core dump.
 func HardenSelf() error { return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
 
-// memFile is b in an anonymous memory file, at offset 0.
-func memFile(b []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate("capgate-input", unix.MFD_CLOEXEC)
+// MemFile is b in an anonymous memory file called name, at offset 0: for
+// a child to read whole (a tool's input, the sandbox trampoline's plan),
+// whatever its size, never in an environment or on disk.
+func MemFile(name string, b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), "capgate-input")
+	f := os.NewFile(uintptr(fd), name)
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return nil, err

@@ -14,5 +14,5 @@ func Start(cmd *exec.Cmd) error { return cmd.Start() }
 // HardenSelf does nothing off Linux.
 func HardenSelf() error { return nil }
 
-// memFile is unsupported here: the input goes through a pipe.
-func memFile([]byte) (*os.File, error) { return nil, errors.ErrUnsupported }
+// MemFile is unsupported here: the input goes through a pipe.
+func MemFile(string, []byte) (*os.File, error) { return nil, errors.ErrUnsupported }

@@ -154,8 +154,11 @@ func (p *Provider) call(ctx context.Context, method string, params any, c *tool.
 	var exit *proc.ExitError
 	var start *proc.StartError
 	var unenforceable *sandbox.UnenforceableError
+	var changed *sandbox.ChangedError
 	switch {
 	case err == nil:
+	case errors.As(err, &changed):
+		return nil, changed.Refusal()
 	case errors.As(err, &unenforceable):
 		return nil, sandbox.Refusal(err, "bridge:"+ns, "bridge %s: not run: %v", ns, err)
 	case errors.Is(err, proc.ErrTimeout):

@@ -330,6 +330,16 @@ func schemaJSON(v any, def string) (json.RawMessage, error) {
 	return b, nil
 }
 
+// Hold checks each command's launch at every start against what pins
+// gives for its name (capgate.lock's launches, sandbox.Hold); log is told
+// of each start refused. Call it before the pack serves.
+func (p *Pack) Hold(pins func(name string) []sandbox.Launch, log func(string, ...any)) {
+	for name, conf := range p.confine {
+		conf.Held = sandbox.Hold(tool.ID(tool.KindExt, p.Manifest.ID, name), p.Manifest.Commands[name].Run, p.Dir, log, pins(name)...)
+		p.confine[name] = conf
+	}
+}
+
 // ID is the pack id.
 func (p *Pack) ID() string { return p.Manifest.ID }
 
@@ -382,9 +392,12 @@ func (p *Pack) Call(ctx context.Context, c tool.Call) (*tool.Result, error) {
 	}
 	var exit *proc.ExitError
 	var unenforceable *sandbox.UnenforceableError
+	var changed *sandbox.ChangedError
 	switch {
 	case err == nil:
 		return parseOutput(id, out)
+	case errors.As(err, &changed):
+		return nil, changed.Refusal()
 	case errors.As(err, &unenforceable):
 		return nil, sandbox.Refusal(err, id, "%s not run: %v", id, err)
 	case errors.Is(err, proc.ErrTimeout):
