@@ -41,3 +41,6 @@ func (c Confinement) Command(ctx context.Context, argv []string, dir string, env
 func BaselineMissing() string {
 	return "the Linux launcher (not on " + runtime.GOOS + "): every tool runs with capgate's own rights"
 }
+
+// PrepareTemp has nothing to do: only the Linux launcher makes temp dirs.
+func PrepareTemp() error { return nil }

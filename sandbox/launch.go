@@ -141,7 +141,11 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		}
 	}
 
-	tmp, err := os.MkdirTemp("", "capgate-tool-")
+	root, err := tempRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	tmp, err := os.MkdirTemp(root, "capgate-tool-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: private temp dir: %w", err)
 	}

@@ -218,7 +218,7 @@ func TestBaselineUndeclared(t *testing.T) {
 	}
 	got := launch(t, w, Spec{Deny: []string{w.data}}, f)
 	want(t, got, "write-work", "ok")
-	want(t, got, "write-tmp", "ok /tmp/capgate-tool-")
+	want(t, got, "write-tmp", "ok /tmp/"+runPrefix)
 	want(t, got, "write-outside", "ok")
 	want(t, got, "read-outside", "ok")
 	want(t, got, "read-key", "denied")

@@ -90,6 +90,10 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			if m := sandbox.BaselineMissing(); m != "" {
 				logger.Warn("sandbox baseline not enforced on this kernel", "missing", m)
 			}
+			// What a killed capgate left of its tools' temp dirs goes now.
+			if err := sandbox.PrepareTemp(); err != nil {
+				logger.Warn("sandbox temp dirs", "error", err)
+			}
 			logRunAs(logger, cfg)
 			logFileDenials(logger, cfg)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
