@@ -420,8 +420,13 @@ url = %q
 	}
 
 	// The log: one JSON line per call, none with the argument or the
-	// token; the 401 with its reason.
-	logs := cg.Logs()
+	// token; the 401 with its reason. Serve gathers log lines for up to
+	// 100 ms before it writes them.
+	var logs string
+	testkit.Poll(10*time.Second, func() bool {
+		logs = cg.Logs()
+		return strings.Count(logs, `"msg":"call"`) >= 5 && strings.Contains(logs, `"msg":"token refused"`)
+	})
 	if strings.Contains(logs, argMarker) || strings.Contains(logs, "TOKEN-MARKER") || strings.Contains(logs, tok) || strings.Contains(logs, expired) {
 		t.Errorf("the log holds an argument, a claim or a token:\n%s", logs)
 	}
