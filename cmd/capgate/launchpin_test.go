@@ -482,3 +482,68 @@ env = ["BRIDGE_FIXTURE_RAN"]
 	}
 	ranSince()
 }
+
+// TestRewrittenServerNotRestarted: a pinned stdio MCP server whose script
+// is rewritten on disk and which capgate then restarts (an answer over
+// max_result_bytes) is not restarted with the new script, without a reload: the call gets
+// capability_access_denied naming run.sh, and the script never runs
+// again (it leaves a marker each time it runs).
+func TestRewrittenServerNotRestarted(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("runs serve as root")
+	}
+	markers, dir := pinDirs(t, nil)
+	serverRan := filepath.Join(markers, "server.ran")
+	work := publicDir(t, nil)
+	fixture := filepath.Join(work, "server")
+	copyProgram(t, testkit.Build(t, testkit.MCPFixture), fixture)
+	runSh := filepath.Join(work, "run.sh")
+	script := func(version string) {
+		writeFile(t, runSh, fmt.Sprintf("echo %s >> %q\nexec %q\n", version, serverRan, fixture))
+	}
+	script("v1")
+	config := fmt.Sprintf(`[policy]
+require_lock = true
+grants = ["rye.fetch.*", "rye.execute.tool.*"]
+acknowledge = ["elevated"]
+
+[mcp.servers.files]
+command = "/bin/sh"
+args = ["run.sh"]
+cwd = %q
+risk = "LOW"
+capabilities = { network = "none", filesystem = "write", write_paths = [%q] }
+max_result_bytes = 65536
+env = { MCPFIXTURE_BOUNDS = "1" }
+`, work, markers)
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: config, Dir: dir})
+	s, reload := lockedServe(t, cg)
+	reload(config)
+	tok := cg.Token(t, token.Claims{Sub: "alice", ChatType: "private"})
+	runs := func(name, input string) (bool, string) {
+		out, errb, code := s.as(t, tok, "invoke", "--capability", "mcp:files:"+name, "--input-json", input)
+		return code == 0, out + errb
+	}
+	if ok, out := runs("echo", `{"message":"hi"}`); !ok {
+		t.Fatalf("the server does not run under its pin: %s\n%s", out, s.logs())
+	}
+	if err := os.Remove(serverRan); err != nil {
+		t.Fatalf("the script left no marker (the test would prove nothing): %v", err)
+	}
+	// Rewritten, then an answer over max_result_bytes: capgate restarts
+	// the server at once, and the restart is the start that is checked.
+	script("v2")
+	if _, out := runs("big", `{"bytes": 200000}`); !strings.Contains(out, "capability_invalid_output") {
+		t.Fatalf("the oversized answer did not trip the limit: %s", out)
+	}
+	refused := regexp.MustCompile(`msg="not started: [^"]*" tool=mcp:files changes="file run.sh sha256 `)
+	if !testkit.Poll(30e9, func() bool { return refused.MatchString(s.logs()) }) {
+		t.Fatalf("serve did not refuse to restart the server with its rewritten script:\n%s", s.logs())
+	}
+	if ok, out := runs("echo", `{"message":"hi"}`); ok || !strings.Contains(out, "capability_access_denied") || !strings.Contains(out, "file run.sh sha256 ") {
+		t.Errorf("the server's tool runs after its script was rewritten: %s", out)
+	}
+	if b, err := os.ReadFile(serverRan); !os.IsNotExist(err) {
+		t.Errorf("the rewritten script ran: %q (%v)", b, err)
+	}
+}

@@ -542,6 +542,11 @@ func (s *Source) client() (*link, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn == nil {
+		// A restart capgate.lock's pins refused: the refusal, not an outage.
+		var changed *sandbox.ChangedError
+		if errors.As(s.lastErr, &changed) {
+			return nil, changed.Refusal()
+		}
 		msg := fmt.Sprintf("mcp server %s is not connected", s.opts.Name)
 		if s.lastErr != nil {
 			msg += ": " + s.lastErr.Error()
