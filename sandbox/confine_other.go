@@ -44,3 +44,6 @@ func BaselineMissing() string {
 
 // PrepareTemp has nothing to do: only the Linux launcher makes temp dirs.
 func PrepareTemp() error { return nil }
+
+// ReleaseTemp has nothing to do: only the Linux launcher makes temp dirs.
+func ReleaseTemp() {}

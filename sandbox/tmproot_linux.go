@@ -23,9 +23,22 @@ import (
 // this works wherever capgate runs, and the tool's view stays as it was.
 const runPrefix = "capgate-run-"
 
-// tempRoot is this process's locked dir ("" and an error: none).
-var tempRoot = sync.OnceValues(func() (string, error) {
-	SweepTemp()
+// tempRoot is this process's locked dir, made at the first launch (and
+// again if ReleaseTemp removed it). The first call sweeps the dead ones.
+func tempRoot() (string, error) {
+	rootMu.Lock()
+	defer rootMu.Unlock()
+	if holdRoot != nil && same(holdRoot, rootDir) {
+		return rootDir, nil
+	}
+	if holdRoot != nil {
+		holdRoot.Close()
+		holdRoot = nil
+	}
+	if !swept {
+		SweepTemp()
+		swept = true
+	}
 	for range 3 {
 		dir, err := os.MkdirTemp("", runPrefix)
 		if err != nil {
@@ -45,16 +58,21 @@ var tempRoot = sync.OnceValues(func() (string, error) {
 		// Another capgate's sweep may have taken the dir between its
 		// creation and the lock: locked, it must still be the one there.
 		if same(f, dir) {
-			holdRoot = f // held, open, for the process's life
+			rootDir, holdRoot = dir, f // held, open, while the process uses it
 			return dir, nil
 		}
 		f.Close()
 	}
 	return "", errors.New("sandbox: private temp dirs: the dir kept being removed under capgate")
-})
+}
 
-// holdRoot keeps tempRoot's lock: closing it would free the dir to sweeps.
-var holdRoot *os.File
+var (
+	rootMu  sync.Mutex
+	rootDir string
+	// holdRoot keeps rootDir's lock: closing it frees the dir to sweeps.
+	holdRoot *os.File
+	swept    bool
+)
 
 // PrepareTemp removes what capgate processes that died left in the temp
 // dir and takes this process's own dir for its launches' temp dirs. serve
@@ -108,4 +126,16 @@ func same(f *os.File, path string) bool {
 	}
 	b, err := os.Lstat(path)
 	return err == nil && os.SameFile(a, b)
+}
+
+// ReleaseTemp removes this process's dir if no launch's temp dir is left
+// in it (a capgate that ends normally has ended its tools); one still in
+// use stays, locked, until the process dies and a later start sweeps it.
+func ReleaseTemp() {
+	rootMu.Lock()
+	defer rootMu.Unlock()
+	if holdRoot != nil && os.Remove(rootDir) == nil {
+		holdRoot.Close()
+		holdRoot = nil
+	}
 }

@@ -152,7 +152,10 @@ func TestSweepSparesOthers(t *testing.T) {
 	if err := PrepareTemp(); err != nil {
 		t.Fatal(err)
 	}
-	own, _ := tempRoot()
+	own, err := tempRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	target := t.TempDir()
 	os.WriteFile(filepath.Join(target, "keep"), []byte("x"), 0o644)
 	link := filepath.Join(os.TempDir(), runPrefix+"symlink-test")
@@ -166,5 +169,25 @@ func TestSweepSparesOthers(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(target, "keep")); err != nil {
 		t.Errorf("the sweep followed a symlink: %v", err)
+	}
+}
+
+// TestReleaseTemp: a capgate that ends removes its dir when empty, and a
+// launch after that (serve run again in one process) gets a new one.
+func TestReleaseTemp(t *testing.T) {
+	first, err := tempRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ReleaseTemp()
+	if _, err := os.Lstat(first); !os.IsNotExist(err) {
+		t.Fatalf("ReleaseTemp left %s (%v)", first, err)
+	}
+	second, err := tempRoot()
+	if err != nil || second == first {
+		t.Fatalf("after ReleaseTemp: %q, %v", second, err)
+	}
+	if _, err := os.Stat(second); err != nil {
+		t.Fatal(err)
 	}
 }

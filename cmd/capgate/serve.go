@@ -94,6 +94,7 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			if err := sandbox.PrepareTemp(); err != nil {
 				logger.Warn("sandbox temp dirs", "error", err)
 			}
+			defer sandbox.ReleaseTemp()
 			logRunAs(logger, cfg)
 			logFileDenials(logger, cfg)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
