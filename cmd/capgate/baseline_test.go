@@ -37,11 +37,7 @@ func TestBaselineAsRoot(t *testing.T) {
 // unprivileged user, whose tools run as that user too.
 func TestBaselineUnprivileged(t *testing.T) {
 	t.Parallel()
-	if os.Getuid() != 0 {
-		baseline(t, nil) // this user is unprivileged already
-		return
-	}
-	baseline(t, &testkit.User{Uid: 65534, Gid: 65534})
+	baseline(t, unprivileged())
 }
 
 func baseline(t *testing.T, user *testkit.User) {
@@ -222,6 +218,15 @@ func TestRunAsIsVisible(t *testing.T) {
 		!logged(s, "run_as 65534:65534 cannot run "+filepath.Join(bin, "hostile")+" from "+filepath.Join(packs, "probe")+": "+bin+" is mode 0700") {
 		t.Errorf("serve did not name the program nobody cannot reach:\n%s", s.logs())
 	}
+}
+
+// unprivileged is the user a test's serve runs as to be unprivileged:
+// nobody when this test runs as root, else this user as it is (nil).
+func unprivileged() *testkit.User {
+	if os.Getuid() != 0 {
+		return nil
+	}
+	return &testkit.User{Uid: 65534, Gid: 65534}
 }
 
 // publicDir is a temp dir every user may enter, owned by user when given.

@@ -54,10 +54,7 @@ func needKernelAudit(t *testing.T, unprivileged string) {
 // as the tool's report, with the declaration that would allow it; nothing
 // else of the stderr reaches the caller.
 func TestFileDenialUnprivileged(t *testing.T) {
-	var user *testkit.User
-	if os.Getuid() == 0 {
-		user = &testkit.User{Uid: 65534, Gid: 65534}
-	}
+	user := unprivileged()
 	out, secret := fileDenial(t, user)
 	for _, want := range []string{"command failed with exit 254", "its stderr reports a refused access to " + secret + ", which its sandbox does not let it read",
 		fmt.Sprintf("to allow it: add %q to read_paths in capabilities of [capabilities.providers.gog]", filepath.Dir(secret))} {

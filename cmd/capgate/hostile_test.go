@@ -34,7 +34,7 @@ func TestHostileToolsUnprivileged(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run serve as nobody")
 	}
-	hostileTools(t, &testkit.User{Uid: 65534, Gid: 65534})
+	hostileTools(t, unprivileged()) // nobody: the skip above needs root
 }
 
 func hostileTools(t *testing.T, user *testkit.User) {

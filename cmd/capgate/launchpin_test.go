@@ -35,11 +35,7 @@ func TestLaunchPinsHoldForEverySource(t *testing.T) {
 // TestLaunchPinsHoldUnprivileged is the same with capgate serve running as
 // an unprivileged user.
 func TestLaunchPinsHoldUnprivileged(t *testing.T) {
-	if os.Getuid() != 0 {
-		launchPins(t, nil) // this user is unprivileged already
-		return
-	}
-	launchPins(t, &testkit.User{Uid: 65534, Gid: 65534})
+	launchPins(t, unprivileged())
 }
 
 func launchPins(t *testing.T, user *testkit.User) {
@@ -232,11 +228,7 @@ func TestScriptPins(t *testing.T) {
 // TestScriptPinsUnprivileged is the same with serve running as an
 // unprivileged user.
 func TestScriptPinsUnprivileged(t *testing.T) {
-	if os.Getuid() != 0 {
-		scriptPins(t, nil) // this user is unprivileged already
-		return
-	}
-	scriptPins(t, &testkit.User{Uid: 65534, Gid: 65534})
+	scriptPins(t, unprivileged())
 }
 
 func scriptPins(t *testing.T, user *testkit.User) {
@@ -383,11 +375,7 @@ func TestRewrittenWithoutReload(t *testing.T) {
 // TestRewrittenWithoutReloadUnprivileged is the same with serve running
 // as an unprivileged user.
 func TestRewrittenWithoutReloadUnprivileged(t *testing.T) {
-	if os.Getuid() != 0 {
-		rewrittenWithoutReload(t, nil)
-		return
-	}
-	rewrittenWithoutReload(t, &testkit.User{Uid: 65534, Gid: 65534})
+	rewrittenWithoutReload(t, unprivileged())
 }
 
 func rewrittenWithoutReload(t *testing.T, user *testkit.User) {

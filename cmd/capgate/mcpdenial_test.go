@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -45,10 +44,7 @@ func TestMCPServerDenialIsNamedAsRoot(t *testing.T) {
 // against the server's sandbox rules and labelled as the server's report,
 // and the down server's error the script its stderr reports refused.
 func TestMCPServerDenialUnprivileged(t *testing.T) {
-	var user *testkit.User
-	if os.Getuid() == 0 {
-		user = &testkit.User{Uid: 65534, Gid: 65534}
-	}
+	user := unprivileged()
 	s, call, connect, down, secret, script := mcpDenial(t, user)
 	checkConnectNamed(t, s, connect)
 	want := fmt.Sprintf("capgate: its error result reports a refused access to %s, which its sandbox does not let it read", secret)

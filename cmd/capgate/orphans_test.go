@@ -41,11 +41,7 @@ func TestToolChildrenDieWithCapgate(t *testing.T) {
 		if !sandbox.Probe().UserNS {
 			t.Skip("this kernel refuses unprivileged user namespaces")
 		}
-		if os.Getuid() != 0 {
-			orphans(t, nil) // this user is unprivileged already
-			return
-		}
-		orphans(t, &testkit.User{Uid: 65534, Gid: 65534})
+		orphans(t, unprivileged())
 	})
 }
 

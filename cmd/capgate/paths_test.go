@@ -29,11 +29,7 @@ func TestDeclaredPathsAsRoot(t *testing.T) {
 
 // TestDeclaredPathsUnprivileged is the same with serve running as nobody.
 func TestDeclaredPathsUnprivileged(t *testing.T) {
-	if os.Getuid() != 0 {
-		declaredPaths(t, nil)
-		return
-	}
-	declaredPaths(t, &testkit.User{Uid: 65534, Gid: 65534})
+	declaredPaths(t, unprivileged())
 }
 
 func declaredPaths(t *testing.T, user *testkit.User) {

@@ -3,10 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,26 +19,11 @@ import (
 // real upstream that offers it (internal/testkit/tasksfixture, on mcp-go)
 // and raw 2026-07-28 requests over streamable HTTP.
 
-const tasksFixture = "github.com/capgate/capgate/internal/testkit/tasksfixture"
-
 // startTasksFixture serves the tasks fixture and returns its address.
 func startTasksFixture(t *testing.T) string {
 	t.Helper()
 	addr := testkit.FreeAddr(t)
-	cmd := exec.Command(testkit.Build(t, tasksFixture), "-http", addr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if !testkit.Poll(15*time.Second, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}) {
-		t.Fatalf("the tasks fixture did not listen on %s", addr)
-	}
+	testkit.ServeFixture(t, testkit.TasksFixture, 15*time.Second, addr, "-http", addr)
 	return addr
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -15,28 +13,13 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-const tasksFixture = "github.com/capgate/capgate/internal/testkit/tasksfixture"
-
 // startTasksFixture serves internal/testkit/tasksfixture (an upstream that
 // offers the tasks extension with the suite's fixture tools) and returns
 // its MCP URL.
 func startTasksFixture(t *testing.T) string {
 	t.Helper()
 	addr := testkit.FreeAddr(t)
-	cmd := exec.Command(testkit.Build(t, tasksFixture), "-http", addr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if !testkit.Poll(15*time.Second, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}) {
-		t.Fatalf("the tasks fixture did not listen on %s", addr)
-	}
+	testkit.ServeFixture(t, testkit.TasksFixture, 15*time.Second, addr, "-http", addr)
 	return "http://" + addr + "/mcp"
 }
 

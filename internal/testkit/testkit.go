@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -141,6 +142,9 @@ func Main(m *testing.M) {
 // MCPFixture is the upstream MCP server the tests run.
 const MCPFixture = "github.com/capgate/capgate/internal/testkit/mcpfixture"
 
+// TasksFixture is an upstream that offers the MCP tasks extension.
+const TasksFixture = "github.com/capgate/capgate/internal/testkit/tasksfixture"
+
 // BridgeFixture is the bridge-v1 provider the tests run.
 const BridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
 
@@ -168,14 +172,22 @@ func FreeAddr(tb testing.TB) string {
 // listens, and returns a function that kills it (also called at cleanup).
 func ServeMCPFixture(tb testing.TB, flag, addr string, more ...string) (kill func()) {
 	tb.Helper()
-	cmd := exec.Command(Build(tb, MCPFixture), append(more, flag, addr)...)
+	return ServeFixture(tb, MCPFixture, 10*time.Second, addr, append(more, flag, addr)...)
+}
+
+// ServeFixture builds the fixture program pkg, starts it with args and
+// waits up to wait for it to listen on addr. Cleanup kills it; so does
+// the returned function, at most once.
+func ServeFixture(tb testing.TB, pkg string, wait time.Duration, addr string, args ...string) (kill func()) {
+	tb.Helper()
+	cmd := exec.Command(Build(tb, pkg), args...)
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
 	var once sync.Once
 	kill = func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
 	tb.Cleanup(kill)
-	if !Poll(10*time.Second, func() bool {
+	if !Poll(wait, func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
@@ -183,7 +195,7 @@ func ServeMCPFixture(tb testing.TB, flag, addr string, more ...string) (kill fun
 		return err == nil
 	}) {
 		kill()
-		tb.Fatalf("the MCP fixture did not listen on %s", addr)
+		tb.Fatalf("%s did not listen on %s", path.Base(pkg), addr)
 	}
 	return kill
 }
