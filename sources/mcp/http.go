@@ -16,6 +16,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/internal/paramheader"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
@@ -77,7 +78,16 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	}
 	body = append(body, "}}"...)
 	if modern {
-		ctx = withMoreHeaders(ctx, s.toolsCallHeaders(call.Tool.Name))
+		h := s.toolsCallHeaders(call.Tool.Name)
+		// The tool's x-mcp-header arguments travel in Mcp-Param-* too
+		// (SEP-2243), for the upstream's balancers; it checks them.
+		if mirrored := paramheader.Mirror(call.Tool.InputSchema, args); mirrored != nil {
+			h = h.Clone()
+			for k, v := range mirrored {
+				h.Set(k, v)
+			}
+		}
+		ctx = withMoreHeaders(ctx, h)
 	}
 
 	for round := 0; ; round++ {
