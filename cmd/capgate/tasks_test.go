@@ -72,6 +72,12 @@ func post2026(t *testing.T, base, tok, method, name, params string) rpcAnswer202
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":%q,"params":{%s}}`, method, params)
 	status, ctype, b := testkit.PostMCPMethod(t, base, tok, method, name, body)
+	return read2026(t, method, status, ctype, b)
+}
+
+// read2026 reads the JSON answer to a stateless request.
+func read2026(t *testing.T, method string, status int, ctype string, b []byte) rpcAnswer2026 {
+	t.Helper()
 	a := rpcAnswer2026{Status: status, Raw: string(b)}
 	if !strings.HasPrefix(ctype, "application/json") {
 		t.Fatalf("%s: content type %q: %s", method, ctype, b)
