@@ -205,6 +205,17 @@ type Tasker interface {
 	TaskRequest(ctx context.Context, method, taskID string, params json.RawMessage) (json.RawMessage, error)
 }
 
+// TaskListener is a Tasker that can tell of its tasks' status changes.
+type TaskListener interface {
+	Tasker
+	// ListenTasks asks, as ctx's caller, for the status notifications of
+	// the source's own task ids until ctx ends. acked gets the ids the
+	// upstream agreed to (again after a reconnection); on gets each
+	// notification's params as they came. It returns when ctx ends, or
+	// with the error of an upstream that refuses.
+	ListenTasks(ctx context.Context, ids []string, acked func(agreed []string), on func(params json.RawMessage)) error
+}
+
 // TextResult returns a result with one text block.
 func TextResult(text string) *Result {
 	b, _ := json.Marshal(map[string]string{"type": "text", "text": text})

@@ -16,6 +16,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/internal/paramheader"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
@@ -77,7 +78,16 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	}
 	body = append(body, "}}"...)
 	if modern {
-		ctx = withMoreHeaders(ctx, s.toolsCallHeaders(call.Tool.Name))
+		h := s.toolsCallHeaders(call.Tool.Name)
+		// The tool's x-mcp-header arguments travel in Mcp-Param-* too
+		// (SEP-2243), for the upstream's balancers; it checks them.
+		if mirrored := paramheader.Mirror(call.Tool.InputSchema, args); mirrored != nil {
+			h = h.Clone()
+			for k, v := range mirrored {
+				h.Set(k, v)
+			}
+		}
+		ctx = withMoreHeaders(ctx, h)
 	}
 
 	for round := 0; ; round++ {
@@ -139,20 +149,7 @@ func (s *Source) toolsCallHeaders(name string) http.Header {
 // postCall posts one tools/call body and returns the response to id,
 // having relayed what came before it.
 func (s *Source) postCall(ctx context.Context, l *link, id string, call tool.Call, body []byte) (json.RawMessage, error) {
-	resp, err := s.post(ctx, l, body, "")
-	for again := false; isUnauthorized(err); again = true {
-		// The caller's token was refused: the hook refreshes it once, and
-		// the second time says what the caller must do.
-		var hookErr error
-		var ok bool
-		if ctx, ok, hookErr = s.unauthorized(ctx, again); !ok {
-			break
-		}
-		if hookErr != nil {
-			return nil, hookErr
-		}
-		resp, err = s.post(ctx, l, body, "")
-	}
+	ctx, resp, err := s.postAuthorized(ctx, l, body)
 	if err != nil {
 		return nil, s.httpFailed(ctx, l, id, call, err)
 	}
@@ -335,6 +332,26 @@ func (s *Source) cancelUpstream(l *link, id string, why error) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+}
+
+// postAuthorized posts body as post does; when the upstream refuses the
+// caller's token, the Unauthorized hook refreshes it once, and the second
+// time says what the caller must do (its error). It returns ctx with the
+// headers the post went with.
+func (s *Source) postAuthorized(ctx context.Context, l *link, body []byte) (context.Context, *http.Response, error) {
+	resp, err := s.post(ctx, l, body, "")
+	for again := false; isUnauthorized(err); again = true {
+		var hookErr error
+		var ok bool
+		if ctx, ok, hookErr = s.unauthorized(ctx, again); !ok {
+			break
+		}
+		if hookErr != nil {
+			return ctx, nil, hookErr
+		}
+		resp, err = s.post(ctx, l, body, "")
+	}
+	return ctx, resp, err
 }
 
 // post sends one JSON-RPC message on l's session; a GET with Last-Event-ID
@@ -564,6 +581,9 @@ func (s *Source) event(ctx context.Context, l *link, data []byte, id string, cal
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		})
+	case m.Method != "" && ctx.Value(streamSinkKey{}) != nil:
+		// A stream read for one listener (ListenTasks): its alone.
+		ctx.Value(streamSinkKey{}).(streamSink)(m.Method, bytes.Clone(m.Params))
 	case m.Method == "notifications/progress":
 		if call.Progress != nil {
 			var p struct {
