@@ -433,7 +433,11 @@ func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume st
 
 // readStream reads the call's SSE stream until the response to id,
 // relaying what comes before it. A stream the upstream ends early, having
-// given event ids, is resumed with Last-Event-ID (2025-11-25 polling).
+// given event ids, is resumed with Last-Event-ID (2025-11-25 polling):
+// when the caller comes back, if its stream could be closed the same way
+// (tool.Pause), else after the upstream's retry. Either way at most once
+// per close, so a caller cannot make capgate poll the upstream faster
+// than it closes.
 func (s *Source) readStream(ctx context.Context, l *link, body io.Reader, id string, call tool.Call) (json.RawMessage, error) {
 	var (
 		wg      sync.WaitGroup
@@ -457,9 +461,17 @@ func (s *Source) readStream(ctx context.Context, l *link, body io.Reader, id str
 			return nil, errors.New("the upstream ended the stream before the response")
 		}
 		resumes++
+		var back <-chan struct{} // nil: the caller is not asked to come back
+		if pause := tool.PauseOf(ctx); pause != nil {
+			back = pause(retry)
+		}
+		wait := time.NewTimer(retry)
 		select {
-		case <-time.After(retry):
+		case <-wait.C:
+		case <-back:
+			wait.Stop()
 		case <-ctx.Done():
+			wait.Stop()
 			return nil, ctx.Err()
 		}
 		resp, err := s.post(ctx, l, nil, lastID)
