@@ -32,7 +32,10 @@ import (
 // at once, so the upstream sees its client's timing as if capgate were
 // not there; a client that does not come back within the retry is not
 // waited for (the source resumes by itself and this stream keeps what
-// follows for the client's resume).
+// follows for the client's resume). Replicas (an advertise_url) do not
+// pause: a balancer without affinity would send most resumes to a replica
+// that answers 404, where keeping the stream open and resuming the
+// upstream after its retry gets the caller its result.
 
 const (
 	// streamRetry is the reconnection delay the priming event asks for.
@@ -85,10 +88,14 @@ type callStream struct {
 type callStreams struct {
 	mu sync.Mutex
 	m  map[string]*callStream
+	// replicas: this replica has others (an advertise_url), which a
+	// client's resume may reach instead; its streams do not pause.
+	replicas bool
 }
 
 // open makes a stream for a call in session, kept for resumes when there
-// is room; a kept one may be paused when polls is set.
+// is room; a kept one may be paused when polls is set and the replica is
+// alone.
 func (cs *callStreams) open(session string, cancel context.CancelFunc, polls bool) *callStream {
 	b := make([]byte, 12)
 	rand.Read(b)
@@ -101,7 +108,7 @@ func (cs *callStreams) open(session string, cancel context.CancelFunc, polls boo
 	}
 	if len(cs.m) < maxStreams {
 		cs.m[s.id] = s
-		s.polls = polls
+		s.polls = polls && !cs.replicas
 	}
 	return s
 }

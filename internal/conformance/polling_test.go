@@ -265,10 +265,12 @@ func (u *pollingUpstream) resumed() []time.Time {
 // not come back within the retry is not waited for: capgate resumes the
 // upstream by itself and keeps the result for the caller's later resume.
 // Either way the result passes the output gate (a password in it is
-// withheld) and the call is audited once.
+// withheld) and the call is audited once. A replica with others (an
+// advertise_url) keeps its caller's stream open instead, since a resume
+// could reach another replica, and resumes the upstream after the retry.
 func TestPollingTimedByTheCaller(t *testing.T) {
 	up := startPollingUpstream(t)
-	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
+	config := fmt.Sprintf(`
 [auth.anonymous]
 sub = "polling"
 grants = ["rye.*"]
@@ -277,14 +279,19 @@ acknowledge = ["unrestricted", "elevated"]
 [mcp.servers.up]
 url = %q
 prefix = ""
-`, up.url)})
+`, up.url)
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: config})
 	sid := testkit.OpenSession(t, cg.URL, "", "{}")
-	call := func(t *testing.T, id, retryMS int, result string) (stream []sseEvent) {
+	post := func(t *testing.T, base, sid string, id, retryMS int, result string) []sseEvent {
 		t.Helper()
-		post := sessionRequest(t, http.MethodPost, cg.URL, sid, fmt.Sprintf(
+		resp := sessionRequest(t, http.MethodPost, base, sid, fmt.Sprintf(
 			`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"poll","arguments":{"retry_ms":%d,"result":%s},"_meta":{"progressToken":"p"}}}`,
 			id, retryMS, result))
-		evs := readEvents(t, post.Body)
+		return readEvents(t, resp.Body)
+	}
+	call := func(t *testing.T, id, retryMS int, result string) (stream []sseEvent) {
+		t.Helper()
+		evs := post(t, cg.URL, sid, id, retryMS, result)
 		if n := len(evs); n != 2 || evs[1].retry != strconv.Itoa(retryMS) || evs[1].data != "" || !strings.HasPrefix(evs[1].id, "cgs_") {
 			t.Fatalf("call %d: the stream carried %+v, want the priming event and then a pause with retry: %d", id, evs, retryMS)
 		}
@@ -336,6 +343,20 @@ prefix = ""
 		calls := toolCalls(t, cg, inv)
 		if len(calls) != 1 || calls[0]["decision"] != "deny" || calls[0]["gate"] != "output" {
 			t.Errorf("tool_call records of invocation %s: %v, want one, denied at the output gate (%s)", inv, calls, text)
+		}
+	})
+	t.Run("replicas", func(t *testing.T) {
+		addr := testkit.FreeAddr(t)
+		replica := testkit.StartCapgate(t, testkit.Capgate{Addr: addr, Server: fmt.Sprintf("advertise_url = %q", "http://"+addr), Config: config})
+		sid := testkit.OpenSession(t, replica.URL, "", "{}")
+		before := len(up.resumed())
+		evs := post(t, replica.URL, sid, 3, 200, `{"content":[{"type":"text","text":"polled"}]}`)
+		if len(evs) != 2 || evs[0].retry != "1000" {
+			t.Fatalf("the stream carried %+v, want the priming event and then the result", evs)
+		}
+		if text, isError, _ := toolResult(t, evs[1], 3); text != "polled" || isError || len(up.resumed()) != before+1 {
+			t.Errorf("the result %q (isError %v), the upstream resumed %d times: want the upstream's result, resumed once by capgate",
+				text, isError, len(up.resumed())-before)
 		}
 	})
 }
