@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/capgate/capgate/risk"
 )
@@ -312,4 +313,26 @@ func WithAnswers(ctx context.Context, responses json.RawMessage) context.Context
 func Answers(ctx context.Context) json.RawMessage {
 	r, _ := ctx.Value(answersKey{}).(json.RawMessage)
 	return r
+}
+
+type pauseKey struct{}
+
+// Pause closes the calling client's stream of a call the way an upstream
+// closed its own (SSE polling, MCP 2025-11-25): with an event asking the
+// client to come back after retry. The channel is closed when the client
+// comes back (resumes the stream); nil means the client's stream cannot
+// be closed so (another protocol, or not resumable).
+type Pause func(retry time.Duration) <-chan struct{}
+
+// WithPause marks ctx with the calling client's Pause: a source whose
+// upstream closes a call's stream with retry resumes it when the client
+// comes back, so the client's timing is the upstream's.
+func WithPause(ctx context.Context, p Pause) context.Context {
+	return context.WithValue(ctx, pauseKey{}, p)
+}
+
+// PauseOf is what WithPause put in ctx, or nil.
+func PauseOf(ctx context.Context) Pause {
+	p, _ := ctx.Value(pauseKey{}).(Pause)
+	return p
 }

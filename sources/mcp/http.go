@@ -16,6 +16,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/internal/paramheader"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
@@ -77,7 +78,16 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	}
 	body = append(body, "}}"...)
 	if modern {
-		ctx = withMoreHeaders(ctx, s.toolsCallHeaders(call.Tool.Name))
+		h := s.toolsCallHeaders(call.Tool.Name)
+		// The tool's x-mcp-header arguments travel in Mcp-Param-* too
+		// (SEP-2243), for the upstream's balancers; it checks them.
+		if mirrored := paramheader.Mirror(call.Tool.InputSchema, args); mirrored != nil {
+			h = h.Clone()
+			for k, v := range mirrored {
+				h.Set(k, v)
+			}
+		}
+		ctx = withMoreHeaders(ctx, h)
 	}
 
 	for round := 0; ; round++ {
@@ -423,7 +433,11 @@ func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume st
 
 // readStream reads the call's SSE stream until the response to id,
 // relaying what comes before it. A stream the upstream ends early, having
-// given event ids, is resumed with Last-Event-ID (2025-11-25 polling).
+// given event ids, is resumed with Last-Event-ID (2025-11-25 polling):
+// when the caller comes back, if its stream could be closed the same way
+// (tool.Pause), else after the upstream's retry. Either way at most once
+// per close, so a caller cannot make capgate poll the upstream faster
+// than it closes.
 func (s *Source) readStream(ctx context.Context, l *link, body io.Reader, id string, call tool.Call) (json.RawMessage, error) {
 	var (
 		wg      sync.WaitGroup
@@ -447,9 +461,17 @@ func (s *Source) readStream(ctx context.Context, l *link, body io.Reader, id str
 			return nil, errors.New("the upstream ended the stream before the response")
 		}
 		resumes++
+		var back <-chan struct{} // nil: the caller is not asked to come back
+		if pause := tool.PauseOf(ctx); pause != nil {
+			back = pause(retry)
+		}
+		wait := time.NewTimer(retry)
 		select {
-		case <-time.After(retry):
+		case <-wait.C:
+		case <-back:
+			wait.Stop()
 		case <-ctx.Done():
+			wait.Stop()
 			return nil, ctx.Err()
 		}
 		resp, err := s.post(ctx, l, nil, lastID)
