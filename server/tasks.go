@@ -123,7 +123,7 @@ func (m *MCP) taskMethod(w http.ResponseWriter, r *http.Request, p *posted) bool
 				writeRPCError(w, id, mcp.HEADER_MISMATCH, "Header mismatch: Mcp-Method "+strconv.Quote(got)+" is not the request's method", nil)
 				return true
 			}
-			m.listenTasks(w, r, id, params)
+			m.listenTasks(w, r, p.body, id, params)
 			return true
 		}
 	}
