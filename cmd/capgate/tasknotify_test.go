@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -256,6 +258,28 @@ func TestTaskNotifications(t *testing.T) {
 			}
 			awaitNotice(t, "alice", al, aliceLong, "cancelled")
 			noNotice(t, "bob, after alice's cancel", bl)
+
+			// Each listen is audited where it was served: bob's on r1
+			// agreed to one of his three ids, his listen on r2 for alice's
+			// task alone to none.
+			audited := func(r *testkit.Served, decision, detail string) {
+				t.Helper()
+				var b []byte
+				if !testkit.Poll(10*time.Second, func() bool {
+					b, _ = os.ReadFile(filepath.Join(r.Dir, "data", "audit.jsonl"))
+					for _, line := range strings.Split(string(b), "\n") {
+						var e struct{ Type, Sub, Decision, Detail string }
+						if json.Unmarshal([]byte(line), &e) == nil && e.Type == "task" && e.Sub == "bob" && e.Decision == decision && e.Detail == detail {
+							return true
+						}
+					}
+					return false
+				}) {
+					t.Errorf("no audit record of bob's %s %q:\n%s", decision, detail, b)
+				}
+			}
+			audited(r1, "allow", "subscriptions/listen: 1 of 3 task ids")
+			audited(r2, "deny", "subscriptions/listen: 0 of 1 task ids")
 		})
 	}
 }
