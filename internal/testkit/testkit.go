@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -162,6 +163,10 @@ const MCPFixture = "github.com/capgate/capgate/internal/testkit/mcpfixture"
 
 // TasksFixture is an upstream that offers the MCP tasks extension.
 const TasksFixture = "github.com/capgate/capgate/internal/testkit/tasksfixture"
+
+// HeadersFixture is an upstream whose tools carry x-mcp-header
+// annotations (SEP-2243) and answer with the headers they were called with.
+const HeadersFixture = "github.com/capgate/capgate/internal/testkit/headersfixture"
 
 // BridgeFixture is the bridge-v1 provider the tests run.
 const BridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
@@ -335,9 +340,16 @@ func PostMCP(tb testing.TB, base, tok, name, body string) (int, string, []byte) 
 // Mcp-Name name (the tool, prompt or resource the request names).
 func PostMCPMethod(tb testing.TB, base, tok, method, name, body string) (int, string, []byte) {
 	tb.Helper()
-	return post(tb, base, tok, body, map[string]string{
-		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Mcp-Name": name,
-	})
+	return PostMCPWith(tb, base, tok, method, name, body, nil)
+}
+
+// PostMCPWith is PostMCPMethod with more headers (Mcp-Param-*, say), set
+// after the standard ones.
+func PostMCPWith(tb testing.TB, base, tok, method, name, body string, more map[string]string) (int, string, []byte) {
+	tb.Helper()
+	headers := map[string]string{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Mcp-Name": name}
+	maps.Copy(headers, more)
+	return post(tb, base, tok, body, headers)
 }
 
 // post posts body to base+"/mcp" as an MCP client with the token and the
