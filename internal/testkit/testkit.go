@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -258,6 +259,18 @@ const startWait = 2 * time.Minute
 // With cred it runs as that user.
 func start(tb testing.TB, bin string, args []string, group bool, user *User, env ...string) (*exec.Cmd, string, func() string) {
 	tb.Helper()
+	cmd, banner, logs, err := launch(tb, bin, args, group, user, env...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cmd, banner, logs
+}
+
+// launch is start that returns the error of a serve that exited or did not
+// start in time (with what it logged) instead of failing tb, for a caller
+// that may try again.
+func launch(tb testing.TB, bin string, args []string, group bool, user *User, env ...string) (*exec.Cmd, string, func() string, error) {
+	tb.Helper()
 	cmd := exec.Command(bin, args...)
 	if user != nil {
 		runAs(cmd, user)
@@ -316,13 +329,12 @@ func start(tb testing.TB, bin string, args []string, group bool, user *User, env
 	case banner, ok := <-ready:
 		if !ok {
 			cmd.Wait()
-			tb.Fatalf("capgate serve exited:\n%s", errText())
+			return nil, "", nil, fmt.Errorf("capgate serve exited:\n%s", errText())
 		}
-		return cmd, banner, errText
+		return cmd, banner, errText, nil
 	case <-time.After(startWait):
-		tb.Fatalf("capgate serve did not start within %v:\n%s", startWait, errText())
+		return nil, "", nil, fmt.Errorf("capgate serve did not start within %v:\n%s", startWait, errText())
 	}
-	return nil, "", nil
 }
 
 type writerFunc func([]byte) (int, error)
