@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/capgate/capgate/internal/paramheader"
 	"github.com/capgate/capgate/risk"
 	"github.com/capgate/capgate/tool"
 )
@@ -208,6 +209,15 @@ func (r *Registry) build(listed []*tool.Descriptor) (*Snapshot, error) {
 	lock := r.lock.Load()
 	var errs []error
 	for _, src := range listed {
+		// A tool whose x-mcp-header annotations break SEP-2243 is left out:
+		// clients must refuse it, and capgate could not serve it.
+		if err := paramheader.Valid(src.InputSchema); err != nil {
+			if why := "x-mcp-header: " + err.Error(); r.noted[src.ID] != why {
+				r.noted[src.ID] = why
+				r.opts.Logger.Warn("tool refused: its x-mcp-header annotations are invalid", "tool", src.ID, "why", err.Error())
+			}
+			continue
+		}
 		d := src.Clone()
 		listedDef := Definition(d)
 		d.DefinitionHash = hashDefinition(listedDef)

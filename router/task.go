@@ -162,3 +162,93 @@ func renameTask(raw json.RawMessage, id string) (json.RawMessage, error) {
 	fields["taskId"], _ = json.Marshal(id)
 	return json.Marshal(fields)
 }
+
+// TaskWatch is a task whose status notifications a caller asked for and
+// may receive.
+type TaskWatch struct {
+	ID, UpstreamID string // capgate's id, the upstream's
+	ToolID         string
+	Source         tool.TaskListener
+}
+
+// WatchTasks picks, of the task ids a caller's subscriptions/listen names,
+// those whose status notifications it may receive: its own (made by its
+// subject), unexpired, of a tool it may still call, on a source that can
+// tell of them. The rest are left out without a reason, so that another's
+// task, an expired one and an unknown id look alike. It writes one audit
+// record (type task, detail subscriptions/listen).
+func (r *Router) WatchTasks(ctx context.Context, c *Caller, ids []string, protocol string) ([]TaskWatch, error) {
+	tk, err := r.admit()
+	if err != nil {
+		return nil, err
+	}
+	defer tk.Done()
+	start := time.Now()
+	ev := audit.Event{Type: audit.TypeTask, Protocol: protocol, Time: r.opts.Now()}
+	if c != nil {
+		ev.Sub, ev.ChatID, ev.ChatType = c.Sub, c.ChatID(), c.ChatType()
+	}
+	var out []TaskWatch
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if c == nil || id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		rec, err := r.opts.State.Task(ctx, id)
+		if errors.Is(err, state.ErrNotFound) {
+			continue
+		} else if err != nil {
+			err = tool.Wrap(err, tool.CodeBackendUnavailable, "the task store did not answer")
+			ev.Decision, ev.Code, ev.Duration = "error", string(tool.ErrorCode(err)), time.Since(start)
+			ev.Detail = "subscriptions/listen"
+			r.record(&tk, ev)
+			return nil, err
+		}
+		if rec.Sub != c.Sub {
+			continue // another's: it does not exist for this caller
+		}
+		d, ok := r.opts.Registry.Snapshot().Lookup(rec.ToolID)
+		if !ok || !r.Reachable(c, d) {
+			continue
+		}
+		src, _ := r.opts.Registry.Source(d)
+		l, ok := src.(tool.TaskListener)
+		if !ok || !l.OffersTasks() {
+			continue
+		}
+		out = append(out, TaskWatch{ID: rec.ID, UpstreamID: rec.UpstreamID, ToolID: rec.ToolID, Source: l})
+		ev.Tool, ev.ToolName, ev.Kind = rec.ToolID, rec.ToolID, string(d.Kind)
+	}
+	ev.Detail = fmt.Sprintf("subscriptions/listen: %d of %d task ids", len(out), len(ids))
+	ev.Decision, ev.Duration = "allow", time.Since(start)
+	if len(out) == 0 {
+		ev.Decision, ev.Code = "deny", string(tool.CodeNotFound)
+	}
+	r.record(&tk, ev)
+	return out, nil
+}
+
+// TaskNotice is an upstream's notifications/tasks params for w's task as
+// its caller c may receive them: hardened, under capgate's id, without the
+// upstream's _meta. It says no to a notification of any other task (an
+// upstream that sends more than was asked for), to one whose tool c may
+// no longer call, and to one hardening withholds (the caller's tasks/get
+// then says why).
+func (r *Router) TaskNotice(c *Caller, w TaskWatch, params json.RawMessage) (json.RawMessage, bool) {
+	var fields map[string]json.RawMessage
+	var upstreamID string
+	if json.Unmarshal(params, &fields) != nil || json.Unmarshal(fields["taskId"], &upstreamID) != nil || upstreamID != w.UpstreamID {
+		return nil, false
+	}
+	if d, ok := r.opts.Registry.Snapshot().Lookup(w.ToolID); !ok || !r.Reachable(c, d) {
+		return nil, false
+	}
+	if _, found := harden.JSON(params); found {
+		return nil, false
+	}
+	delete(fields, "_meta")
+	fields["taskId"], _ = json.Marshal(w.ID)
+	b, err := json.Marshal(fields)
+	return b, err == nil
+}

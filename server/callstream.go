@@ -23,6 +23,19 @@ import (
 // resume. A balancer that spreads a session's requests over replicas sends
 // a resume elsewhere now and then; that replica answers 404 (the client
 // then sees the call fail, as it would without resumption).
+//
+// An upstream may close its stream of a call mid-way asking to be resumed
+// after a retry delay (SSE polling, SEP-1699). capgate then closes its
+// client's stream the same way (pause): an event of its own with the
+// upstream's retry, then the end of the connection. When the client
+// comes back with Last-Event-ID, the source resumes the upstream's stream
+// at once, so the upstream sees its client's timing as if capgate were
+// not there; a client that does not come back within the retry is not
+// waited for (the source resumes by itself and this stream keeps what
+// follows for the client's resume). Replicas (an advertise_url) do not
+// pause: a balancer without affinity would send most resumes to a replica
+// that answers 404, where keeping the stream open and resuming the
+// upstream after its retry gets the caller its result.
 
 const (
 	// streamRetry is the reconnection delay the priming event asks for.
@@ -39,6 +52,11 @@ const (
 	// streamPrefix starts every stream id: a Last-Event-ID that does not
 	// is not capgate's.
 	streamPrefix = "cgs_"
+	// maxPause: an upstream's retry longer than this is not passed on
+	// (the source waits it out with the client's stream open), so that
+	// a call whose client is gone is not kept for as long as an upstream
+	// asks.
+	maxPause = 30 * time.Second
 )
 
 // resumeWait: a call whose client is gone and has not resumed within
@@ -57,6 +75,10 @@ type callStream struct {
 	first   int           // the number of events[0] (events are numbered from 1)
 	size    int           // bytes in events
 	done    bool          // the last of events is the call's response
+	polls   bool          // it may be paused: a 2025-11-25 stream kept for resumes
+	paused  int           // the number of the pause's retry event, 0: not paused
+	retry   time.Duration // the pause's retry
+	back    chan struct{} // closed when a client comes back after the pause
 	conn    uint64        // the attached connection's number, 0: none
 	conns   uint64        // connections attached so far
 	changed chan struct{} // closed (and replaced) at every change
@@ -66,11 +88,15 @@ type callStream struct {
 type callStreams struct {
 	mu sync.Mutex
 	m  map[string]*callStream
+	// replicas: this replica has others (an advertise_url), which a
+	// client's resume may reach instead; its streams do not pause.
+	replicas bool
 }
 
 // open makes a stream for a call in session, kept for resumes when there
-// is room.
-func (cs *callStreams) open(session string, cancel context.CancelFunc) *callStream {
+// is room; a kept one may be paused when polls is set and the replica is
+// alone.
+func (cs *callStreams) open(session string, cancel context.CancelFunc, polls bool) *callStream {
 	b := make([]byte, 12)
 	rand.Read(b)
 	s := &callStream{id: streamPrefix + hex.EncodeToString(b), session: session, cancel: cancel,
@@ -82,6 +108,7 @@ func (cs *callStreams) open(session string, cancel context.CancelFunc) *callStre
 	}
 	if len(cs.m) < maxStreams {
 		cs.m[s.id] = s
+		s.polls = polls && !cs.replicas
 	}
 	return s
 }
@@ -116,15 +143,32 @@ func (s *callStream) push(message any, last bool) {
 	if s.done {
 		return
 	}
-	n := s.first + len(s.events)
 	ev := make([]byte, 0, len(data)+len(s.id)+40)
-	ev = append(ev, "id: "...)
-	ev = append(ev, s.id...)
-	ev = append(ev, '-')
-	ev = strconv.AppendInt(ev, int64(n), 10)
+	ev = s.appendID(ev)
 	ev = append(ev, "\nevent: message\ndata: "...)
 	ev = append(ev, data...)
 	ev = append(ev, "\n\n"...)
+	s.append(ev)
+	if last {
+		s.done = true
+		if s.gone != nil {
+			s.gone.Stop()
+		}
+	}
+	s.wake()
+}
+
+// appendID appends "id: " and the id of the next event to b; s.mu is held.
+func (s *callStream) appendID(b []byte) []byte {
+	b = append(b, "id: "...)
+	b = append(b, s.id...)
+	b = append(b, '-')
+	return strconv.AppendInt(b, int64(s.first+len(s.events)), 10)
+}
+
+// append keeps ev as the next event, the oldest going beyond
+// maxStreamBytes; s.mu is held.
+func (s *callStream) append(ev []byte) {
 	s.events = append(s.events, ev)
 	s.size += len(ev)
 	for s.size > maxStreamBytes && len(s.events) > 1 {
@@ -133,13 +177,34 @@ func (s *callStream) push(message any, last bool) {
 		s.events = s.events[1:]
 		s.first++
 	}
-	if last {
-		s.done = true
-		if s.gone != nil {
-			s.gone.Stop()
-		}
+}
+
+// pause closes the client's connection after what is queued, with an
+// event asking it to come back after retry (tool.Pause). The channel is
+// closed when a client comes back; nil when the stream cannot pause: not
+// 2025-11-25, not kept for resumes, ended, or a retry beyond maxPause.
+func (s *callStream) pause(retry time.Duration) <-chan struct{} {
+	if !s.polls || retry < 0 || retry > maxPause {
+		return nil
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return nil
+	}
+	s.paused = s.first + len(s.events)
+	ev := s.appendID(nil)
+	ev = append(ev, "\nretry: "...)
+	ev = strconv.AppendInt(ev, retry.Milliseconds(), 10)
+	ev = append(ev, "\ndata:\n\n"...)
+	s.append(ev)
+	s.retry = retry
+	if s.back != nil {
+		close(s.back) // an earlier pause nobody came back from
+	}
+	s.back = make(chan struct{})
 	s.wake()
+	return s.back
 }
 
 // wake tells the attached connection something changed; s.mu is held.
@@ -166,6 +231,11 @@ func (s *callStream) serve(ctx context.Context, w http.ResponseWriter, after int
 	if s.gone != nil {
 		s.gone.Stop()
 	}
+	if me > 1 && s.back != nil {
+		// A client came back: the source resumes the upstream now.
+		close(s.back)
+		s.back, s.paused = nil, 0
+	}
 	s.wake() // a connection attached before gives way
 	s.mu.Unlock()
 	complete := false
@@ -181,7 +251,7 @@ func (s *callStream) serve(ctx context.Context, w http.ResponseWriter, after int
 		if i := next - s.first; i >= 0 && i < len(s.events) {
 			batch = s.events[i:len(s.events):len(s.events)]
 		}
-		done, end, changed := s.done, s.first+len(s.events), s.changed
+		done, end, changed, paused := s.done, s.first+len(s.events), s.changed, s.paused
 		s.mu.Unlock()
 		for _, ev := range batch {
 			if _, err := w.Write(ev); err != nil {
@@ -197,6 +267,9 @@ func (s *callStream) serve(ctx context.Context, w http.ResponseWriter, after int
 		if done && next >= end {
 			complete = true
 			return true
+		}
+		if paused != 0 && next-1 == paused && next >= end {
+			return false // paused: the client comes back after the retry
 		}
 		select {
 		case <-changed:
@@ -220,7 +293,11 @@ func (s *callStream) detach(me uint64, complete bool, streams *callStreams) {
 	case complete:
 		streams.drop(s)
 	case !s.done:
-		s.gone = time.AfterFunc(resumeWait, func() {
+		wait := resumeWait
+		if s.paused != 0 {
+			wait += s.retry // the client was told to wait that long first
+		}
+		s.gone = time.AfterFunc(wait, func() {
 			s.mu.Lock()
 			idle := s.conn == 0
 			s.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/capgate/capgate/internal/buildinfo"
 	"github.com/capgate/capgate/internal/httpadmit"
 	"github.com/capgate/capgate/internal/mcpconv"
+	"github.com/capgate/capgate/internal/paramheader"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/telemetry"
@@ -29,7 +30,7 @@ import (
 // no progress token, no log level (per request on 2026-07-28, set with
 // logging/setLevel on a session), a client that declared neither
 // sampling, elicitation nor roots (so nothing can be asked of it
-// mid-call), no requestState, no task, no Mcp-Param headers. Anything
+// mid-call), no requestState, no task. Anything
 // else, and anything malformed, it leaves untouched to mcp-go, which
 // answers it as before, errors included. The result is built as mcp-go
 // builds it (TestFastCallMatchesMCPGo holds them together).
@@ -162,7 +163,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 		protocol = "mcp/" + modernProtocol
 	}
 	if (!modern && !session) || h.Get(mcp.HeaderLastEventID) != "" ||
-		!isJSONType(h.Get("Content-Type")) || hasParamHeader(h) ||
+		!isJSONType(h.Get("Content-Type")) ||
 		(modern && h.Get("Mcp-Method") != "tools/call") {
 		return false
 	}
@@ -199,12 +200,22 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 	c := CallerFrom(r.Context())
 	p := m.parts.Load()
 	d, ok := p.registry.Snapshot().ByExposedName(name)
-	if c == nil || !ok || !p.router.Visible(c, d) || bytes.Contains(d.InputSchema, []byte("x-mcp-header")) {
+	if c == nil || !ok || !p.router.Visible(c, d) {
 		return false
 	}
 	var args json.RawMessage
 	if present(msg.arguments) {
 		args = msg.arguments
+	}
+	// Its x-mcp-header arguments came in Mcp-Param-* headers too, which
+	// must agree with the body, as mcp-go checks them (2026-07-28 only: a
+	// session's revision defines no such headers).
+	if modern {
+		if err := paramheader.Check(h, d.InputSchema, args, true); err != nil {
+			writeRPCError(w, msg.id, mcp.HEADER_MISMATCH, err.Error(), nil)
+			m.fastCalls.Add(1)
+			return true
+		}
 	}
 	ctx := r.Context()
 	if sess != nil {
@@ -365,17 +376,6 @@ func jsonStringLen(b []byte) int {
 
 func isJSONType(ct string) bool {
 	return ct == "application/json" || strings.HasPrefix(ct, "application/json;")
-}
-
-// hasParamHeader: a tool's x-mcp-header parameters travel in Mcp-Param-*
-// headers, which mcp-go checks against the body.
-func hasParamHeader(h http.Header) bool {
-	for k := range h {
-		if strings.HasPrefix(k, "Mcp-Param-") {
-			return true
-		}
-	}
-	return false
 }
 
 func present(v []byte) bool {

@@ -17,6 +17,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/capgate/capgate/internal/rawjson"
+	"github.com/capgate/capgate/tool"
 )
 
 // The streamed call: a tools/call in a 2025-11-25 (or 2025-06-18) session
@@ -225,7 +226,13 @@ func (m *MCP) streamCall(w http.ResponseWriter, r *http.Request, body *posted) b
 	patch, pr := newErrorPatch(w, r, body)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(pr.Context()))
 	ctx, untrack := sess.track(ctx, msg.id)
-	s := m.streams.open(sess.id, cancel)
+	polls := version == "2025-11-25" // SSE polling came with SEP-1699
+	s := m.streams.open(sess.id, cancel, polls)
+	if s.polls {
+		// An upstream that closes the call's stream with a retry has this
+		// stream closed so too, and resumes when its client comes back.
+		ctx = tool.WithPause(ctx, s.pause)
+	}
 	call := &callSession{streamSession: full, notes: make(chan mcp.JSONRPCNotification, 256), stream: s, asks: &m.asks}
 	ctx = mcpserver.WithSupportedProtocolVersions(m.srv.WithContext(ctx, call), mcpserver.FilterSupportedVersions(m.stream))
 	go m.runStreamed(ctx, call, body.body, patch, func() { untrack(); cancel() })
@@ -234,7 +241,7 @@ func (m *MCP) streamCall(w http.ResponseWriter, r *http.Request, body *posted) b
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	if version == "2025-11-25" { // priming events came with SEP-1699
+	if polls { // priming events came with SEP-1699
 		w.Write(s.primingEvent())
 	}
 	_ = http.NewResponseController(w).Flush() // the client knows it may resume from here

@@ -23,7 +23,8 @@ import (
 // own task id), and tasks/get, tasks/update and tasks/cancel are answered
 // here through the router, which relays them to the task's upstream for
 // the caller that made the task and tells anyone else it does not exist
-// (router/task.go). While no upstream offers it, those methods reach
+// (router/task.go); a subscriptions/listen for task ids is served in
+// tasklisten.go. While no upstream offers it, those methods reach
 // mcp-go, which knows none of them: -32601, as for any server that does
 // not declare the extension.
 
@@ -106,9 +107,8 @@ func plainBody(b []byte) bool {
 }
 
 // taskMethod serves r when it is a task method on the stateless protocol
-// while some upstream offers tasks (or a subscriptions/listen asking for
-// task notifications without declaring the extension), and says whether
-// it did.
+// while some upstream offers tasks, or a subscriptions/listen asking for
+// task notifications, and says whether it did.
 func (m *MCP) taskMethod(w http.ResponseWriter, r *http.Request, p *posted) bool {
 	if r.Header.Get(mcp.HeaderProtocolVersion) != modernProtocol {
 		return false
@@ -131,15 +131,23 @@ func (m *MCP) taskMethod(w http.ResponseWriter, r *http.Request, p *posted) bool
 		return true
 	}
 	if method == "subscriptions/listen" {
-		// Task status notifications are not relayed (capgate agrees to
-		// none of the task ids, as its acknowledgement says), but asking
-		// for them undeclared is an error all the same (SEP-2663).
+		// Task status notifications: capgate serves the stream
+		// (tasklisten.go); asking for them undeclared is an error
+		// (SEP-2663).
 		var n struct {
 			TaskIDs []json.RawMessage `json:"taskIds"`
 		}
 		json.Unmarshal(params["notifications"], &n)
-		if len(n.TaskIDs) == 0 || declaresTasks(params["_meta"]) {
+		if len(n.TaskIDs) == 0 {
 			return false
+		}
+		if declaresTasks(params["_meta"]) {
+			if got := r.Header.Get(mcp.HeaderMethod); got != method {
+				writeRPCError(w, id, mcp.HEADER_MISMATCH, "Header mismatch: Mcp-Method "+strconv.Quote(got)+" is not the request's method", nil)
+				return true
+			}
+			m.listenTasks(w, r, p.body, id, params)
+			return true
 		}
 	}
 	if !declaresTasks(params["_meta"]) {

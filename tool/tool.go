@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/capgate/capgate/risk"
 )
@@ -204,6 +205,17 @@ type Tasker interface {
 	TaskRequest(ctx context.Context, method, taskID string, params json.RawMessage) (json.RawMessage, error)
 }
 
+// TaskListener is a Tasker that can tell of its tasks' status changes.
+type TaskListener interface {
+	Tasker
+	// ListenTasks asks, as ctx's caller, for the status notifications of
+	// the source's own task ids until ctx ends. acked gets the ids the
+	// upstream agreed to (again after a reconnection); on gets each
+	// notification's params as they came. It returns when ctx ends, or
+	// with the error of an upstream that refuses.
+	ListenTasks(ctx context.Context, ids []string, acked func(agreed []string), on func(params json.RawMessage)) error
+}
+
 // TextResult returns a result with one text block.
 func TextResult(text string) *Result {
 	b, _ := json.Marshal(map[string]string{"type": "text", "text": text})
@@ -301,4 +313,26 @@ func WithAnswers(ctx context.Context, responses json.RawMessage) context.Context
 func Answers(ctx context.Context) json.RawMessage {
 	r, _ := ctx.Value(answersKey{}).(json.RawMessage)
 	return r
+}
+
+type pauseKey struct{}
+
+// Pause closes the calling client's stream of a call the way an upstream
+// closed its own (SSE polling, MCP 2025-11-25): with an event asking the
+// client to come back after retry. The channel is closed when the client
+// comes back (resumes the stream); nil means the client's stream cannot
+// be closed so (another protocol, or not resumable).
+type Pause func(retry time.Duration) <-chan struct{}
+
+// WithPause marks ctx with the calling client's Pause: a source whose
+// upstream closes a call's stream with retry resumes it when the client
+// comes back, so the client's timing is the upstream's.
+func WithPause(ctx context.Context, p Pause) context.Context {
+	return context.WithValue(ctx, pauseKey{}, p)
+}
+
+// PauseOf is what WithPause put in ctx, or nil.
+func PauseOf(ctx context.Context) Pause {
+	p, _ := ctx.Value(pauseKey{}).(Pause)
+	return p
 }

@@ -72,6 +72,12 @@ func post2026(t *testing.T, base, tok, method, name, params string) rpcAnswer202
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":%q,"params":{%s}}`, method, params)
 	status, ctype, b := testkit.PostMCPMethod(t, base, tok, method, name, body)
+	return read2026(t, method, status, ctype, b)
+}
+
+// read2026 reads the JSON answer to a stateless request.
+func read2026(t *testing.T, method string, status int, ctype string, b []byte) rpcAnswer2026 {
+	t.Helper()
 	a := rpcAnswer2026{Status: status, Raw: string(b)}
 	if !strings.HasPrefix(ctype, "application/json") {
 		t.Fatalf("%s: content type %q: %s", method, ctype, b)
@@ -334,22 +340,27 @@ command = %q
 	}
 }
 
-// TestTasksReplicas: two replicas on one PostgreSQL; a task made through
-// one is polled, cancelled and refused to another caller through the
-// other (its owner is in the shared store).
-func TestTasksReplicas(t *testing.T) {
-	fx := startTasksFixture(t)
-	url := pgtest.Start(t)
+// startTaskReplicas starts two capgate replicas, r1 and r2, over the tasks
+// fixture at fx, sharing the PostgreSQL database at db.
+func startTaskReplicas(t *testing.T, fx, db string) (r1, r2 *testkit.Served) {
+	t.Helper()
 	const secret = "tasks-replicas-secret-0123456789ab"
 	env := []string{"CAPGATE_STORE_KEY=" + strings.Repeat("7c", 32)}
-	cfg := tasksConfig(fx) + fmt.Sprintf("\n[store]\nurl = %q\n", url)
+	cfg := tasksConfig(fx) + fmt.Sprintf("\n[store]\nurl = %q\n", db)
 	var reps [2]*testkit.Served
 	for i, name := range []string{"r1", "r2"} {
 		addr := testkit.FreeAddr(t)
 		reps[i] = testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Env: env, Addr: addr,
 			Server: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"", name, addr), Config: cfg})
 	}
-	r1, r2 := reps[0], reps[1]
+	return reps[0], reps[1]
+}
+
+// TestTasksReplicas: two replicas on one PostgreSQL; a task made through
+// one is polled, cancelled and refused to another caller through the
+// other (its owner is in the shared store).
+func TestTasksReplicas(t *testing.T) {
+	r1, r2 := startTaskReplicas(t, startTasksFixture(t), pgtest.Start(t))
 	alice := r1.Token(t, token.Claims{Sub: "alice"})
 	bob := r1.Token(t, token.Claims{Sub: "bob"})
 

@@ -92,6 +92,13 @@ func RunRequirements(ctx context.Context, tb testing.TB, url, revision string) (
 	return runSuite(ctx, tb, nodeBin, suiteBin, url, "--requirements", revision)
 }
 
+// RunScenario runs one scenario at revision's wire against url.
+func RunScenario(ctx context.Context, tb testing.TB, url, revision, scenario string) (map[string]Result, error) {
+	tb.Helper()
+	nodeBin, suiteBin := InstallRef(tb)
+	return runSuite(ctx, tb, nodeBin, suiteBin, url, "--scenario", scenario, "--spec-version", revision)
+}
+
 // Passed counts the checks with status SUCCESS.
 func Passed(results map[string]Result) (passed, total int) {
 	for _, r := range results {

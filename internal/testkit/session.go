@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"io"
+	"maps"
 	"net/http"
 	"testing"
 )
@@ -37,6 +38,17 @@ func OpenSession(tb testing.TB, base, tok, caps string) string {
 func PostSession(tb testing.TB, base, tok, sid, body string) (int, string, []byte) {
 	tb.Helper()
 	return post(tb, base, tok, body, sessionHeaders(sid))
+}
+
+// PostSessionWith is PostSession with more headers.
+func PostSessionWith(tb testing.TB, base, tok, sid, body string, more map[string]string) (int, string, []byte) {
+	tb.Helper()
+	h := sessionHeaders(sid)
+	if h == nil {
+		h = map[string]string{}
+	}
+	maps.Copy(h, more)
+	return post(tb, base, tok, body, h)
 }
 
 func postSession(tb testing.TB, base, tok, sid, body string) *http.Response {

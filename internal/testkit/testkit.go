@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -144,6 +145,14 @@ const MCPFixture = "github.com/capgate/capgate/internal/testkit/mcpfixture"
 
 // TasksFixture is an upstream that offers the MCP tasks extension.
 const TasksFixture = "github.com/capgate/capgate/internal/testkit/tasksfixture"
+
+// HeadersFixture is an upstream whose tools carry x-mcp-header
+// annotations (SEP-2243) and answer with the headers they were called with.
+const HeadersFixture = "github.com/capgate/capgate/internal/testkit/headersfixture"
+
+// HeadersClient is the client the conformance suite's SEP-2243 client
+// scenarios run: it calls the scenario's server through a capgate serve.
+const HeadersClient = "github.com/capgate/capgate/internal/testkit/headersclient"
 
 // BridgeFixture is the bridge-v1 provider the tests run.
 const BridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
@@ -312,9 +321,16 @@ func PostMCP(tb testing.TB, base, tok, name, body string) (int, string, []byte) 
 // Mcp-Name name (the tool, prompt or resource the request names).
 func PostMCPMethod(tb testing.TB, base, tok, method, name, body string) (int, string, []byte) {
 	tb.Helper()
-	return post(tb, base, tok, body, map[string]string{
-		"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Mcp-Name": name,
-	})
+	return PostMCPWith(tb, base, tok, method, name, body, nil)
+}
+
+// PostMCPWith is PostMCPMethod with more headers (Mcp-Param-*, say), set
+// after the standard ones.
+func PostMCPWith(tb testing.TB, base, tok, method, name, body string, more map[string]string) (int, string, []byte) {
+	tb.Helper()
+	headers := map[string]string{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, "Mcp-Name": name}
+	maps.Copy(headers, more)
+	return post(tb, base, tok, body, headers)
 }
 
 // post posts body to base+"/mcp" as an MCP client with the token and the

@@ -16,6 +16,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/capgate/capgate/internal/paramheader"
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/telemetry"
 	"github.com/capgate/capgate/tool"
@@ -77,7 +78,16 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	}
 	body = append(body, "}}"...)
 	if modern {
-		ctx = withMoreHeaders(ctx, s.toolsCallHeaders(call.Tool.Name))
+		h := s.toolsCallHeaders(call.Tool.Name)
+		// The tool's x-mcp-header arguments travel in Mcp-Param-* too
+		// (SEP-2243), for the upstream's balancers; it checks them.
+		if mirrored := paramheader.Mirror(call.Tool.InputSchema, args); mirrored != nil {
+			h = h.Clone()
+			for k, v := range mirrored {
+				h.Set(k, v)
+			}
+		}
+		ctx = withMoreHeaders(ctx, h)
 	}
 
 	for round := 0; ; round++ {
@@ -139,20 +149,7 @@ func (s *Source) toolsCallHeaders(name string) http.Header {
 // postCall posts one tools/call body and returns the response to id,
 // having relayed what came before it.
 func (s *Source) postCall(ctx context.Context, l *link, id string, call tool.Call, body []byte) (json.RawMessage, error) {
-	resp, err := s.post(ctx, l, body, "")
-	for again := false; isUnauthorized(err); again = true {
-		// The caller's token was refused: the hook refreshes it once, and
-		// the second time says what the caller must do.
-		var hookErr error
-		var ok bool
-		if ctx, ok, hookErr = s.unauthorized(ctx, again); !ok {
-			break
-		}
-		if hookErr != nil {
-			return nil, hookErr
-		}
-		resp, err = s.post(ctx, l, body, "")
-	}
+	ctx, resp, err := s.postAuthorized(ctx, l, body)
 	if err != nil {
 		return nil, s.httpFailed(ctx, l, id, call, err)
 	}
@@ -337,6 +334,26 @@ func (s *Source) cancelUpstream(l *link, id string, why error) {
 	}
 }
 
+// postAuthorized posts body as post does; when the upstream refuses the
+// caller's token, the Unauthorized hook refreshes it once, and the second
+// time says what the caller must do (its error). It returns ctx with the
+// headers the post went with.
+func (s *Source) postAuthorized(ctx context.Context, l *link, body []byte) (context.Context, *http.Response, error) {
+	resp, err := s.post(ctx, l, body, "")
+	for again := false; isUnauthorized(err); again = true {
+		var hookErr error
+		var ok bool
+		if ctx, ok, hookErr = s.unauthorized(ctx, again); !ok {
+			break
+		}
+		if hookErr != nil {
+			return ctx, nil, hookErr
+		}
+		resp, err = s.post(ctx, l, body, "")
+	}
+	return ctx, resp, err
+}
+
 // post sends one JSON-RPC message on l's session; a GET with Last-Event-ID
 // when resume is set. A non-2xx answer is an *httpError.
 func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) (*http.Response, error) {
@@ -416,7 +433,11 @@ func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume st
 
 // readStream reads the call's SSE stream until the response to id,
 // relaying what comes before it. A stream the upstream ends early, having
-// given event ids, is resumed with Last-Event-ID (2025-11-25 polling).
+// given event ids, is resumed with Last-Event-ID (2025-11-25 polling):
+// when the caller comes back, if its stream could be closed the same way
+// (tool.Pause), else after the upstream's retry. Either way at most once
+// per close, so a caller cannot make capgate poll the upstream faster
+// than it closes.
 func (s *Source) readStream(ctx context.Context, l *link, body io.Reader, id string, call tool.Call) (json.RawMessage, error) {
 	var (
 		wg      sync.WaitGroup
@@ -440,9 +461,17 @@ func (s *Source) readStream(ctx context.Context, l *link, body io.Reader, id str
 			return nil, errors.New("the upstream ended the stream before the response")
 		}
 		resumes++
+		var back <-chan struct{} // nil: the caller is not asked to come back
+		if pause := tool.PauseOf(ctx); pause != nil {
+			back = pause(retry)
+		}
+		wait := time.NewTimer(retry)
 		select {
-		case <-time.After(retry):
+		case <-wait.C:
+		case <-back:
+			wait.Stop()
 		case <-ctx.Done():
+			wait.Stop()
 			return nil, ctx.Err()
 		}
 		resp, err := s.post(ctx, l, nil, lastID)
@@ -552,6 +581,9 @@ func (s *Source) event(ctx context.Context, l *link, data []byte, id string, cal
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		})
+	case m.Method != "" && ctx.Value(streamSinkKey{}) != nil:
+		// A stream read for one listener (ListenTasks): its alone.
+		ctx.Value(streamSinkKey{}).(streamSink)(m.Method, bytes.Clone(m.Params))
 	case m.Method == "notifications/progress":
 		if call.Progress != nil {
 			var p struct {

@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"strconv"
 	"strings"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/capgate/capgate/internal/rawjson"
 	"github.com/capgate/capgate/tool"
@@ -82,4 +87,113 @@ func taskResult(raw []byte) (json.RawMessage, bool) {
 		return nil, false
 	}
 	return msg[0], true
+}
+
+var _ tool.TaskListener = (*Source)(nil)
+
+// streamSinkKey marks a stream read for a listener of its own
+// (ListenTasks): its notifications go to the sink, not to OnNotification,
+// which serves every caller.
+type streamSinkKey struct{}
+
+type streamSink func(method string, params json.RawMessage)
+
+// ListenTasks keeps a subscriptions/listen stream open at the upstream, as
+// ctx's caller (its hook headers, the tasks extension declared), for the
+// status notifications of the upstream's tasks ids. Each acknowledgement
+// goes to acked with the ids the upstream agreed to; each
+// notifications/tasks on the stream, as it came, to on. The stream is the
+// caller's alone: capgate opens one per listening caller, so one caller's
+// notifications never come on another's. A stream the upstream ends is
+// opened again, after a pause that doubles while streams keep ending;
+// ListenTasks returns when ctx ends, or with the error of an upstream
+// that refuses the stream.
+func (s *Source) ListenTasks(ctx context.Context, ids []string, acked func(agreed []string), on func(params json.RawMessage)) error {
+	ctx, err := s.withHeaders(ctx, nil)
+	if err != nil {
+		return err
+	}
+	ctx = context.WithValue(withTasks(ctx), streamSinkKey{}, streamSink(func(method string, params json.RawMessage) {
+		switch method {
+		case "notifications/tasks":
+			on(params)
+		case string(mcpgo.MethodNotificationSubscriptionsAcknowledged):
+			var p struct {
+				Notifications struct {
+					TaskIDs []string `json:"taskIds"`
+				} `json:"notifications"`
+			}
+			json.Unmarshal(params, &p)
+			acked(p.Notifications.TaskIDs)
+		}
+	}))
+	wait := s.opts.MinBackoff
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := s.listenTasksOnce(ctx, ids)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var te *tool.Error
+		if errors.As(err, &te) {
+			return err // refused: reopening would be refused again
+		}
+		s.opts.Logger.Debug("the upstream ended a task listen stream", "server", s.opts.Name, "err", err)
+		if time.Since(start) > s.opts.MaxBackoff {
+			wait = s.opts.MinBackoff
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, s.opts.MaxBackoff)
+	}
+	return nil
+}
+
+// listenTasksOnce posts one subscriptions/listen for ids and reads its
+// stream to the end. A refusal is a *tool.Error.
+func (s *Source) listenTasksOnce(ctx context.Context, ids []string) error {
+	l, err := s.linkFor(ctx)
+	if err != nil {
+		return err
+	}
+	if !offersTasks(l) {
+		return tool.Errorf(tool.CodeBackendUnavailable, "mcp server %s offers no tasks now", s.opts.Name)
+	}
+	params, err := modernParams(ctx, map[string]any{"notifications": map[string]any{"taskIds": ids}})
+	if err != nil {
+		return tool.Wrap(err, tool.CodeInternal, "mcp server %s: subscriptions/listen: %v", s.opts.Name, err)
+	}
+	id := "capgate-" + strconv.FormatInt(s.seq.Add(1), 10)
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params})
+	if err != nil {
+		return tool.Wrap(err, tool.CodeInternal, "mcp server %s: subscriptions/listen: %v", s.opts.Name, err)
+	}
+	ctx = withMoreHeaders(ctx, standardHeaders("subscriptions/listen", params))
+	ctx, resp, err := s.postAuthorized(ctx, l, body)
+	var te *tool.Error
+	if errors.As(err, &te) {
+		return err // the Unauthorized hook's
+	}
+	if re := s.refusal("subscriptions/listen", err); re != nil {
+		return re
+	}
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		raw, err := readBody(resp, s.opts.MaxMessage)
+		if err != nil {
+			return err
+		}
+		if _, rpcErr, err := decodeResult(raw); err == nil && rpcErr != nil {
+			return s.rpcError("subscriptions/listen", rpcErr.Code, rpcErr.Message, rpcErr.Data)
+		}
+		return errors.New("the upstream answered subscriptions/listen without a stream")
+	}
+	_, err = s.readStream(ctx, l, resp.Body, id, tool.Call{})
+	return err
 }

@@ -25,8 +25,13 @@
 //
 // Task methods without the extension declared on the request answer
 // -32021; an unknown task id -32602. Every task method's Mcp-Name header
-// must equal its taskId (else -32020, HeaderMismatch). It serves
-// streamable HTTP at /mcp on -http ADDR.
+// must equal its taskId (else -32020, HeaderMismatch). A
+// subscriptions/listen naming taskIds (the extension declared) is
+// acknowledged with the ids the fixture knows, and carries a
+// notifications/tasks with the task as tasks/get shows it at each change
+// of its status; with -notify-all, a careless upstream, every listen
+// stream gets every task's notifications, whatever ids it named. It
+// serves streamable HTTP at /mcp on -http ADDR.
 package main
 
 import (
@@ -52,6 +57,7 @@ const tasksExt = "io.modelcontextprotocol/tasks"
 
 func main() {
 	addr := flag.String("http", "127.0.0.1:0", "serve streamable HTTP at /mcp on this address")
+	all := flag.Bool("notify-all", false, "send every task's status notifications on every task listen stream")
 	flag.Parse()
 	s := server.NewMCPServer("tasksfixture", "1",
 		server.WithToolCapabilities(false),
@@ -71,7 +77,7 @@ func main() {
 				return mcp.NewToolResultError(name + " runs only as a task"), nil
 			})
 	}
-	t := &tasks{byID: map[string]*task{}, next: server.NewStreamableHTTPServer(s)}
+	t := &tasks{byID: map[string]*task{}, next: server.NewStreamableHTTPServer(s), all: *all, listeners: map[*listener]bool{}}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", t)
 	log.Fatal(http.ListenAndServe(*addr, mux))
@@ -87,9 +93,18 @@ type task struct {
 }
 
 type tasks struct {
-	mu   sync.Mutex
-	byID map[string]*task
-	next http.Handler
+	mu        sync.Mutex
+	byID      map[string]*task
+	next      http.Handler
+	all       bool               // -notify-all
+	listeners map[*listener]bool // the open task listen streams
+}
+
+// listener is one subscriptions/listen stream for task ids.
+type listener struct {
+	id  json.RawMessage // the listen request's id, in every message's _meta
+	ids map[string]bool
+	out chan []byte
 }
 
 type request struct {
@@ -100,7 +115,10 @@ type request struct {
 		Arguments      map[string]any             `json:"arguments"`
 		TaskID         string                     `json:"taskId"`
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-		Meta           struct {
+		Notifications  struct {
+			TaskIDs []string `json:"taskIds"`
+		} `json:"notifications"`
+		Meta struct {
 			Caps struct {
 				Extensions map[string]json.RawMessage `json:"extensions"`
 			} `json:"io.modelcontextprotocol/clientCapabilities"`
@@ -148,6 +166,17 @@ func (ts *tasks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		answer(w, req.ID, ts.view(t, "task"))
+	case "subscriptions/listen":
+		if len(req.Params.Notifications.TaskIDs) == 0 {
+			ts.next.ServeHTTP(w, r)
+			return
+		}
+		if !declared {
+			fail(w, req.ID, http.StatusBadRequest, -32021, "Missing required client capability",
+				map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExt: map[string]any{}}}})
+			return
+		}
+		ts.listen(w, r, req)
 	case "tasks/get", "tasks/update", "tasks/cancel":
 		if !declared {
 			fail(w, req.ID, http.StatusBadRequest, -32021, "Missing required client capability",
@@ -266,7 +295,8 @@ func text(s string, isError bool) json.RawMessage {
 	return b
 }
 
-// settle moves t to a terminal status, unless it is in one.
+// settle moves t to a terminal status, unless it is in one, and tells
+// the listeners.
 func (ts *tasks) settle(t *task, status string, result, rpcErr json.RawMessage) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -274,13 +304,76 @@ func (ts *tasks) settle(t *task, status string, result, rpcErr json.RawMessage) 
 		return
 	}
 	t.Status, t.Result, t.Error, t.pending, t.Updated = status, result, rpcErr, nil, stamp()
+	ts.notify(t)
+}
+
+// notify sends t's status to the listen streams that asked for it (all
+// of them with -notify-all); ts.mu is held.
+func (ts *tasks) notify(t *task) {
+	for l := range ts.listeners {
+		if !ts.all && !l.ids[t.ID] {
+			continue
+		}
+		params := ts.detail(t)
+		params["_meta"] = map[string]any{"io.modelcontextprotocol/subscriptionId": l.id}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/tasks", "params": params})
+		select {
+		case l.out <- b:
+		default: // a stream that does not keep up misses it; tasks/get still has it
+		}
+	}
+}
+
+// listen serves a subscriptions/listen stream for task ids: the
+// acknowledgement names those it knows, then their notifications come
+// until the client goes.
+func (ts *tasks) listen(w http.ResponseWriter, r *http.Request, req request) {
+	l := &listener{id: req.ID, ids: map[string]bool{}, out: make(chan []byte, 64)}
+	agreed := []string{}
+	ts.mu.Lock()
+	for _, id := range req.Params.Notifications.TaskIDs {
+		if ts.byID[id] != nil && !l.ids[id] {
+			l.ids[id] = true
+			agreed = append(agreed, id)
+		}
+	}
+	ts.listeners[l] = true
+	ts.mu.Unlock()
+	defer func() {
+		ts.mu.Lock()
+		delete(ts.listeners, l)
+		ts.mu.Unlock()
+	}()
+	ack, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+		"params": map[string]any{"_meta": map[string]any{"io.modelcontextprotocol/subscriptionId": req.ID},
+			"notifications": map[string]any{"taskIds": agreed}}})
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	for msg := ack; ; {
+		if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", msg); err != nil || rc.Flush() != nil {
+			return
+		}
+		select {
+		case msg = <-l.out:
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 // view is t as a result of resultType rt.
 func (ts *tasks) view(t *task, rt string) map[string]any {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	v := map[string]any{"resultType": rt, "taskId": t.ID, "status": t.Status, "createdAt": t.Created,
+	v := ts.detail(t)
+	v["resultType"] = rt
+	return v
+}
+
+// detail is t as tasks/get shows it, without resultType; ts.mu is held.
+func (ts *tasks) detail(t *task) map[string]any {
+	v := map[string]any{"taskId": t.ID, "status": t.Status, "createdAt": t.Created,
 		"lastUpdatedAt": t.Updated, "ttlMs": 600000, "pollIntervalMs": 50}
 	if t.Result != nil {
 		v["result"] = t.Result
