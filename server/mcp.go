@@ -76,6 +76,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	hooks.AddAfterUnsubscribe(m.unsubscribed)
 	hooks.AddOnUnregisterSession(func(_ context.Context, s mcpserver.ClientSession) { m.unsubscribeAll(s.SessionID()) })
 	hooks.AddAfterDiscover(m.discovered)
+	hooks.AddBeforeSubscriptionsListen(heldListen)
 	// mcp-go answers a tools/call of a tool it does not list (unknown, or
 	// one the caller may not see) itself: count it and fail its span as
 	// what it is, not as a success.

@@ -1,13 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/capgate/capgate/router"
 	"github.com/capgate/capgate/tool"
@@ -25,10 +28,12 @@ import (
 // The store the replicas share says whose a task is, so a task made
 // through one replica is heard through any other: each listens at the
 // upstream over its own link. The acknowledgement agrees to the ids whose
-// upstream agreed within ackWait. A listen naming task ids is answered
-// for task ids alone: list changes and resource subscriptions asked for
-// in the same request are not agreed to (the acknowledgement says so),
-// and a client asks for them on a listen of their own.
+// upstream agreed within ackWait. A listen that also
+// asks for list changes or resource subscriptions is served by mcp-go as
+// any other, without the task ids: capgate adds the ids it agreed to to
+// mcp-go's acknowledgement (ackWriter) and puts the task notifications
+// into the listen's session after it, where mcp-go writes them in turn
+// with its own (heldListen).
 
 // maxListenTasks bounds the task ids of one subscriptions/listen.
 const maxListenTasks = 100
@@ -39,12 +44,13 @@ const ackWait = 10 * time.Second
 
 // listenTasks serves a subscriptions/listen for the task ids in params
 // (the extension declared).
-func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, id json.RawMessage, params map[string]json.RawMessage) {
+func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, id json.RawMessage, params map[string]json.RawMessage) {
 	var n struct {
 		TaskIDs []string `json:"taskIds"`
 	}
-	if err := json.Unmarshal(params["notifications"], &n); err != nil {
-		writeRPCError(w, id, mcp.INVALID_PARAMS, "subscriptions/listen: params.notifications.taskIds must be an array of strings", nil)
+	var others mcp.SubscriptionFilter // what else the listen asks for
+	if err := json.Unmarshal(params["notifications"], &n); err != nil || json.Unmarshal(params["notifications"], &others) != nil {
+		writeRPCError(w, id, mcp.INVALID_PARAMS, "subscriptions/listen: params.notifications is not a filter (taskIds must be an array of strings)", nil)
 		return
 	}
 	if len(n.TaskIDs) > maxListenTasks {
@@ -68,6 +74,8 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, id json.RawMes
 		}
 		bySource[tw.Source][tw.UpstreamID] = tw
 	}
+	upCtx, upCancel := context.WithCancel(ctx) // the upstream listens
+	defer upCancel()
 	out := make(chan json.RawMessage)
 	var (
 		mu     sync.Mutex
@@ -118,12 +126,20 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, id json.RawMes
 		wg.Go(func() {
 			// An upstream that refuses, or goes before acknowledging, agreed
 			// to nothing.
-			_ = src.ListenTasks(ctx, ids, acked, on)
+			_ = src.ListenTasks(upCtx, ids, acked, on)
 			acked(nil)
 		})
 	}
 	defer wg.Wait()
 	defer cancel()
+	// When no upstream listens any more (each refused, or its source went
+	// with a reload and could not reopen), the stream ends, so that the
+	// client listens again.
+	gone := make(chan struct{})
+	go func(gone chan struct{}) {
+		wg.Wait()
+		close(gone)
+	}(gone)
 
 	timer := time.NewTimer(ackWait)
 	for waiting := len(bySource); waiting > 0; {
@@ -141,6 +157,15 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, id json.RawMes
 	ids := append([]string{}, agreed...)
 	mu.Unlock()
 
+	if !others.IsEmpty() {
+		// mcp-go serves what it knows, capgate declaring every kind.
+		if len(ids) == 0 {
+			upCancel() // nothing agreed: nothing to hear upstream
+			gone = nil // the stream is mcp-go's to end
+		}
+		m.listenWithMCP(w, r.WithContext(ctx), body, params, ids, out, gone)
+		return
+	}
 	sub := map[string]json.RawMessage{mcp.MetaKeySubscriptionID: id}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -180,8 +205,147 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, id json.RawMes
 			if !send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tasks", "params": params}) {
 				return
 			}
+		case <-gone:
+			send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"_meta": sub, "resultType": "complete"}})
+			return
 		case <-ctx.Done():
 			return
 		}
 	}
 }
+
+// listenWithMCP has mcp-go serve a listen that asks for more than task
+// ids: body without them. ids are the task ids capgate agreed to, and
+// their notifications come on out.
+func (m *MCP) listenWithMCP(w http.ResponseWriter, r *http.Request, body []byte, params map[string]json.RawMessage, ids []string, out <-chan json.RawMessage, gone <-chan struct{}) {
+	var top, n map[string]json.RawMessage
+	json.Unmarshal(body, &top)
+	json.Unmarshal(params["notifications"], &n)
+	delete(n, "taskIds")
+	rest := make(map[string]json.RawMessage, len(params))
+	for k, v := range params {
+		rest[k] = v
+	}
+	rest["notifications"], _ = json.Marshal(n)
+	top["params"], _ = json.Marshal(rest)
+	body, err := json.Marshal(top)
+	if err != nil {
+		writeRPCError(w, top["id"], mcp.INTERNAL_ERROR, "subscriptions/listen: "+err.Error(), nil)
+		return
+	}
+	hold := &listenHold{ready: make(chan struct{})}
+	aw := &ackWriter{ResponseWriter: w, ids: ids, acked: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), listenHoldKey{}, hold))
+	defer cancel()
+	r = r.WithContext(ctx)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		// After the acknowledgement (written with the task ids), into the
+		// listen's own session: mcp-go writes them on its stream, tagged.
+		for _, wait := range []chan struct{}{aw.acked, hold.ready} {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return
+			}
+		}
+		for {
+			select {
+			case notice := <-out:
+				var p map[string]any
+				if json.Unmarshal(notice, &p) != nil {
+					continue
+				}
+				nt := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION,
+					Notification: mcp.Notification{Method: "notifications/tasks", Params: mcp.NotificationParams{AdditionalFields: p}}}
+				select {
+				case hold.session.NotificationChannel() <- nt:
+				case <-ctx.Done():
+					return
+				}
+			case <-gone:
+				cancel() // mcp-go ends the stream with the listen's result
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	m.stream.ServeHTTP(aw, r)
+	cancel()
+	<-served
+}
+
+type listenHoldKey struct{}
+
+// listenHold is where heldListen leaves the session mcp-go serves a
+// listen with.
+type listenHold struct {
+	once    sync.Once
+	session mcpserver.ClientSession
+	ready   chan struct{}
+}
+
+// heldListen is mcp-go's hook before a subscriptions/listen: for a listen
+// capgate adds task notifications to (listenWithMCP), it hands over the
+// listen's session.
+func heldListen(ctx context.Context, _ any, _ *mcp.SubscriptionsListenRequest) {
+	hold, ok := ctx.Value(listenHoldKey{}).(*listenHold)
+	s := mcpserver.ClientSessionFromContext(ctx)
+	if !ok || s == nil {
+		return
+	}
+	hold.once.Do(func() {
+		hold.session = s
+		close(hold.ready)
+	})
+}
+
+// ackWriter adds the task ids capgate agreed to to the acknowledgement
+// mcp-go writes first on a listen's stream (the one event of its first
+// write), and then says it was written.
+type ackWriter struct {
+	http.ResponseWriter
+	ids   []string
+	once  sync.Once
+	acked chan struct{}
+}
+
+var ackPrefix = []byte("event: message\ndata: ")
+
+func (a *ackWriter) Write(b []byte) (int, error) {
+	first := false
+	a.once.Do(func() { first = true })
+	if !first {
+		return a.ResponseWriter.Write(b)
+	}
+	data, ok := bytes.CutPrefix(b, ackPrefix)
+	var msg, params, n map[string]json.RawMessage
+	if !ok || json.Unmarshal(bytes.TrimSpace(data), &msg) != nil || string(msg["method"]) != `"`+mcp.MethodNotificationSubscriptionsAcknowledged+`"` ||
+		json.Unmarshal(msg["params"], &params) != nil || json.Unmarshal(params["notifications"], &n) != nil {
+		return a.ResponseWriter.Write(b) // not the acknowledgement: no task ids agreed
+	}
+	if n == nil {
+		n = map[string]json.RawMessage{}
+	}
+	n["taskIds"], _ = json.Marshal(a.ids)
+	params["notifications"], _ = json.Marshal(n)
+	msg["params"], _ = json.Marshal(params)
+	out, err := json.Marshal(msg)
+	if err != nil {
+		return a.ResponseWriter.Write(b)
+	}
+	ev := append(append(append([]byte{}, ackPrefix...), out...), "\n\n"...)
+	if _, err := a.ResponseWriter.Write(ev); err != nil {
+		return 0, err
+	}
+	close(a.acked)
+	return len(b), nil
+}
+
+// Flush and Unwrap let mcp-go flush the stream through a.
+func (a *ackWriter) Flush()                      { http.NewResponseController(a.ResponseWriter).Flush() }
+func (a *ackWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,6 +23,7 @@ import (
 // reads it.
 type taskListen struct {
 	agreed  []string
+	ack     map[string]json.RawMessage      // the acknowledgement's notifications
 	ended   bool                            // the stream ended with the listen's result
 	notices chan map[string]json.RawMessage // notifications/tasks params, raw
 	raw     chan string                     // the same, as they came
@@ -31,8 +34,18 @@ type taskListen struct {
 // notifications that follow arrive on the returned channels until ctx ends.
 func listenTasks(ctx context.Context, t *testing.T, base, tok string, ids ...string) *taskListen {
 	t.Helper()
+	return listenFor(ctx, t, base, tok, "", ids...)
+}
+
+// listenFor is listenTasks asking for more: more is members of the
+// listen's notifications filter besides taskIds ("" for none).
+func listenFor(ctx context.Context, t *testing.T, base, tok, more string, ids ...string) *taskListen {
+	t.Helper()
 	q, _ := json.Marshal(ids)
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":{"notifications":{"taskIds":%s},%s}}`, q, metaTasks)
+	if more != "" {
+		more = "," + more
+	}
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":{"notifications":{"taskIds":%s%s},%s}}`, q, more, metaTasks)
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/mcp", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -78,10 +91,11 @@ func listenTasks(ctx context.Context, t *testing.T, base, tok string, ids ...str
 	}
 	json.Unmarshal(ack.Params["notifications"], &agreed)
 	l.agreed = agreed.TaskIDs
+	json.Unmarshal(ack.Params["notifications"], &l.ack)
 	if !strings.Contains(string(ack.Params["_meta"]), `"io.modelcontextprotocol/subscriptionId":"L1"`) {
 		t.Errorf("the acknowledgement does not name its listen: %s", first)
 	}
-	if len(l.agreed) == 0 {
+	if len(l.agreed) == 0 && more == "" {
 		// Nothing agreed: the listen's result ends the stream.
 		last, ok := <-events
 		var res message
@@ -201,12 +215,21 @@ func TestTaskNotifications(t *testing.T) {
 			aliceLong := createTask(t, r1.URL, alice, "tk__slow_compute", `{"seconds":600,"label":"long"}`)
 			bobTask := createTask(t, r2.URL, bob, "tk__confirm_delete", `{"filename":"b.txt"}`)
 
-			// Bob asking for alice's task alone is agreed to nothing.
+			// Bob asking for alice's task alone is agreed to nothing; with
+			// list changes, to those alone.
 			if l := listenTasks(ctx, t, r2.URL, bob, aliceTask); len(l.agreed) != 0 || !l.ended {
 				t.Fatalf("bob's listen for alice's task: agreed %v", l.agreed)
 			}
+			if l := listenFor(ctx, t, r2.URL, bob, `"toolsListChanged":true`, aliceTask); len(l.agreed) != 0 || string(l.ack["toolsListChanged"]) != "true" {
+				t.Fatalf("bob's listen for list changes and alice's task: agreed %s, %s", l.ack["taskIds"], l.ack["toolsListChanged"])
+			}
 			al := listenTasks(ctx, t, r2.URL, alice, aliceTask, bobTask, aliceLong)
-			bl := listenTasks(ctx, t, r1.URL, bob, bobTask, aliceTask, aliceLong)
+			// Bob's listen asks for list changes too: mcp-go serves that
+			// part, and capgate adds the task ids to its acknowledgement.
+			bl := listenFor(ctx, t, r1.URL, bob, `"toolsListChanged":true`, bobTask, aliceTask, aliceLong)
+			if string(bl.ack["toolsListChanged"]) != "true" {
+				t.Errorf("bob's listen for list changes and tasks: list changes not agreed: %s", bl.ack["toolsListChanged"])
+			}
 			if got, want := slices.Sorted(slices.Values(al.agreed)), slices.Sorted(slices.Values([]string{aliceTask, aliceLong})); !slices.Equal(got, want) {
 				t.Fatalf("alice's listen through r2: agreed %v, want only her tasks %v", got, want)
 			}
@@ -236,6 +259,28 @@ func TestTaskNotifications(t *testing.T) {
 			}
 			awaitNotice(t, "alice", al, aliceLong, "cancelled")
 			noNotice(t, "bob, after alice's cancel", bl)
+
+			// Each listen is audited where it was served: bob's on r1
+			// agreed to one of his three ids, his listen on r2 for alice's
+			// task alone to none.
+			audited := func(r *testkit.Served, decision, detail string) {
+				t.Helper()
+				var b []byte
+				if !testkit.Poll(10*time.Second, func() bool {
+					b, _ = os.ReadFile(filepath.Join(r.Dir, "data", "audit.jsonl"))
+					for _, line := range strings.Split(string(b), "\n") {
+						var e struct{ Type, Sub, Decision, Detail string }
+						if json.Unmarshal([]byte(line), &e) == nil && e.Type == "task" && e.Sub == "bob" && e.Decision == decision && e.Detail == detail {
+							return true
+						}
+					}
+					return false
+				}) {
+					t.Errorf("no audit record of bob's %s %q:\n%s", decision, detail, b)
+				}
+			}
+			audited(r1, "allow", "subscriptions/listen: 1 of 3 task ids")
+			audited(r2, "deny", "subscriptions/listen: 0 of 1 task ids")
 		})
 	}
 }

@@ -2,8 +2,12 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -81,4 +85,76 @@ prefix = ""
 	for _, k := range slices.Sorted(maps.Keys(reg)) {
 		t.Errorf("%s passes directly and fails through capgate: %s", k, reg[k])
 	}
+}
+
+// TestHeadersClientThroughCapgate runs the suite's SEP-2243 client
+// scenarios with capgate as the client: the suite's scenario server is
+// capgate's one upstream, and internal/testkit/headersclient calls it
+// through capgate (tools/list, then the scenario's calls). What the suite
+// checks is what capgate sends: every annotated argument mirrored into its
+// Mcp-Param-* header, encoded as the specification says, none for
+// unannotated or absent ones (http-custom-headers); the tools with
+// invalid annotations never called, the valid one called
+// (http-invalid-tool-headers); Mcp-Method and Mcp-Name on each request
+// (http-standard-headers). No check may fail or warn.
+func TestHeadersClientThroughCapgate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the MCP conformance suite")
+	}
+	t.Parallel()
+	nodeBin, suiteBin := InstallRef(t)
+	command := fmt.Sprintf("%s -capgate %s -dir %s", testkit.Build(t, testkit.HeadersClient), testkit.Build(t, testkit.CapgatePkg), t.TempDir())
+	for scenario, least := range map[string]int{"http-custom-headers": 18, "http-invalid-tool-headers": 12, "http-standard-headers": 6} {
+		t.Run(scenario, func(t *testing.T) {
+			t.Parallel()
+			clientScenario(t, nodeBin, suiteBin, command, scenario, least)
+		})
+	}
+}
+
+// clientScenario runs one client scenario and requires at least least
+// checks to pass, and none to fail or warn.
+func clientScenario(t *testing.T, nodeBin, suiteBin, command, scenario string, least int) {
+	{
+		checks := runClient(t, nodeBin, suiteBin, command, scenario)
+		passed := 0
+		for _, c := range checks {
+			switch c.Status {
+			case "SUCCESS":
+				passed++
+			case "FAILURE", "WARNING":
+				t.Errorf("%s: %s %s (%s): %s", scenario, c.Status, c.Name, c.ID, c.ErrorMessage)
+			}
+		}
+		t.Logf("suite %s, %s through capgate: %d of %d checks pass", RefSuiteVersion, scenario, passed, len(checks))
+		if passed < least {
+			t.Errorf("%s: %d checks passed, want at least %d", scenario, passed, least)
+		}
+	}
+}
+
+// runClient runs the suite's client scenario at 2026-07-28 with command
+// as the client and returns its checks.
+func runClient(t *testing.T, nodeBin, suiteBin, command, scenario string) []Check {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := t.TempDir()
+	cmd := exec.CommandContext(ctx, nodeBin, suiteBin, "client", "--command", command, "--scenario", scenario,
+		"--spec-version", "2026-07-28", "--timeout", "60000", "-o", out)
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "FORCE_COLOR=0")
+	text, _ := cmd.CombinedOutput()
+	dirs, _ := filepath.Glob(filepath.Join(out, scenario+"-*", "checks.json"))
+	if len(dirs) != 1 {
+		t.Fatalf("%s: the suite wrote %d checks.json:\n%s", scenario, len(dirs), text)
+	}
+	b, err := os.ReadFile(dirs[0])
+	var checks []Check
+	if err == nil {
+		err = json.Unmarshal(b, &checks)
+	}
+	if err != nil || len(checks) == 0 {
+		t.Fatalf("%s: %v %s\n%s", scenario, err, b, text)
+	}
+	return checks
 }

@@ -169,6 +169,10 @@ const TasksFixture = "github.com/capgate/capgate/internal/testkit/tasksfixture"
 // annotations (SEP-2243) and answer with the headers they were called with.
 const HeadersFixture = "github.com/capgate/capgate/internal/testkit/headersfixture"
 
+// HeadersClient is the client the conformance suite's SEP-2243 client
+// scenarios run: it calls the scenario's server through a capgate serve.
+const HeadersClient = "github.com/capgate/capgate/internal/testkit/headersclient"
+
 // BridgeFixture is the bridge-v1 provider the tests run.
 const BridgeFixture = "github.com/capgate/capgate/internal/testkit/bridgefixture"
 
