@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/capgate/capgate/harden"
 	"github.com/capgate/capgate/internal/mcpconv"
 	"github.com/capgate/capgate/permissions"
 	"github.com/capgate/capgate/registry"
@@ -51,6 +53,9 @@ type relayedPrompt struct {
 
 type subscriber struct {
 	caller *router.Caller
+	// deliver takes the updates of a 2026-07-28 listen's subscription
+	// (tasklisten.go); a 2025-11-25 session's go by its session id.
+	deliver func(uri string)
 }
 
 // knowledgeID is the item id of an upstream resource.
@@ -385,10 +390,22 @@ func (m *MCP) resourceUpdated(up *upstream, params json.RawMessage) {
 	if json.Unmarshal(params, &p) != nil || p.URI == "" {
 		return
 	}
+	// Only the URI goes on, and only one fit for a caller.
+	if raw, err := json.Marshal(p); err != nil {
+		return
+	} else if _, found := harden.JSON(raw); found {
+		return
+	}
 	m.relay.mu.Lock()
 	var sessions []string
+	var listens []func(string)
 	for sid, s := range m.relay.subs[p.URI] {
-		if m.rt().May(s.caller, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), p.URI)) {
+		if !m.rt().May(s.caller, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), p.URI)) {
+			continue
+		}
+		if s.deliver != nil {
+			listens = append(listens, s.deliver)
+		} else {
 			sessions = append(sessions, sid)
 		}
 	}
@@ -396,4 +413,36 @@ func (m *MCP) resourceUpdated(up *upstream, params json.RawMessage) {
 	for _, sid := range sessions {
 		_ = m.srv.SendNotificationToSpecificClient(sid, "notifications/resources/updated", map[string]any{"uri": p.URI})
 	}
+	for _, deliver := range listens {
+		deliver(p.URI)
+	}
+}
+
+// listenResources subscribes the listen key for c to the URIs of uris
+// that capgate relays and c may read, as resources/subscribe does a
+// session, and returns them (once each, in order); updates of them go to
+// deliver, which must not block. A URI that is unknown and one c may not
+// read are alike left out. unsubscribe(key, uri) ends each.
+func (m *MCP) listenResources(ctx context.Context, key string, c *router.Caller, uris []string, deliver func(string)) []string {
+	var agreed []string
+	m.relay.mu.Lock()
+	for _, uri := range uris {
+		up, ok := m.relay.resources[uri]
+		if !ok || slices.Contains(agreed, uri) || !m.rt().May(c, permissions.Fetch, permissions.Knowledge, knowledgeID(up.src.ID(), uri)) {
+			continue
+		}
+		if m.relay.subs == nil {
+			m.relay.subs, m.relay.upSubs = map[string]map[string]*subscriber{}, map[string]bool{}
+		}
+		if m.relay.subs[uri] == nil {
+			m.relay.subs[uri] = map[string]*subscriber{}
+		}
+		m.relay.subs[uri][key] = &subscriber{caller: c, deliver: deliver}
+		agreed = append(agreed, uri)
+	}
+	m.relay.mu.Unlock()
+	for _, uri := range agreed {
+		m.subscribeUpstream(context.WithoutCancel(ctx), uri)
+	}
+	return agreed
 }

@@ -3,9 +3,11 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,35 +37,72 @@ import (
 // into the listen's session after it, where mcp-go writes them in turn
 // with its own (heldListen).
 
-// maxListenTasks bounds the task ids of one subscriptions/listen.
+// maxListenTasks bounds the task ids of one subscriptions/listen, and
+// its resource URIs.
 const maxListenTasks = 100
 
 // ackWait bounds how long capgate waits for the upstreams to acknowledge
 // before it acknowledges what they agreed to by then.
 const ackWait = 10 * time.Second
 
-// listenTasks serves a subscriptions/listen for the task ids in params
-// (the extension declared).
-func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, id json.RawMessage, params map[string]json.RawMessage) {
+// listenNotice is one notification for a listen's stream.
+type listenNotice struct {
+	method string
+	params json.RawMessage
+}
+
+// listen serves a subscriptions/listen for the task ids in params (when
+// withTasks: the extension declared) and its resource subscriptions.
+func (m *MCP) listen(w http.ResponseWriter, r *http.Request, body []byte, id json.RawMessage, params map[string]json.RawMessage, withTasks bool) {
 	var n struct {
-		TaskIDs []string `json:"taskIds"`
+		TaskIDs   []string `json:"taskIds"`
+		Resources []string `json:"resourceSubscriptions"`
 	}
 	var others mcp.SubscriptionFilter // what else the listen asks for
 	if err := json.Unmarshal(params["notifications"], &n); err != nil || json.Unmarshal(params["notifications"], &others) != nil {
-		writeRPCError(w, id, mcp.INVALID_PARAMS, "subscriptions/listen: params.notifications is not a filter (taskIds must be an array of strings)", nil)
+		writeRPCError(w, id, mcp.INVALID_PARAMS, "subscriptions/listen: params.notifications is not a filter (taskIds and resourceSubscriptions must be arrays of strings)", nil)
 		return
+	}
+	others.ResourceSubscriptions = nil // capgate's, below
+	if !withTasks {
+		n.TaskIDs = nil
 	}
 	if len(n.TaskIDs) > maxListenTasks {
 		writeRPCError(w, id, mcp.INVALID_PARAMS, "subscriptions/listen: more than 100 taskIds", nil)
 		return
 	}
+	if len(n.Resources) > maxListenTasks {
+		writeRPCError(w, id, mcp.INVALID_PARAMS, "subscriptions/listen: more than 100 resourceSubscriptions", nil)
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	c := CallerFrom(ctx)
-	watches, err := m.rt().WatchTasks(ctx, c, n.TaskIDs, "mcp/"+modernProtocol)
-	if err != nil {
-		writeRPCError(w, id, mcp.INTERNAL_ERROR, "subscriptions/listen: "+tool.ErrorMessage(err), nil)
-		return
+	var watches []router.TaskWatch
+	if len(n.TaskIDs) > 0 {
+		var err error
+		if watches, err = m.rt().WatchTasks(ctx, c, n.TaskIDs, "mcp/"+modernProtocol); err != nil {
+			writeRPCError(w, id, mcp.INTERNAL_ERROR, "subscriptions/listen: "+tool.ErrorMessage(err), nil)
+			return
+		}
+	}
+	out := make(chan listenNotice)
+
+	// The resources: subscribed as resources/subscribe does for a session,
+	// under a key of this stream's own, until it ends; their updates
+	// coalesce in pending, so the upstream's reader never waits for the
+	// caller.
+	var resources []string
+	if len(n.Resources) > 0 {
+		key := "listen/" + rand.Text()
+		pending := &pendingURIs{ready: make(chan struct{}, 1)}
+		resources = m.listenResources(ctx, key, c, n.Resources, pending.add)
+		defer func() {
+			for _, uri := range resources {
+				m.unsubscribe(key, uri)
+			}
+		}()
+		go pending.pass(ctx, out)
 	}
 
 	// One upstream stream per source, the caller's alone.
@@ -76,7 +115,6 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, i
 	}
 	upCtx, upCancel := context.WithCancel(ctx) // the upstream listens
 	defer upCancel()
-	out := make(chan json.RawMessage)
 	var (
 		mu     sync.Mutex
 		agreed []string
@@ -119,7 +157,7 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, i
 				return
 			}
 			select {
-			case out <- notice:
+			case out <- listenNotice{"notifications/tasks", notice}:
 			case <-ctx.Done():
 			}
 		}
@@ -134,7 +172,7 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, i
 	defer cancel()
 	// When no upstream listens any more (each refused, or its source went
 	// with a reload and could not reopen), the stream ends, so that the
-	// client listens again.
+	// client listens again; a stream with resources subscribed lasts.
 	gone := make(chan struct{})
 	go func(gone chan struct{}) {
 		wg.Wait()
@@ -154,16 +192,31 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, i
 	}
 	timer.Stop()
 	mu.Lock()
-	ids := append([]string{}, agreed...)
+	var ids []string // nil when the listen named no task ids
+	if len(n.TaskIDs) > 0 {
+		ids = append([]string{}, agreed...)
+	}
 	mu.Unlock()
+	if len(ids) == 0 {
+		upCancel() // nothing agreed: nothing to hear upstream
+	}
+	if len(resources) > 0 {
+		gone = nil
+	}
+	ack := map[string]any{}
+	if ids != nil {
+		ack["taskIds"] = ids
+	}
+	if len(resources) > 0 {
+		ack["resourceSubscriptions"] = resources
+	}
 
 	if !others.IsEmpty() {
 		// mcp-go serves what it knows, capgate declaring every kind.
-		if len(ids) == 0 {
-			upCancel() // nothing agreed: nothing to hear upstream
+		if len(ids) == 0 && len(resources) == 0 {
 			gone = nil // the stream is mcp-go's to end
 		}
-		m.listenWithMCP(w, r.WithContext(ctx), body, params, ids, out, gone)
+		m.listenWithMCP(w, r.WithContext(ctx), body, params, ack, out, gone)
 		return
 	}
 	sub := map[string]json.RawMessage{mcp.MetaKeySubscriptionID: id}
@@ -186,10 +239,10 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, i
 		return rc.Flush() == nil
 	}
 	if !send(map[string]any{"jsonrpc": "2.0", "method": mcp.MethodNotificationSubscriptionsAcknowledged,
-		"params": map[string]any{"_meta": sub, "notifications": map[string]any{"taskIds": ids}}}) {
+		"params": map[string]any{"_meta": sub, "notifications": ack}}) {
 		return
 	}
-	if len(ids) == 0 {
+	if len(ids) == 0 && len(resources) == 0 {
 		// Nothing to tell of: the stream ends, as for an empty filter.
 		send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]any{"_meta": sub, "resultType": "complete"}})
 		return
@@ -198,11 +251,11 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, i
 		select {
 		case notice := <-out:
 			var params map[string]json.RawMessage
-			if json.Unmarshal(notice, &params) != nil {
+			if json.Unmarshal(notice.params, &params) != nil {
 				continue
 			}
 			params["_meta"], _ = json.Marshal(sub)
-			if !send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tasks", "params": params}) {
+			if !send(map[string]any{"jsonrpc": "2.0", "method": notice.method, "params": params}) {
 				return
 			}
 		case <-gone:
@@ -214,14 +267,60 @@ func (m *MCP) listenTasks(w http.ResponseWriter, r *http.Request, body []byte, i
 	}
 }
 
+// pendingURIs are the resources updated since a listen's stream last
+// passed them on, once each: an update says "read it again", so two that
+// wait are one.
+type pendingURIs struct {
+	mu    sync.Mutex
+	uris  []string
+	ready chan struct{} // one signal at most
+}
+
+func (p *pendingURIs) add(uri string) {
+	p.mu.Lock()
+	if !slices.Contains(p.uris, uri) {
+		p.uris = append(p.uris, uri)
+	}
+	p.mu.Unlock()
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pass puts the updates on out as notifications/resources/updated until
+// ctx ends.
+func (p *pendingURIs) pass(ctx context.Context, out chan<- listenNotice) {
+	for {
+		select {
+		case <-p.ready:
+		case <-ctx.Done():
+			return
+		}
+		p.mu.Lock()
+		uris := p.uris
+		p.uris = nil
+		p.mu.Unlock()
+		for _, uri := range uris {
+			params, _ := json.Marshal(map[string]string{"uri": uri})
+			select {
+			case out <- listenNotice{string(mcp.MethodNotificationResourceUpdated), params}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
 // listenWithMCP has mcp-go serve a listen that asks for more than task
-// ids: body without them. ids are the task ids capgate agreed to, and
-// their notifications come on out.
-func (m *MCP) listenWithMCP(w http.ResponseWriter, r *http.Request, body []byte, params map[string]json.RawMessage, ids []string, out <-chan json.RawMessage, gone <-chan struct{}) {
+// ids and resources: body without them. ack is what capgate agreed to of
+// those, and their notifications come on out.
+func (m *MCP) listenWithMCP(w http.ResponseWriter, r *http.Request, body []byte, params map[string]json.RawMessage, ack map[string]any, out <-chan listenNotice, gone <-chan struct{}) {
 	var top, n map[string]json.RawMessage
 	json.Unmarshal(body, &top)
 	json.Unmarshal(params["notifications"], &n)
 	delete(n, "taskIds")
+	delete(n, "resourceSubscriptions")
 	rest := make(map[string]json.RawMessage, len(params))
 	for k, v := range params {
 		rest[k] = v
@@ -234,7 +333,7 @@ func (m *MCP) listenWithMCP(w http.ResponseWriter, r *http.Request, body []byte,
 		return
 	}
 	hold := &listenHold{ready: make(chan struct{})}
-	aw := &ackWriter{ResponseWriter: w, ids: ids, acked: make(chan struct{})}
+	aw := &ackWriter{ResponseWriter: w, agreed: ack, acked: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), listenHoldKey{}, hold))
 	defer cancel()
 	r = r.WithContext(ctx)
@@ -243,7 +342,7 @@ func (m *MCP) listenWithMCP(w http.ResponseWriter, r *http.Request, body []byte,
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		// After the acknowledgement (written with the task ids), into the
+		// After the acknowledgement (written with capgate's part), into the
 		// listen's own session: mcp-go writes them on its stream, tagged.
 		for _, wait := range []chan struct{}{aw.acked, hold.ready} {
 			select {
@@ -256,11 +355,11 @@ func (m *MCP) listenWithMCP(w http.ResponseWriter, r *http.Request, body []byte,
 			select {
 			case notice := <-out:
 				var p map[string]any
-				if json.Unmarshal(notice, &p) != nil {
+				if json.Unmarshal(notice.params, &p) != nil {
 					continue
 				}
 				nt := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION,
-					Notification: mcp.Notification{Method: "notifications/tasks", Params: mcp.NotificationParams{AdditionalFields: p}}}
+					Notification: mcp.Notification{Method: notice.method, Params: mcp.NotificationParams{AdditionalFields: p}}}
 				select {
 				case hold.session.NotificationChannel() <- nt:
 				case <-ctx.Done():
@@ -304,14 +403,14 @@ func heldListen(ctx context.Context, _ any, _ *mcp.SubscriptionsListenRequest) {
 	})
 }
 
-// ackWriter adds the task ids capgate agreed to to the acknowledgement
-// mcp-go writes first on a listen's stream (the one event of its first
-// write), and then says it was written.
+// ackWriter adds what capgate agreed to (task ids, resources) to the
+// acknowledgement mcp-go writes first on a listen's stream (the one event
+// of its first write), and then says it was written.
 type ackWriter struct {
 	http.ResponseWriter
-	ids   []string
-	once  sync.Once
-	acked chan struct{}
+	agreed map[string]any
+	once   sync.Once
+	acked  chan struct{}
 }
 
 var ackPrefix = []byte("event: message\ndata: ")
@@ -326,12 +425,14 @@ func (a *ackWriter) Write(b []byte) (int, error) {
 	var msg, params, n map[string]json.RawMessage
 	if !ok || json.Unmarshal(bytes.TrimSpace(data), &msg) != nil || string(msg["method"]) != `"`+mcp.MethodNotificationSubscriptionsAcknowledged+`"` ||
 		json.Unmarshal(msg["params"], &params) != nil || json.Unmarshal(params["notifications"], &n) != nil {
-		return a.ResponseWriter.Write(b) // not the acknowledgement: no task ids agreed
+		return a.ResponseWriter.Write(b) // not the acknowledgement: nothing of capgate's agreed
 	}
 	if n == nil {
 		n = map[string]json.RawMessage{}
 	}
-	n["taskIds"], _ = json.Marshal(a.ids)
+	for k, v := range a.agreed {
+		n[k], _ = json.Marshal(v)
+	}
 	params["notifications"], _ = json.Marshal(n)
 	msg["params"], _ = json.Marshal(params)
 	out, err := json.Marshal(msg)

@@ -108,7 +108,7 @@ func plainBody(b []byte) bool {
 
 // taskMethod serves r when it is a task method on the stateless protocol
 // while some upstream offers tasks, or a subscriptions/listen asking for
-// task notifications, and says whether it did.
+// task notifications or resource updates, and says whether it did.
 func (m *MCP) taskMethod(w http.ResponseWriter, r *http.Request, p *posted) bool {
 	if r.Header.Get(mcp.HeaderProtocolVersion) != modernProtocol {
 		return false
@@ -118,7 +118,11 @@ func (m *MCP) taskMethod(w http.ResponseWriter, r *http.Request, p *posted) bool
 		return false
 	}
 	method, ok := methodOf(top[2])
-	if !ok || !(taskMethods[method] || method == "subscriptions/listen") || !present(top[1]) || !m.offersTasks() {
+	if !ok || !(taskMethods[method] || method == "subscriptions/listen") || !present(top[1]) {
+		return false
+	}
+	tasks := m.offersTasks()
+	if !tasks && method != "subscriptions/listen" {
 		return false
 	}
 	id := json.RawMessage(top[1])
@@ -131,22 +135,24 @@ func (m *MCP) taskMethod(w http.ResponseWriter, r *http.Request, p *posted) bool
 		return true
 	}
 	if method == "subscriptions/listen" {
-		// Task status notifications: capgate serves the stream
-		// (tasklisten.go); asking for them undeclared is an error
-		// (SEP-2663).
+		// Task status notifications and resource updates: capgate serves
+		// the stream (tasklisten.go); asking for task notifications
+		// undeclared is an error (SEP-2663).
 		var n struct {
-			TaskIDs []json.RawMessage `json:"taskIds"`
+			TaskIDs   []json.RawMessage `json:"taskIds"`
+			Resources []json.RawMessage `json:"resourceSubscriptions"`
 		}
 		json.Unmarshal(params["notifications"], &n)
-		if len(n.TaskIDs) == 0 {
+		withTasks := tasks && len(n.TaskIDs) > 0
+		if !withTasks && len(n.Resources) == 0 {
 			return false
 		}
-		if declaresTasks(params["_meta"]) {
+		if !withTasks || declaresTasks(params["_meta"]) {
 			if got := r.Header.Get(mcp.HeaderMethod); got != method {
 				writeRPCError(w, id, mcp.HEADER_MISMATCH, "Header mismatch: Mcp-Method "+strconv.Quote(got)+" is not the request's method", nil)
 				return true
 			}
-			m.listenTasks(w, r, p.body, id, params)
+			m.listen(w, r, p.body, id, params, withTasks)
 			return true
 		}
 	}
