@@ -30,12 +30,21 @@ import (
 // The store the replicas share says whose a task is, so a task made
 // through one replica is heard through any other: each listens at the
 // upstream over its own link. The acknowledgement agrees to the ids whose
-// upstream agreed within ackWait. A listen that also
-// asks for list changes or resource subscriptions is served by mcp-go as
-// any other, without the task ids: capgate adds the ids it agreed to to
-// mcp-go's acknowledgement (ackWriter) and puts the task notifications
-// into the listen's session after it, where mcp-go writes them in turn
-// with its own (heldListen).
+// upstream agreed within ackWait.
+//
+// Resource updates (resourceSubscriptions, on any 2026-07-28 listen):
+// mcp-go would agree to every URI and deliver nothing (its listen session
+// is not one capgate's relay can reach), so capgate serves them too. A
+// URI is agreed to when the relay serves it and the caller may read it
+// (what gates resources/read); it is subscribed for this stream alone in
+// the relay, as a session's resources/subscribe is (relay.go: the first
+// subscriber subscribes upstream, the last to leave unsubscribes), and
+// its updates come on this stream only, while the caller may still read
+// it. A listen that also asks for list changes is served by mcp-go as
+// any other, without the task ids and resources: capgate adds what it
+// agreed to to mcp-go's acknowledgement (ackWriter) and puts its
+// notifications into the listen's session after it, where mcp-go writes
+// them in turn with its own (heldListen).
 
 // maxListenTasks bounds the task ids of one subscriptions/listen, and
 // its resource URIs.
