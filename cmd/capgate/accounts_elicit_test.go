@@ -65,7 +65,7 @@ func (o *oauthServe) elicitClient(t *testing.T, sub, protocol string, caps mcp.C
 	if protocol != "" {
 		copts = append(copts, client.WithProtocolVersion(protocol))
 	}
-	c := client.NewClient(tr, copts...)
+	c := newMCPClient(tr, copts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {

@@ -15,6 +15,7 @@ import (
 // the real capgate binary, the tool is HIGH with fs.delete, as its words
 // say; only with trust_annotations = true does the hint make it LOW.
 func TestToolsListUntrustedAnnotationsNeverLowerRisk(t *testing.T) {
+	t.Parallel()
 	bin, fixture := testkit.Build(t, capgatePkg), testkit.Build(t, testkit.MCPFixture)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "capgate.toml")

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -88,6 +87,7 @@ func postAnonymous(t *testing.T, base, name string) (int, string) {
 // calls in: the running value stays, and the log says a restart is
 // needed. A grant changed in the same edit is applied.
 func TestReloadKeepsRestartOnlyKeys(t *testing.T) {
+	t.Parallel()
 	s := startReload(t, "")
 	if status, _ := postAnonymous(t, s.URL, "fx__echo"); status != http.StatusUnauthorized {
 		t.Fatalf("a tokenless call before the reload: %d, want 401", status)
@@ -174,13 +174,14 @@ func TestSecondServeRefused(t *testing.T) {
 // Ordinary words and counts (tokens_used, passage, a name/value pair of
 // no credential) still reach the caller.
 func TestHostileShapesWithheld(t *testing.T) {
+	t.Parallel()
 	s, _ := startHostile(t)
 	tr, err := transport.NewStreamableHTTP("http://"+s.addr+"/mcp",
 		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + s.mint(t, "alice", "private")}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.NewClient(tr)
+	c := newMCPClient(tr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {
@@ -264,6 +265,7 @@ func TestHostileShapesWithheld(t *testing.T) {
 // key, or removes .head. With capgate's key, `capgate audit verify` finds
 // each; without it, the rewritten head passes, as the README says.
 func TestAuditTruncationDetected(t *testing.T) {
+	t.Parallel()
 	s := startReload(t, "")
 	for range 3 {
 		if out := s.call(t, "fx__echo", `{"message":"hi"}`); strings.Contains(out, `"isError":true`) {
@@ -348,10 +350,13 @@ func TestAuditTruncationDetected(t *testing.T) {
 
 // TestSessionsBounded: 300 initialize calls against a real serve with
 // max_sessions = 50 leave at most 50 sessions held (capgate_mcp_sessions),
-// and once they are idle past session_idle_timeout none is held.
+// and once they are idle past session_idle_timeout none is held. The
+// timeout is 10 s, not less: the first 41 calls must all be held at once,
+// which took over a second on a loaded machine.
 func TestSessionsBounded(t *testing.T) {
+	t.Parallel()
 	metricsAddr := testkit.FreeAddr(t)
-	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf("metrics_listen = %q\nsession_idle_timeout = \"1s\"\nmax_sessions = 50\n", metricsAddr)})
+	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf("metrics_listen = %q\nsession_idle_timeout = \"10s\"\nmax_sessions = 50\n", metricsAddr)})
 	tok := cg.Token(t, token.Claims{Sub: "alice"})
 	held := func() float64 {
 		return series(scrape(t, "http://"+metricsAddr+"/metrics"), "capgate_mcp_sessions", nil).GetGauge().GetValue()
@@ -365,11 +370,7 @@ func TestSessionsBounded(t *testing.T) {
 	if n := held(); n > 50 {
 		t.Errorf("after 300 initialize calls %v sessions are held, want 50 at most", n)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for held() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v sessions still held 30 s after they went idle (session_idle_timeout 1s)", held())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testkit.Poll(time.Minute, func() bool { return held() == 0 }) {
+		t.Fatalf("%v sessions still held a minute after they went idle (session_idle_timeout 10s)", held())
 	}
 }

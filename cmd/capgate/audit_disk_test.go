@@ -24,6 +24,7 @@ import (
 // audit gate; serve said so once (one ERROR), and once when it recovered
 // (one INFO); capgate audit verify checks a log holding every call that ran.
 func TestServeAuditDiskFull(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

@@ -34,6 +34,7 @@ func postInitialize(t *testing.T, base, tok string) (int, string) {
 // its key but past its exp with a 401 whose error_description says
 // "expired", which MCP clients show to the user.
 func TestServeExpiredToken(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, "")
 	secret := token.ParseSecret(s.secret)
 	now := time.Now()

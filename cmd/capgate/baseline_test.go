@@ -282,6 +282,7 @@ func unixHello(t *testing.T, addr string) {
 // extension command runs; the kernel ends the command too, instead of
 // letting it finish its side effects without capgate.
 func TestToolDiesWithCapgate(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -334,6 +335,7 @@ func TestToolDiesWithCapgate(t *testing.T) {
 // value is in serve's /proc/<pid>/environ. A secret set both ways is
 // refused at start, naming both.
 func TestSecretsFromFiles(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -382,6 +384,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // anyway and gives up (exit 254); the caller's error names the guarantee
 // the kernel refused and the hint the declaration that would allow it.
 func TestDenialNamesTheGuarantee(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

@@ -27,7 +27,7 @@ func (s *served) mcpAs(t *testing.T, tok string, opts ...client.ClientOption) *c
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.NewClient(tr, opts...)
+	c := newMCPClient(tr, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {
@@ -81,9 +81,9 @@ func vmHWM(t *testing.T, pid int) int64 {
 // capability_invalid_output naming the limit, capgate's peak memory stays
 // far below the result's size, and the source's next call works.
 func TestServeBoundsResults(t *testing.T) {
-	t.Setenv("MCPFIXTURE_BOUNDS", "1") // for the HTTP fixture started here
+	t.Parallel()
 	fxh := testkit.FreeAddr(t)
-	testkit.ServeMCPFixture(t, "-http", fxh)
+	testkit.ServeMCPFixture(t, "-http", fxh, "-bounds")
 	packs := t.TempDir()
 	os.MkdirAll(filepath.Join(packs, "big"), 0o755)
 	os.WriteFile(filepath.Join(packs, "big", "extension.yaml"), []byte(`id: tools.big
@@ -180,6 +180,7 @@ grants = ["rye.execute.tool.mcp.fxh.*", "rye.execute.tool.ext.tools.*"]
 // only one in flight. Neither reaches bob (or anyone): the log message is
 // dropped and the sampling request refused.
 func TestServeStrayMessagesReachNobody(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, `
 [mcp.servers.fx.env]
 MCPFIXTURE_BOUNDS = "1"

@@ -286,9 +286,9 @@ func TestApprovedInputIsWhatRuns(t *testing.T) {
 func TestApprovalSurvivesRefusals(t *testing.T) {
 	t.Parallel()
 	extra, log := callsPack(t)
-	// One token every 10 s: slow enough that a loaded machine's approvals
-	// between the calls below do not refill one.
-	s := startServe(t, extra+"\n[policy.rate_limit]\nper_minute = 6\nburst = 2\n")
+	// One token every 30 s: slow enough that a loaded machine's approvals
+	// between the calls below do not refill one (10 s was not).
+	s := startServe(t, extra+"\n[policy.rate_limit]\nper_minute = 2\nburst = 2\n")
 	alice, bob := s.mint(t, "alice", "private"), s.mint(t, "bob", "private")
 
 	// An approved input the schema refuses: refused every time, and the
@@ -347,9 +347,9 @@ func TestApprovalSurvivesRefusals(t *testing.T) {
 	if st := s.liveApprovals(t)[id]; st != "approved" {
 		t.Fatalf("after the rate limit refused the call, approval %s is %q, want approved (unused)", id, st)
 	}
-	// Once the bucket refills (6 a minute: one every 10 s), it runs on the
+	// Once the bucket refills (2 a minute: one every 30 s), it runs on the
 	// same approval.
-	testkit.WaitFor(t, 40*time.Second, "the bucket to refill", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "the bucket to refill", func() bool {
 		a := s.invokeRaw(t, alice, "ext:calls:danger", `{"cmd":"c"}`, "")
 		if a.Code != "" && a.Code != "rate_limited" {
 			t.Fatalf("the retry after the refill: %+v", a)

@@ -16,6 +16,7 @@ import (
 // known key or value for a mistyped one; a syntax error, after which
 // nothing can be read, is reported alone at its line.
 func TestConfigCheckReportsEverything(t *testing.T) {
+	t.Parallel()
 	bin := testkit.Build(t, testkit.CapgatePkg)
 	check := func(src string) (string, int) {
 		t.Helper()

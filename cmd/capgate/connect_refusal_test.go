@@ -15,6 +15,7 @@ import (
 // reason (its WWW-Authenticate error_description: expired, bad signature),
 // not only "authorization required"; the token is never printed.
 func TestConnectSaysWhyTheTokenIsRefused(t *testing.T) {
+	t.Parallel()
 	cg := testkit.StartCapgate(t, testkit.Capgate{})
 	expired := cg.Token(t, token.Claims{Sub: "late", IssuedAt: time.Now().Add(-2 * time.Hour), ExpiresAt: time.Now().Add(-time.Hour)})
 	forged := testkit.Mint(t, "another-key-entirely-0123456789abcdef", token.Claims{Sub: "mallory"})

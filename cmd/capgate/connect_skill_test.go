@@ -25,6 +25,7 @@ import (
 // client without sampling does not see use_skill, nor does a 2026-07-28
 // client, which connect cannot ask in input rounds yet.
 func TestConnectUseSkillNeedsSampling(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve and connect")
 	}
@@ -43,7 +44,7 @@ dirs = [%q]
 
 	open := func(opts ...client.ClientOption) *client.Client {
 		t.Helper()
-		c := client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok), "connect", "http://"+s.addr+"/mcp"), opts...)
+		c := newMCPClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok), "connect", "http://"+s.addr+"/mcp"), opts...)
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -62,7 +62,11 @@ func browser(t *testing.T) context.Context {
 	// then the honest retry, and a second failure fails the test.
 	var bctx context.Context
 	for attempt := 1; ; attempt++ {
-		actx, cancel := chromedp.NewExecAllocator(context.Background(), append(opts, chromedp.UserDataDir(t.TempDir()))...)
+		// TMPDIR too: chromium makes its singleton socket's directory
+		// (org.chromium.Chromium.*) there and removes it only when it
+		// exits of itself, never when killed, as cleanup kills it.
+		actx, cancel := chromedp.NewExecAllocator(context.Background(),
+			append(opts, chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()))...)
 		t.Cleanup(cancel)
 		ctx, cancel2 := chromedp.NewContext(actx, copts...)
 		t.Cleanup(cancel2)
@@ -92,10 +96,14 @@ func profile(t *testing.T, bctx context.Context) context.Context {
 	return ctx
 }
 
+// browserStep is the deadline of one browser step: a deadline, not a
+// measure (chromium beside a package's other tests on a loaded machine).
+const browserStep = time.Minute
+
 // browse runs browser steps with a deadline.
 func browse(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, browserStep)
 	defer cancel()
 	if err := chromedp.Do(tctx, steps...); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -107,7 +115,7 @@ func browse(t *testing.T, ctx context.Context, what string, steps ...chromedp.Ac
 // aborts one of them: net::ERR_ABORTED).
 func submit(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, browserStep)
 	defer cancel()
 	resp, err := chromedp.RunResponse(tctx, steps...)
 	if err != nil {
@@ -121,7 +129,7 @@ func submit(t *testing.T, ctx context.Context, what string, steps ...chromedp.Ac
 // read runs one browser action that returns a value, with a deadline.
 func read[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
 	t.Helper()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, browserStep)
 	defer cancel()
 	v, err := chromedp.Run(tctx, a)
 	if err != nil {
@@ -241,7 +249,9 @@ paths = [%q]
 
 [policy]
 grants = ["rye.execute.tool.ext.ops.*"]
-approval_wait = "30s"
+# Long enough that every call held below is still held when the browser,
+# on a loaded machine, gets to approve or deny it.
+approval_wait = "5m"
 
 [console]
 listen = %q
@@ -619,7 +629,7 @@ func mcpAt(t *testing.T, addr, tok, version string) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.NewClient(tr)
+	c := newMCPClient(tr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {

@@ -201,6 +201,7 @@ var safeBalancer = []string{"retries 3", "retry-on conn-failure", "option redisp
 // clients, with a replica killed and restarted midway: no key runs twice,
 // and every key a caller was told "ok" for ran exactly once.
 func TestReplicaKilledMidCall(t *testing.T) {
+	t.Parallel()
 	haproxy := lookHAProxy(t)
 	url := pgtest.Start(t)
 	pack, log := oncePack(t)
@@ -412,6 +413,7 @@ wait = "2s"
 // to a tool capgate does not count as mutating run it once, through a
 // real capgate serve; every call gets the first one's answer.
 func TestKeyHonouredThroughServe(t *testing.T) {
+	t.Parallel()
 	pack, log := oncePack(t)
 	srv := testkit.StartCapgate(t, testkit.Capgate{Config: pack})
 	tok := srv.Token(t, token.Claims{Sub: "bob", ChatType: "private"})

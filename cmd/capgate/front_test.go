@@ -53,6 +53,7 @@ func rawRequest(t *testing.T, addr, head string) string {
 // A request without a token is refused before capgate reads any of its
 // body: the 401 comes while the announced 4 MiB have not been sent.
 func TestFrontRefusesBeforeReadingTheBody(t *testing.T) {
+	t.Parallel()
 	s := testkit.StartCapgate(t, testkit.Capgate{Config: strings.Replace(frontConfig, "4KiB", "8MiB", 1)})
 	head := "POST /mcp HTTP/1.1\r\nHost: " + s.Addr + "\r\nContent-Type: application/json\r\nContent-Length: 4194304\r\n\r\n"
 	if got := rawRequest(t, s.Addr, head); got != "HTTP/1.1 401 Unauthorized" {
@@ -64,6 +65,7 @@ func TestFrontRefusesBeforeReadingTheBody(t *testing.T) {
 // capgate reads none of it) or not (then it stops at the limit), on /mcp
 // and /rpc.
 func TestFrontOversizedBodyIs413(t *testing.T) {
+	t.Parallel()
 	s := testkit.StartCapgate(t, testkit.Capgate{Config: frontConfig})
 	tok := s.Token(t, token.Claims{Sub: "alice"})
 	for _, path := range []string{"/mcp", "/rpc"} {
@@ -97,6 +99,7 @@ func TestFrontOversizedBodyIs413(t *testing.T) {
 // A client sending its headers a byte at a time is cut at header_timeout
 // from its first byte, however steadily it sends.
 func TestFrontCutsATricklingClient(t *testing.T) {
+	t.Parallel()
 	s := testkit.StartCapgate(t, testkit.Capgate{Config: frontConfig})
 	c, err := net.Dial("tcp", s.Addr)
 	if err != nil {
@@ -131,6 +134,7 @@ func isTimeout(err error) bool {
 // for a while (net/http backs off and retries), and once connections close
 // the next request is served by the same process.
 func TestFrontSurvivesDescriptorExhaustion(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -182,6 +186,7 @@ func TestFrontSurvivesDescriptorExhaustion(t *testing.T) {
 // /healthz and /readyz answer without a token; after SIGTERM, /readyz
 // fails for drain_delay while calls are still served, then serve exits.
 func TestFrontHealthAndDrain(t *testing.T) {
+	t.Parallel()
 	s := testkit.StartCapgate(t, testkit.Capgate{Config: "drain_delay = \"3s\"\n" + frontConfig})
 	get := func(path string) (int, string) {
 		resp, err := http.Get(s.URL + path)

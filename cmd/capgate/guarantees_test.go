@@ -197,6 +197,7 @@ func record(typ, tool string) func(map[string]any) bool {
 // TestGuaranteesAreAudited: a confined tool's tool_call record holds its
 // guarantees, and an unconfined one's none.
 func TestGuaranteesAreAudited(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -239,6 +240,7 @@ func TestGuaranteesAreAudited(t *testing.T) {
 // record in the trace's schema; the operator's allow_unsafe_execution
 // runs the same command, its record saying the guarantees were unproven.
 func TestUnenforceableGuaranteeIsACapabilityCheck(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

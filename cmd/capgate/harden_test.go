@@ -79,9 +79,9 @@ func hostileClients(t *testing.T, s *served) map[string]*client.Client {
 		t.Fatal(err)
 	}
 	out := map[string]*client.Client{
-		"http":    client.NewClient(tr),
-		"connect": client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok), "connect", "http://"+s.addr+"/mcp")),
-		"stdio": client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret),
+		"http":    newMCPClient(tr),
+		"connect": newMCPClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok), "connect", "http://"+s.addr+"/mcp")),
+		"stdio": newMCPClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret),
 			"serve", "--stdio", "--config", s.config)),
 	}
 	for _, c := range out {
@@ -104,6 +104,7 @@ func hostileClients(t *testing.T, s *served) map[string]*client.Client {
 // the operator's explicit "no side effects" makes an unannotated tool
 // read-only.
 func TestUpstreamAnnotationsNeverLoosened(t *testing.T) {
+	t.Parallel()
 	s, _ := startHostile(t)
 	type hints struct{ readOnly, destructive, idempotent, openWorld bool }
 	want := map[string]hints{
@@ -283,6 +284,7 @@ func TestHostileOutputWithheld(t *testing.T) {
 // them, the progress arrives without its text, the elicitation is refused
 // to the upstream, and capgate's log names what it found.
 func TestRelayedMessagesHardened(t *testing.T) {
+	t.Parallel()
 	addr := testkit.FreeAddr(t)
 	testkit.ServeMCPFixture(t, "-http", addr, "-hostile")
 	s := startServe(t, fmt.Sprintf(`

@@ -80,6 +80,7 @@ func listedNames(t *testing.T, base, tok string) []string {
 // invalid ones, logs each refusal naming the tool and what is wrong, and a
 // call of a refused tool is not found and never reaches the upstream.
 func TestInvalidHeaderToolsRefused(t *testing.T) {
+	t.Parallel()
 	fx := startHeadersFixture(t, "-invalid")
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: headersConfig(fx)})
 	alice := cg.Token(t, token.Claims{Sub: "alice"})
@@ -149,6 +150,7 @@ func b64(s string) string { return "=?base64?" + base64.StdEncoding.EncodeToStri
 // absent arguments have none. The upstream (mcp-go) checks them and, before
 // capgate mirrored them, refused every such call with -32020.
 func TestParamHeadersMirrored(t *testing.T) {
+	t.Parallel()
 	fx := startHeadersFixture(t)
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: headersConfig(fx)})
 	alice := cg.Token(t, token.Claims{Sub: "alice"})
@@ -226,6 +228,7 @@ func mustJSON(v any) []byte {
 // taken as it is. (capgate's mirrored headers are right, TestParamHeaders
 // Mirrored, so a -32020 here is capgate's own.)
 func TestParamHeadersChecked(t *testing.T) {
+	t.Parallel()
 	fx := startHeadersFixture(t)
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: headersConfig(fx)})
 	alice := cg.Token(t, token.Claims{Sub: "alice"})

@@ -24,6 +24,7 @@ import (
 // guarantees; the same attempts by an undeclared command succeed, and a
 // command declaring network outbound connects.
 func TestHostileToolsOfEachKind(t *testing.T) {
+	t.Parallel()
 	hostileTools(t, nil)
 }
 
@@ -31,6 +32,7 @@ func TestHostileToolsOfEachKind(t *testing.T) {
 // nobody: no_network then takes a user namespace, and the key file, which
 // nobody owns, is kept from the tools by Landlock, not by its mode.
 func TestHostileToolsUnprivileged(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run serve as nobody")
 	}

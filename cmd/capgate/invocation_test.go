@@ -81,6 +81,7 @@ var invocationID = regexp.MustCompile(`^cap_[0-9a-f]{24}$`)
 // the id, one it may not see is answered like a missing tool; and every
 // id capability.list shows is one capability.invoke resolves.
 func TestRPCTakesIDsOnly(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, "")
 	alice := s.mint(t, "alice", "private")
 
@@ -149,6 +150,7 @@ func TestRPCTakesIDsOnly(t *testing.T) {
 // the RPC (raw and the CLI), mcp-go's MCP path on both protocols and the
 // fast call, errors included; the id is the audit record's request_id.
 func TestResultsCarryInvocation(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, `
 [mcp.servers.fx.tools.echo]
 side_effects = ["network.http"]
@@ -257,7 +259,7 @@ func mcpSession(t *testing.T, base, tok, protocol string) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.NewClient(tr, client.WithProtocolVersion(protocol))
+	c := newMCPClient(tr, client.WithProtocolVersion(protocol))
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 // neither process is started again (each writes a marker outside its pack
 // when it starts: none is written after that reload).
 func TestLaunchPinsHoldForEverySource(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("runs serve as root; TestLaunchPinsHoldUnprivileged covers this user")
 	}
@@ -35,6 +36,7 @@ func TestLaunchPinsHoldForEverySource(t *testing.T) {
 // TestLaunchPinsHoldUnprivileged is the same with capgate serve running as
 // an unprivileged user.
 func TestLaunchPinsHoldUnprivileged(t *testing.T) {
+	t.Parallel()
 	launchPins(t, unprivileged())
 }
 
@@ -219,6 +221,7 @@ func lockedServe(t *testing.T, cg *testkit.Served) (*served, func(cfg string)) {
 // neither rewritten script ever runs (each writes a marker outside its
 // pack when it runs).
 func TestScriptPins(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("runs serve as root; TestScriptPinsUnprivileged covers this user")
 	}
@@ -228,6 +231,7 @@ func TestScriptPins(t *testing.T) {
 // TestScriptPinsUnprivileged is the same with serve running as an
 // unprivileged user.
 func TestScriptPinsUnprivileged(t *testing.T) {
+	t.Parallel()
 	scriptPins(t, unprivileged())
 }
 
@@ -366,6 +370,7 @@ func readFile(t *testing.T, path string) string {
 // (each leaves a marker outside its pack when it runs). Put back as
 // pinned, both run again.
 func TestRewrittenWithoutReload(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("runs serve as root; TestRewrittenWithoutReloadUnprivileged covers this user")
 	}
@@ -375,6 +380,7 @@ func TestRewrittenWithoutReload(t *testing.T) {
 // TestRewrittenWithoutReloadUnprivileged is the same with serve running
 // as an unprivileged user.
 func TestRewrittenWithoutReloadUnprivileged(t *testing.T) {
+	t.Parallel()
 	rewrittenWithoutReload(t, unprivileged())
 }
 
@@ -477,6 +483,7 @@ env = ["BRIDGE_FIXTURE_RAN"]
 // capability_access_denied naming run.sh, and the script never runs
 // again (it leaves a marker each time it runs).
 func TestRewrittenServerNotRestarted(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("runs serve as root")
 	}

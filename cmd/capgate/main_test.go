@@ -143,6 +143,7 @@ func TestCheckJSON(t *testing.T) {
 // build, as testkit.Build does, linked once per machine), checking exit
 // statuses.
 func TestBinary(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

@@ -106,6 +106,7 @@ func issuerToken(t *testing.T, issuer, client string) string {
 // audience, another issuer's tokens signed with the same key, and expired
 // ones, and names the issuer in its protected-resource metadata.
 func TestServeOIDC(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

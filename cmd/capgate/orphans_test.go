@@ -28,6 +28,7 @@ import (
 // root (tools run as root without capabilities) and with serve itself unprivileged (the
 // namespace inside a user namespace).
 func TestToolChildrenDieWithCapgate(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

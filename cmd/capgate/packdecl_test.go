@@ -23,6 +23,7 @@ import (
 // capability_check whose guarantee_source is pack and resolved_source
 // installed_pack, and tools show gives the flat form beside the rich one.
 func TestPackLevelGuarantees(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

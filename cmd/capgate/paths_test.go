@@ -21,6 +21,7 @@ import (
 // (it may not read its script) is reported by name with its stderr tail,
 // a credential in it withheld, at start and in the error its calls get.
 func TestDeclaredPathsAsRoot(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("runs serve as root; TestDeclaredPathsUnprivileged covers this user")
 	}
@@ -29,6 +30,7 @@ func TestDeclaredPathsAsRoot(t *testing.T) {
 
 // TestDeclaredPathsUnprivileged is the same with serve running as nobody.
 func TestDeclaredPathsUnprivileged(t *testing.T) {
+	t.Parallel()
 	declaredPaths(t, unprivileged())
 }
 
@@ -134,6 +136,7 @@ capabilities = { filesystem = "read", network = "none" }
 // calls are refused (capability_access_denied, gate definition_pin) and
 // serve logs what changed, instead of running it unconfined.
 func TestLoosenedPackIsQuarantined(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -184,6 +187,7 @@ func TestLoosenedPackIsQuarantined(t *testing.T) {
 // none connects anyway and gives up (exit 254); the caller's error names
 // the guarantee the kernel refused and the declaration that would allow it.
 func TestBridgeDenialNamesTheGuarantee(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

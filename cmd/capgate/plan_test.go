@@ -74,6 +74,7 @@ func (s *served) planRPC(t *testing.T, tok, tool, input, key string) planAnswer 
 // run nothing, request no approval, claim no idempotency key and take no
 // rate-limit token; each is audited as a plan record.
 func TestPlanningRunsNothing(t *testing.T) {
+	t.Parallel()
 	extra, log := callsPack(t)
 	s := startServe(t, extra+"\n[policy.rate_limit]\nper_minute = 12\nburst = 2\n")
 	alice, carol := s.mint(t, "alice", "private"), s.mint(t, "carol", "private")

@@ -60,6 +60,7 @@ func ownIP(t *testing.T) string {
 // address), while a foreign Host (a DNS-rebinding page) is still refused
 // everywhere, and /mcp and /rpc take neither probe form.
 func TestHealthProbes(t *testing.T) {
+	t.Parallel()
 	cg := testkit.StartCapgate(t, testkit.Capgate{})
 	own := ownIP(t)
 	_, port, _ := net.SplitHostPort(cg.Addr)

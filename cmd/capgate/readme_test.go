@@ -16,6 +16,7 @@ import (
 // catalog is what capgate prints for it today: the banner's tool count,
 // and the `tools list --risk-max LOW` output line for line.
 func TestReadmeQuickstartIsCurrent(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the quickstart's sources")
 	}

@@ -109,6 +109,7 @@ func (s *reloadServe) call(t *testing.T, name, args string) string {
 // dropped grant no longer allows a call, and a 2025-11-25 session opened
 // before the reload goes on working.
 func TestServeReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	s := startReload(t, "")
 	sid := testkit.OpenSession(t, s.URL, s.tok, "{}")
 	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
@@ -159,6 +160,7 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 // reload which removes its upstream finishes with its result; the
 // upstream's tools are gone after.
 func TestServeReloadKeepsCallsInFlight(t *testing.T) {
+	t.Parallel()
 	s := startReload(t, "")
 	// The call streams its progress: the first step says it is running
 	// upstream (it takes 3 s).
@@ -217,6 +219,7 @@ grants = ["rye.fetch.*"]
 // serving; `capgate reload` refuses it too, naming the line, and sends
 // nothing.
 func TestServeReloadRefusesABrokenConfig(t *testing.T) {
+	t.Parallel()
 	s := startReload(t, "")
 	// Line 3 of the body is the grants line.
 	s.write(t, `
@@ -248,6 +251,7 @@ risk = "LOW"
 // TestCapgateReload: `capgate reload` finds the serve of the config's
 // data dir and makes it reload.
 func TestCapgateReload(t *testing.T) {
+	t.Parallel()
 	s := startReload(t, "")
 	s.write(t, fmt.Sprintf(reloaded, s.fixture))
 	out, errb, code := fromCapgate(s.Served).run(t, nil, "reload", "--config", s.ConfigPath)
@@ -267,6 +271,7 @@ func TestCapgateReload(t *testing.T) {
 // TestServeWatchConfig: with [server] watch_config, a write of the config
 // is reloaded without a signal.
 func TestServeWatchConfig(t *testing.T) {
+	t.Parallel()
 	s := startReload(t, "watch_config = true\n")
 	s.write(t, fmt.Sprintf(reloaded, s.fixture))
 	s.waitLog(t, "reload applied", 1)

@@ -37,6 +37,7 @@ command = %q
 // 2025-11-25 session opened on A is served by B (list and call) as a fresh
 // initialized session. A serve with another secret answers 404.
 func TestSessionOpenedOnOneReplicaServedByAnother(t *testing.T) {
+	t.Parallel()
 	const secret = "replica-test-secret-value-41c7e2"
 	cfg := replicaConfig(t, "")
 	a := testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Config: cfg})
@@ -145,6 +146,7 @@ func oneKey(t *testing.T, r mcpReply) string {
 // ends on A. A state is used once, by whichever replica: replaying it is
 // refused; so are a changed state and another subject's.
 func TestUseSkillContinuedOnAnotherReplica(t *testing.T) {
+	t.Parallel()
 	const secret = "replica-test-secret-value-41c7e2"
 	skillsDir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(skillsDir, "echoer"), 0o755); err != nil {

@@ -27,6 +27,7 @@ import (
 // runs once, a rate limit is one budget, and a replica killed with SIGKILL
 // loses no call once the balancer's health check has noticed.
 func TestReplicas(t *testing.T) {
+	t.Parallel()
 	haproxy := lookHAProxy(t)
 	url := pgtest.Start(t)
 	extra, log := replicaPack(t)
@@ -231,7 +232,11 @@ type balancer struct {
 // startHAProxy runs haproxy in front of the two replicas, checking
 // /readyz every 100 ms; two failures mark a replica down. No retries
 // unless backend (lines added to the backend section) says so: the health
-// check alone must keep calls off a dead replica.
+// check alone must keep calls off a dead replica. A check may wait 10 s
+// for its answer: without "timeout check" haproxy gives a check only the
+// interval, so on a loaded machine a live replica answering /readyz in
+// more than 100 ms was marked down (both at once, now and then), while a
+// dead one still fails its check at once (connection refused).
 func startHAProxy(t *testing.T, bin, r1, r2 string, backend ...string) *balancer {
 	t.Helper()
 	dir := t.TempDir()
@@ -244,6 +249,7 @@ defaults
     timeout connect 1s
     timeout client 30s
     timeout server 30s
+    timeout check 10s
 frontend fe
     bind %s
     default_backend replicas

@@ -55,6 +55,7 @@ func invoker(t *testing.T, s *served, tok string) func(args ...string) string {
 // it anyway: the kernel stops each attempt, the call still answers, and
 // the same program undeclared does what the declared one could not.
 func TestDeclaredGuaranteesConfineEverySource(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}

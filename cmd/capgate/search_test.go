@@ -52,8 +52,8 @@ func mcpClients(t *testing.T, s *served, tok string) map[string]*client.Client {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out["http-"+version] = client.NewClient(tr)
-		out["stdio-"+version] = client.NewClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret), "serve", "--stdio", "--config", s.config))
+		out["http-"+version] = newMCPClient(tr)
+		out["stdio-"+version] = newMCPClient(transport.NewStdio(s.bin, append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret), "serve", "--stdio", "--config", s.config))
 	}
 	for name, c := range out {
 		// The stdio client's process lives as long as Start's context.
@@ -146,6 +146,7 @@ func listNames(ctx context.Context, t *testing.T, c *client.Client) ([]string, [
 // tier, hidden tools), call_tool runs a tool through every gate and the
 // audit records it as that tool, via call_tool.
 func TestToolSearch(t *testing.T) {
+	t.Parallel()
 	cfg := `
 [discovery]
 mode = "auto"
@@ -296,6 +297,7 @@ hidden = true
 // an average search_tools answer (the corpus's queries, default limit),
 // through a real capgate serve over HTTP. Target: at least 85% less.
 func TestToolSearchSavings(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("..", "..", "toolsearch", "testdata", "corpus", "*.json"))
 	if err != nil || len(files) < 10 {
 		t.Fatalf("corpus: %v %d", err, len(files))
@@ -333,7 +335,7 @@ func TestToolSearchSavings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := client.NewClient(tr)
+		c := newMCPClient(tr)
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}

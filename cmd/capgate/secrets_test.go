@@ -228,6 +228,7 @@ func (s *served) stdioRefuses(t *testing.T, tok string) (bool, string) {
 // bridge provider and the stdio upstream (no cwd) get none of them, and
 // do get what the operator named for each.
 func TestSubprocessesGetNoSecrets(t *testing.T) {
+	t.Parallel()
 	s := startSecretsServe(t, "", "CAPGATE_TOKEN_SECRET="+masterHex)
 	alice := s.mint(t, "alice", "private")
 	if out, errb, code := s.as(t, alice, "invoke", "--capability", "ext:envpack:env"); code != 0 {
@@ -278,6 +279,7 @@ func TestSubprocessesGetNoSecrets(t *testing.T) {
 // for "admin" with the key it was given; no front door of capgate takes
 // it. The provider still verifies its own per-call token with that key.
 func TestBridgeKeyMintsNothing(t *testing.T) {
+	t.Parallel()
 	s := startSecretsServe(t, "", "CAPGATE_TOKEN_SECRET="+masterHex)
 	alice := s.mint(t, "alice", "private")
 	out, errb, code := s.as(t, alice, "invoke", "--capability", "gog.calendar", "--operation", "list_events")
@@ -314,6 +316,7 @@ func TestBridgeKeyMintsNothing(t *testing.T) {
 // carries the caller's caps and ack and the provider's own audience, and
 // replayed at capgate's front doors it is refused.
 func TestBridgeTokenIsNarrowAndRefused(t *testing.T) {
+	t.Parallel()
 	s := startSecretsServe(t, "", "CAPGATE_TOKEN_SECRET="+masterHex)
 	out, errb, code := s.run(t, []string{"CAPGATE_TOKEN_SECRET=" + masterHex}, "token", "mint", "--config", s.config, "--ash", "--sub", "alice",
 		"--chat-type", "private", "--caps", "rye.fetch.*", "--caps", "rye.execute.tool.bridge.gog.calendar.*", "--ack", "elevated", "--ack", "unrestricted")
@@ -463,6 +466,7 @@ func mintHS(t *testing.T, key []byte, ash bool) string {
 
 // TestJWKSWithAllowHS256 takes both when the operator asks.
 func TestJWKSWithAllowHS256(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	jwks := filepath.Join(dir, "jwks.json")
 	priv, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

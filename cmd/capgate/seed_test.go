@@ -18,6 +18,7 @@ import (
 // for unavailable ones too, it shows the sensitive capability as
 // unavailable with the chat gate's reason. A private chat sees it callable.
 func TestCapabilityListGroupChat(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, "")
 	type entry struct {
 		ID                string
@@ -62,6 +63,7 @@ func TestCapabilityListGroupChat(t *testing.T) {
 // runs the gogcli it finds in PATH (here the bridge fixture) and lists its
 // capabilities.
 func TestAshGogDefaultWiring(t *testing.T) {
+	t.Parallel()
 	const ash = "\n[policy]\ngrants = [\"rye.fetch.*\"]\n\n[skills.gog]\nenabled = true\n"
 	path := filepath.Join(t.TempDir(), "capgate.toml")
 	if err := os.WriteFile(path, []byte("[server]\ndata_dir = \"data\"\n"+ash), 0o600); err != nil {
@@ -115,6 +117,7 @@ func (s *served) auditRecords(t *testing.T, id string, want ...string) []map[str
 // call's first record is an invocation_start written at admission, before
 // any gate, denied calls included.
 func TestAgentOSInvocation(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, "")
 	alice := s.mint(t, "alice", "private")
 	res, e := s.rpcCall(t, "capability.invoke", map[string]any{"context_token": alice, "capability": "mcp:fx:t_00",
@@ -204,6 +207,7 @@ func jsonOf(v any) string {
 // the development key) makes a token that lasts 12 hours, fit to paste
 // into a client's config, and it works against that serve.
 func TestQuickstartTokenLasts(t *testing.T) {
+	t.Parallel()
 	cg := testkit.StartCapgate(t, testkit.Capgate{NoSecret: true, Config: "\n[policy]\ngrants = [\"rye.fetch.*\"]\n"})
 	var cmdline string
 	for _, l := range strings.Split(cg.Banner, "\n") {
@@ -230,6 +234,7 @@ func TestQuickstartTokenLasts(t *testing.T) {
 // listen without the override) instead of assuming :8787; and a serve
 // whose port is taken exits 2 naming where the address came from.
 func TestListenOverride(t *testing.T) {
+	t.Parallel()
 	moved := testkit.FreeAddr(t)
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: "\n[policy]\ngrants = [\"rye.fetch.*\"]\n", Env: []string{"CAPGATE_LISTEN=" + moved}})
 	s := fromCapgate(cg)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -21,6 +20,7 @@ import (
 // skills there, below the workspace's (skills/ beside the config), and
 // refuses a directory that is not there.
 func TestServeSkillsDir(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -84,7 +84,7 @@ func TestServeSkillsDir(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := client.NewClient(tr)
+			c := newMCPClient(tr)
 			ctx := context.Background()
 			if err := c.Start(ctx); err != nil {
 				t.Fatal(err)

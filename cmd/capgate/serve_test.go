@@ -229,6 +229,7 @@ func TestServeCapabilityRPC(t *testing.T) {
 // the tools, and the resources, templates and prompts of an upstream (the
 // conformance fixture), with completions.
 func TestConnectAndStdio(t *testing.T) {
+	t.Parallel()
 	s := startServe(t, fmt.Sprintf("[mcp.servers.cf]\ncommand = %q\n", testkit.Build(t, testkit.ConformanceFixture)))
 	tok := s.mint(t, "sandbox", "private")
 	for name, argv := range map[string][]string{
@@ -238,7 +239,7 @@ func TestConnectAndStdio(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			env := append(os.Environ(), "CAPGATE_TOKEN="+tok, "CAPGATE_TOKEN_SECRET="+s.secret)
 			tr := transport.NewStdio(s.bin, env, argv...)
-			c := client.NewClient(tr)
+			c := newMCPClient(tr)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			if err := c.Start(ctx); err != nil {
@@ -278,6 +279,7 @@ func TestConnectAndStdio(t *testing.T) {
 // TestBench runs `capgate bench` against a real capgate in front of the
 // MCP fixture served over streamable HTTP.
 func TestBench(t *testing.T) {
+	t.Parallel()
 	upstream := testkit.FreeAddr(t)
 	kill := testkit.ServeMCPFixture(t, "-http", upstream)
 	defer kill()

@@ -15,6 +15,7 @@ import (
 // its client's DELETE on A answers 404 on A and on B; another session of
 // the same subject goes on being served on both.
 func TestSessionEndedOnEveryReplica(t *testing.T) {
+	t.Parallel()
 	const secret = "replica-test-secret-value-41c7e2"
 	data := filepath.Join(t.TempDir(), "data")
 	cfg := replicaConfig(t, "")

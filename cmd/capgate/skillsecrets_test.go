@@ -25,6 +25,7 @@ import (
 // secrets_allowed, even where they guarantee no_env_read; the same tools
 // called outside the skill do not see it.
 func TestSkillEnvReachesOnlyItsCalls(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs capgate serve")
 	}
@@ -106,7 +107,7 @@ env = { SKILL_VALUE = %q }
 		t.Fatal(err)
 	}
 	caps := mcp.ClientCapabilities{Sampling: &mcp.SamplingCapability{Tools: &struct{}{}}}
-	c := client.NewClient(tr, client.WithSamplingHandler(sampler), client.WithClientCapabilities(caps),
+	c := newMCPClient(tr, client.WithSamplingHandler(sampler), client.WithClientCapabilities(caps),
 		client.WithProtocolVersion("2025-11-25"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

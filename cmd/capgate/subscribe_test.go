@@ -27,6 +27,7 @@ import (
 // other; the last unsubscribe, or the end of the subscriber's session,
 // takes the URI out of the upstream's subscriptions again.
 func TestResourceSubscriptionsUpstream(t *testing.T) {
+	t.Parallel()
 	const uri = "test://watched-resource"
 	for _, upstream := range []string{"2026-07-28", "2025-11-25"} {
 		t.Run(upstream, func(t *testing.T) {
@@ -127,7 +128,7 @@ func subscriber(ctx context.Context, t *testing.T, cg *testkit.Served, sub strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := client.NewClient(tr)
+	c := newMCPClient(tr)
 	var mu sync.Mutex
 	var got []string
 	c.OnNotification(func(n mcp.JSONRPCNotification) {

@@ -191,6 +191,7 @@ func answerTask(t *testing.T, base, tok, id string) {
 // -notify-all the upstream sends every task's notifications on every
 // stream: capgate passes on only those of the tasks the stream asked for.
 func TestTaskNotifications(t *testing.T) {
+	t.Parallel()
 	url := pgtest.Start(t)
 	for _, mode := range []string{"per task", "notify-all"} {
 		t.Run(mode, func(t *testing.T) {

@@ -158,6 +158,7 @@ func wantNotFound(t *testing.T, what string, a rpcAnswer2026) {
 // -32021; a call that does not declare it runs synchronously; every task
 // method leaves an audit record.
 func TestTasksRelayed(t *testing.T) {
+	t.Parallel()
 	fx := startTasksFixture(t)
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: tasksConfig(fx)})
 	alice := cg.Token(t, token.Claims{Sub: "alice"})
@@ -319,6 +320,7 @@ func TestTasksRelayed(t *testing.T) {
 // capgate does not advertise it and its methods are ones this server does
 // not have (404, -32601), declared or not.
 func TestTasksWithoutUpstreamSupport(t *testing.T) {
+	t.Parallel()
 	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
 [policy.subjects.alice]
 grants = ["rye.execute.tool.mcp.fx.*"]
@@ -360,6 +362,7 @@ func startTaskReplicas(t *testing.T, fx, db string) (r1, r2 *testkit.Served) {
 // one is polled, cancelled and refused to another caller through the
 // other (its owner is in the shared store).
 func TestTasksReplicas(t *testing.T) {
+	t.Parallel()
 	r1, r2 := startTaskReplicas(t, startTasksFixture(t), pgtest.Start(t))
 	alice := r1.Token(t, token.Claims{Sub: "alice"})
 	bob := r1.Token(t, token.Claims{Sub: "bob"})

@@ -209,6 +209,7 @@ func stateless(id int, name, city, more string) string {
 // allowed, denied and failing upstream, on the fast call and on mcp-go's
 // path, then scrapes /metrics, reads the spans and the log.
 func TestObservability(t *testing.T) {
+	t.Parallel()
 	up := startUpstream(t)
 	rc := startReceiver(t)
 	metricsAddr := testkit.FreeAddr(t)

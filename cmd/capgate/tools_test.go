@@ -11,7 +11,11 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	// Most tests here start their own capgate serve and wait on it.
+	testkit.WaitParallel(4)
+	testkit.Main(m)
+}
 
 func toolsConfig(t *testing.T) string {
 	t.Helper()
@@ -27,6 +31,7 @@ func toolsConfig(t *testing.T) string {
 }
 
 func TestToolsCommands(t *testing.T) {
+	t.Parallel()
 	cfg := toolsConfig(t)
 	runCLI := func(args ...string) (string, string, int) {
 		var out, errb bytes.Buffer

@@ -22,6 +22,7 @@ import (
 // each such tool and `capgate tools lock`, in text and in --json; the lock
 // that command writes passes.
 func TestVerifyProdFlagsOldPins(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds capgate")
 	}

@@ -19,6 +19,7 @@ import (
 // TestVerifyProd: capgate verify --prod passes a clean config (exit 0) and
 // fails each problem alone (exit 1), naming it.
 func TestVerifyProd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds capgate")
 	}

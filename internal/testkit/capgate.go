@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -110,15 +111,18 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if dataDir == "" {
 		dataDir = "data"
 	}
-	src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = %q\n%s\n%s", s.Addr, dataDir, socket, c.Server, c.Config)
-	if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	if u := c.User; u != nil {
-		if err := errors.Join(os.Chown(s.ConfigPath, u.Uid, u.Gid), os.Chmod(filepath.Dir(s.Bin), 0o755)); err != nil {
+	writeConfig := func() {
+		src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = %q\n%s\n%s", s.Addr, dataDir, socket, c.Server, c.Config)
+		if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
 			tb.Fatal(err)
 		}
+		if u := c.User; u != nil {
+			if err := errors.Join(os.Chown(s.ConfigPath, u.Uid, u.Gid), os.Chmod(filepath.Dir(s.Bin), 0o755)); err != nil {
+				tb.Fatal(err)
+			}
+		}
 	}
+	writeConfig()
 	var env []string
 	if !c.NoSecret {
 		env = append(env, "CAPGATE_TOKEN_SECRET="+s.Secret)
@@ -128,8 +132,24 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	if len(c.Wrap) > 0 {
 		bin, args = c.Wrap[0], append(append(c.Wrap[1:len(c.Wrap):len(c.Wrap)], s.Bin), args...)
 	}
-	s.Cmd, s.Banner, s.logs = start(tb, bin, args, true, c.User, env...)
-	return s
+	for tries := 1; ; tries++ {
+		var err error
+		s.Cmd, s.Banner, s.logs, err = launch(tb, bin, args, true, c.User, env...)
+		if err == nil {
+			return s
+		}
+		// FreeAddr's port was free a moment ago; beside parallel tests an
+		// outgoing connection can take it before serve binds it. A port of
+		// our choosing is chosen again; one the test chose is its own.
+		if c.Addr == "" && tries < 3 && strings.Contains(err.Error(), fmt.Sprintf("listen = %q: the address is already in use", s.Addr)) {
+			tb.Logf("capgate serve: %s was taken before it could listen; another port", s.Addr)
+			s.Addr = FreeAddr(tb)
+			s.URL = "http://" + s.Addr
+			writeConfig()
+			continue
+		}
+		tb.Fatal(err)
+	}
 }
 
 // Logs is what serve has logged (its stderr) so far.

@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -15,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -140,6 +143,22 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// WaitParallel sets -test.parallel to n unless the command line set it,
+// for a package whose parallel tests mostly wait on the processes they
+// start (capgate serve, PostgreSQL, haproxy, chromium): the default,
+// GOMAXPROCS, is 2 on a 2-core machine, which ran them two at a time
+// while both cores sat idle. Call it in TestMain before Main.
+func WaitParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
+}
+
 // MCPFixture is the upstream MCP server the tests run.
 const MCPFixture = "github.com/capgate/capgate/internal/testkit/mcpfixture"
 
@@ -210,7 +229,7 @@ func ServeFixture(tb testing.TB, pkg string, wait time.Duration, addr string, ar
 }
 
 // Serve starts `bin serve --config config` with env added to the test's
-// environment, waits for its start banner (up to 30 s) and returns the
+// environment, waits for its start banner (up to startWait) and returns the
 // process and the banner. Cleanup kills it unless the test stopped it.
 func Serve(tb testing.TB, bin, config string, env ...string) (*exec.Cmd, string) {
 	tb.Helper()
@@ -232,12 +251,29 @@ func ServeArgs(tb testing.TB, bin string, args []string, env ...string) (*exec.C
 	return start(tb, bin, args, false, nil, env...)
 }
 
+// startWait is how long start waits for serve's banner. It is a deadline,
+// not a measure: a serve that starts many upstreams (a test's 22) beside a
+// package's other tests on a loaded machine took over 30 s.
+const startWait = 2 * time.Minute
+
 // start runs bin with args and env added, waits for serve's banner (up to
-// 30 s) and returns the process, the banner and a reader of its stderr.
+// startWait) and returns the process, the banner and a reader of its stderr.
 // With group it runs in its own process group, which cleanup kills whole
 // (the upstreams serve started too) and logs serve's output if tb failed.
 // With cred it runs as that user.
 func start(tb testing.TB, bin string, args []string, group bool, user *User, env ...string) (*exec.Cmd, string, func() string) {
+	tb.Helper()
+	cmd, banner, logs, err := launch(tb, bin, args, group, user, env...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cmd, banner, logs
+}
+
+// launch is start that returns the error of a serve that exited or did not
+// start in time (with what it logged) instead of failing tb, for a caller
+// that may try again.
+func launch(tb testing.TB, bin string, args []string, group bool, user *User, env ...string) (*exec.Cmd, string, func() string, error) {
 	tb.Helper()
 	cmd := exec.Command(bin, args...)
 	if user != nil {
@@ -297,13 +333,12 @@ func start(tb testing.TB, bin string, args []string, group bool, user *User, env
 	case banner, ok := <-ready:
 		if !ok {
 			cmd.Wait()
-			tb.Fatalf("capgate serve exited:\n%s", errText())
+			return nil, "", nil, fmt.Errorf("capgate serve exited:\n%s", errText())
 		}
-		return cmd, banner, errText
-	case <-time.After(30 * time.Second):
-		tb.Fatalf("capgate serve did not start:\n%s", errText())
+		return cmd, banner, errText, nil
+	case <-time.After(startWait):
+		return nil, "", nil, fmt.Errorf("capgate serve did not start within %v:\n%s", startWait, errText())
 	}
-	return nil, "", nil
 }
 
 type writerFunc func([]byte) (int, error)

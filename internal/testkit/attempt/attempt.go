@@ -15,6 +15,11 @@ import (
 	"time"
 )
 
+// readWait is how long a connection that was let through waits for the
+// test's greeting: a deadline, not a measure (2 s was too short on a loaded
+// machine, and a timeout reads as "denied").
+const readWait = 15 * time.Second
+
 // Try makes one attempt, "kind=arg" (write=PATH, writetmp=, read=PATH,
 // tcp=ADDR, udp=ADDR, unix=PATH or @ABSTRACT, vsock=, sockets=N, spawn=PROGRAM,
 // env=NAME, parentenv, caps, id), and says "ok <detail>" or "denied <error>". caps
@@ -44,7 +49,7 @@ func attempt(kind, arg string) (string, error) {
 			return "", err
 		}
 		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		c.SetReadDeadline(time.Now().Add(readWait))
 		b := make([]byte, 16)
 		n, err := c.Read(b)
 		return string(b[:n]), err
@@ -65,7 +70,7 @@ func attempt(kind, arg string) (string, error) {
 			return "", err
 		}
 		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		c.SetReadDeadline(time.Now().Add(readWait))
 		b := make([]byte, 16)
 		n, err := c.Read(b)
 		return string(b[:n]), err

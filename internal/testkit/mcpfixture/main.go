@@ -6,9 +6,9 @@
 // keep), slow (progress notifications, then a result; cancellation is
 // written to $FIXTURE_CANCEL_FILE), mutate (changes echo's description,
 // which lists as changed), and filler tools t_00..t_24 so that tools/list
-// takes several pages. With MCPFIXTURE_BOUNDS=1 also big (a result of the
-// size asked for) and stray (a log message and a sampling request a while
-// after it returned, belonging to no call). With MCPFIXTURE_CONFORMANCE=1
+// takes several pages. With MCPFIXTURE_BOUNDS=1 (or -bounds) also big (a
+// result of the size asked for) and stray (a log message and a sampling
+// request a while after it returned, belonging to no call). With MCPFIXTURE_CONFORMANCE=1
 // also fail (an isError result) and environ (its environment), for the
 // source contract of tool/sourcetest.
 //
@@ -45,6 +45,7 @@ func main() {
 	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
 	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
 	hostile := flag.Bool("hostile", false, "serve only the hostile tools, resources and prompts of hostile.go")
+	bounds := flag.Bool("bounds", false, "also serve big and stray, as MCPFIXTURE_BOUNDS=1 does")
 	flag.Parse()
 	if f := os.Getenv("FIXTURE_PID_FILE"); f != "" {
 		// Its pid in the PID namespace capgate's launcher gives it
@@ -121,7 +122,7 @@ func main() {
 			return mcp.NewToolResultText("mutated"), nil
 		})
 
-	if os.Getenv("MCPFIXTURE_BOUNDS") == "1" {
+	if *bounds || os.Getenv("MCPFIXTURE_BOUNDS") == "1" {
 		addBoundsTools(s)
 	}
 	// A server turned hostile: each call makes one attempt (read=PATH,
