@@ -97,6 +97,8 @@ func TestErrors(t *testing.T) {
 		{"[mcp.servers.a]\nurl = \"ftp://h/\"\n", nil, []string{`mcp.servers.a.url: "ftp://h/" is not an http(s) URL`}},
 		{"[mcp.servers.a]\nurl = \"http://h/\"\ntransport = \"ws\"\n", nil, []string{`mcp.servers.a.transport: "ws": valid transports are streamable-http and sse`}},
 		{"[mcp.servers.a]\ncommand = \"x\"\nheaders = {A = \"b\"}\n", nil, []string{"mcp.servers.a.headers: headers go with url"}},
+		{"[mcp.servers.a]\nurl = \"http://h/\"\nheaders = {mcp-param-region = \"eu\", Mcp-Name = \"x\"}\n", nil,
+			[]string{`mcp.servers.a.headers: "Mcp-Name" is set by capgate from each request`, `mcp.servers.a.headers: "mcp-param-region" is set by capgate`}},
 		{"[mcp.servers.\"a.b\"]\ncommand = \"x\"\n", nil, []string{`server name "a.b" may hold only`}},
 		{"[mcp.servers.a]\nurl = \"http://h/\"\nauth = \"oauth\"\n", nil, []string{`mcp.servers.a.auth: auth = "oauth" needs server.public_url`}},
 		{"[server]\npublic_url = \"https://cg.example\"\n[mcp.servers.a]\nurl = \"http://h/\"\nauth = \"oauth\"\nheaders = {authorization = \"Bearer x\"}\n", nil, []string{"mcp.servers.a.headers: an Authorization header and auth = \"oauth\" are both set"}},

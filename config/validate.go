@@ -317,6 +317,13 @@ func (c *Config) validateServer(key, name string, s *MCPServer, fail func(key, f
 		if len(s.Args) > 0 || len(s.Env) > 0 || s.Cwd != "" {
 			fail(key, "args, env and cwd go with command, not url")
 		}
+		for _, h := range slices.Sorted(maps.Keys(s.Headers)) {
+			// These carry each call's own method, name and arguments
+			// (SEP-2243): one fixed value would stand in for them.
+			if l := strings.ToLower(h); l == "mcp-method" || l == "mcp-name" || strings.HasPrefix(l, "mcp-param-") {
+				fail(key+".headers", "%q is set by capgate from each request (Mcp-Method, Mcp-Name, Mcp-Param-*), not by configuration", h)
+			}
+		}
 	}
 	c.validateServerAuth(key, s, fail)
 	if s.MaxResultBytes != c.MCP.MaxResultBytes && (s.MaxResultBytes < 1<<10 || s.MaxResultBytes > 1<<30) {

@@ -79,5 +79,11 @@ func TestFastCallParamHeaders(t *testing.T) {
 		if s.MCP.fastCalls.Load() == before {
 			t.Errorf("the session's call was not served by the fast call")
 		}
+		// Here the upstream link speaks 2026-07-28 (no per-caller protocol
+		// hook): what it got is mirrored from the body, never the
+		// caller's header.
+		if !bytes.Contains(b, []byte(`\"mcp-param-region\":[\"us\"]`)) {
+			t.Errorf("the upstream received: %s", b)
+		}
 	})
 }

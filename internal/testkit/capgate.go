@@ -74,6 +74,10 @@ type Served struct {
 	logs func() string
 }
 
+// pickAddr is where StartCapgate listens when the test names no address:
+// FreeAddr, or a test's stand-in that hands out a taken one.
+var pickAddr = FreeAddr
+
 // StartCapgate builds capgate once, writes the config into a temp dir,
 // starts `capgate serve` in its own process group and waits for its banner.
 // Cleanup kills the process group unless the test stopped serve.
@@ -84,7 +88,7 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	}
 	s := &Served{Bin: Build(tb, CapgatePkg), Dir: c.Dir, Addr: c.Addr, Secret: c.Secret}
 	if s.Addr == "" {
-		s.Addr = FreeAddr(tb)
+		s.Addr = pickAddr(tb)
 	}
 	if s.Dir == "" {
 		s.Dir = tb.TempDir()
@@ -143,7 +147,7 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 		// our choosing is chosen again; one the test chose is its own.
 		if c.Addr == "" && tries < 3 && strings.Contains(err.Error(), fmt.Sprintf("listen = %q: the address is already in use", s.Addr)) {
 			tb.Logf("capgate serve: %s was taken before it could listen; another port", s.Addr)
-			s.Addr = FreeAddr(tb)
+			s.Addr = pickAddr(tb)
 			s.URL = "http://" + s.Addr
 			writeConfig()
 			continue

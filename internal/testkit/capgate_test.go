@@ -49,3 +49,29 @@ risk = "LOW"
 		t.Errorf("%s still accepts connections after Stop", cg.Addr)
 	}
 }
+
+// TestStartCapgateTakenPort: a port StartCapgate picked that is taken by
+// the time serve binds it (another process's connection took it) is
+// picked again, and serve runs on the new one.
+func TestStartCapgateTakenPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	picks := 0
+	pickAddr = func(tb testing.TB) string {
+		if picks++; picks == 1 {
+			return taken.Addr().String()
+		}
+		return FreeAddr(tb)
+	}
+	t.Cleanup(func() { pickAddr = FreeAddr })
+	cg := StartCapgate(t, Capgate{})
+	if picks != 2 || cg.Addr == taken.Addr().String() || !strings.Contains(cg.Banner, cg.URL+"/mcp") {
+		t.Fatalf("%d picks; serve on %s (taken: %s); banner:\n%s", picks, cg.Addr, taken.Addr(), cg.Banner)
+	}
+	if b, err := os.ReadFile(cg.ConfigPath); err != nil || !strings.Contains(string(b), fmt.Sprintf("listen = %q", cg.Addr)) {
+		t.Errorf("the config does not name the new address %s: %v\n%s", cg.Addr, err, b)
+	}
+}
