@@ -69,6 +69,9 @@ func reachable(v any, path string, chain bool) error {
 			return fmt.Errorf("%s: x-mcp-header is allowed only on a property reached through \"properties\" from the root", where)
 		}
 		for k, sub := range v {
+			if dataKeyword[k] {
+				continue // values, not schemas: an "x-mcp-header" in them annotates nothing
+			}
 			if props, ok := sub.(map[string]any); ok && k == "properties" {
 				for name, p := range props {
 					if err := reachable(p, join(path, name), chain); err != nil {
@@ -90,6 +93,9 @@ func reachable(v any, path string, chain bool) error {
 	}
 	return nil
 }
+
+// dataKeyword: schema keywords whose values are instances, not schemas.
+var dataKeyword = map[string]bool{"const": true, "default": true, "enum": true, "examples": true}
 
 func join(path, name string) string {
 	if path == "" {

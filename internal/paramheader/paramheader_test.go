@@ -22,6 +22,9 @@ func TestValid(t *testing.T) {
 		{`{"type":"object","properties":{"o":{"type":"object","properties":{"r":{"type":"string","x-mcp-header":"Region"}}}}}`, ""},
 		// A property named x-mcp-header is a name, not an annotation.
 		{`{"type":"object","properties":{"x-mcp-header":{"type":"string"}}}`, ""},
+		// Instances, not schemas: an object value with the key annotates nothing.
+		{`{"type":"object","properties":{"o":{"type":"object","default":{"x-mcp-header":"X"},"examples":[{"x-mcp-header":"Y"}]}},"const":{"x-mcp-header":"Z"},"enum":[{"x-mcp-header":"W"}]}`, ""},
+		{`{"type":"object","properties":{"default":{"type":"string","x-mcp-header":"D"}}}`, ""},
 		{`{"type":"object","properties":{"r":{"type":"string","x-mcp-header":""}}}`, "non-empty"},
 		{`{"type":"object","properties":{"r":{"type":"number","x-mcp-header":"R"}}}`, `got "number"`},
 		{`{"type":"object","properties":{"r":{"x-mcp-header":"R"}}}`, "no declared type"},
