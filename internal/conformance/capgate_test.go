@@ -2,12 +2,9 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/capgate/capgate/internal/testkit"
 )
 
 // TestConformanceThroughCapgate (expected results in capgate_baseline.json,
@@ -24,16 +21,7 @@ func TestConformanceThroughCapgate(t *testing.T) {
 	// capgate's upstream is a fixture of its own, so that this run and
 	// the direct one (directFixtureRun) go side by side.
 	behind := StartFixture(t)
-	cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "conformance-secret", Config: fmt.Sprintf(`
-[auth.anonymous]
-sub = "conformance"
-grants = ["rye.*"]
-acknowledge = ["unrestricted", "elevated"]
-
-[mcp.servers.fx]
-url = %q
-prefix = ""
-`, behind)})
+	cg := throughCapgate(t, "conformance", behind)
 	var proxied map[string]Result
 	var perr error
 	var wg sync.WaitGroup

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,16 +23,7 @@ func TestErrorsThroughCapgate(t *testing.T) {
 	}
 	InstallRef(t)
 	ref := StartReference(t)
-	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
-[auth.anonymous]
-sub = "errors"
-grants = ["rye.*"]
-acknowledge = ["unrestricted", "elevated"]
-
-[mcp.servers.ref]
-url = %q
-prefix = ""
-`, ref)})
+	cg := throughCapgate(t, "errors", ref)
 	const tok = "" // anonymous, as the suite calls
 	const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}`
 	call := func(progress string) string {

@@ -41,16 +41,7 @@ func TestHeadersThroughCapgate(t *testing.T) {
 		testkit.ServeFixture(t, testkit.HeadersFixture, 15*time.Second, addr, "-http", addr)
 		urls[i] = "http://" + addr + "/mcp"
 	}
-	cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "conformance-secret", Config: fmt.Sprintf(`
-[auth.anonymous]
-sub = "conformance"
-grants = ["rye.*"]
-acknowledge = ["unrestricted", "elevated"]
-
-[mcp.servers.hf]
-url = %q
-prefix = ""
-`, urls[1])})
+	cg := throughCapgate(t, "conformance", urls[1])
 	d, p := map[string]Result{}, map[string]Result{}
 	for _, sc := range headerScenarios {
 		var dr, pr map[string]Result

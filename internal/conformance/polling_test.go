@@ -44,16 +44,7 @@ func TestPollingThroughCapgate(t *testing.T) {
 	}
 	InstallRef(t)
 	ref := StartReference(t)
-	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
-[auth.anonymous]
-sub = "polling"
-grants = ["rye.*"]
-acknowledge = ["unrestricted", "elevated"]
-
-[mcp.servers.ref]
-url = %q
-prefix = ""
-`, ref)})
+	cg := throughCapgate(t, "polling", ref)
 	sid := testkit.OpenSession(t, cg.URL, "", "{}")
 	// A progress token: the call gets a stream of capgate's own.
 	post := sessionRequest(t, http.MethodPost, cg.URL, sid,

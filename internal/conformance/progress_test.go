@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,16 +20,7 @@ func TestStatelessProgressThroughCapgate(t *testing.T) {
 	}
 	InstallRef(t)
 	ref := StartReference(t)
-	cg := testkit.StartCapgate(t, testkit.Capgate{Config: fmt.Sprintf(`
-[auth.anonymous]
-sub = "progress"
-grants = ["rye.*"]
-acknowledge = ["unrestricted", "elevated"]
-
-[mcp.servers.ref]
-url = %q
-prefix = ""
-`, ref)})
+	cg := throughCapgate(t, "progress", ref)
 	const body = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_tool_with_progress","arguments":{},` +
 		`"_meta":{"progressToken":"pt","io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
 		`"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`

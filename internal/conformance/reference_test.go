@@ -2,11 +2,8 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
-
-	"github.com/capgate/capgate/internal/testkit"
 )
 
 // TestReferenceThroughCapgate runs the suite's frozen requirement sets
@@ -31,16 +28,7 @@ func TestReferenceThroughCapgate(t *testing.T) {
 		t.Run(rev, func(t *testing.T) {
 			t.Parallel()
 			direct, behind := StartReference(t), StartReference(t)
-			cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "conformance-secret", Config: fmt.Sprintf(`
-[auth.anonymous]
-sub = "conformance"
-grants = ["rye.*"]
-acknowledge = ["unrestricted", "elevated"]
-
-[mcp.servers.ref]
-url = %q
-prefix = ""
-`, behind)})
+			cg := throughCapgate(t, "conformance", behind)
 			var d, p map[string]Result
 			var derr, perr error
 			var wg sync.WaitGroup

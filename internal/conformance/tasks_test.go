@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -42,16 +41,7 @@ func TestTasksThroughCapgate(t *testing.T) {
 	t.Parallel()
 	InstallRef(t)
 	direct, behind := startTasksFixture(t), startTasksFixture(t)
-	cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "conformance-secret", Config: fmt.Sprintf(`
-[auth.anonymous]
-sub = "conformance"
-grants = ["rye.*"]
-acknowledge = ["unrestricted", "elevated"]
-
-[mcp.servers.tk]
-url = %q
-prefix = ""
-`, behind)})
+	cg := throughCapgate(t, "conformance", behind)
 	var d, p map[string]Result
 	var derr, perr error
 	var wg sync.WaitGroup
