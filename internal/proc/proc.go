@@ -46,7 +46,17 @@ var (
 	ErrTimeout        = errors.New("timed out")
 	ErrCancelled      = errors.New("cancelled")
 	ErrOutputTooLarge = errors.New("output too large")
+	// ErrOutputHeld: the command exited, but its stdout or stderr stayed
+	// open for outputWait after (a process it left behind holds them), so
+	// its output may be cut short and is not used.
+	ErrOutputHeld = errors.New("its output stayed open after it exited (a process it left behind holds it)")
 )
+
+// outputWait bounds how long Run reads a command's output after it exits
+// or is killed: long enough for a loaded machine to drain a pipe (1 s was
+// not, under -race at load 16), short enough that a tool which leaves a
+// process holding its stdout fails soon.
+const outputWait = 3 * time.Second
 
 // ExitError is a run that ended with a non-zero status.
 type ExitError struct {
@@ -67,7 +77,7 @@ func (e *StartError) Error() string { return "could not start: " + e.Err.Error()
 func (e *StartError) Unwrap() error { return e.Err }
 
 // Run runs spec and returns its stdout and the tail of its stderr. It
-// fails with ErrTimeout, ErrCancelled, ErrOutputTooLarge, *ExitError or
+// fails with ErrTimeout, ErrCancelled, ErrOutputTooLarge, ErrOutputHeld, *ExitError or
 // *StartError (wrapping the launcher's refusal, such as
 // *sandbox.UnenforceableError). Nothing the command started outlives Run.
 func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err error) {
@@ -105,7 +115,7 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 	// Its own process group, so a timeout kills what it started too.
 	NewGroup(cmd)
 	cmd.Cancel = func() error { return KillGroup(cmd.Process) }
-	cmd.WaitDelay = time.Second
+	cmd.WaitDelay = outputWait
 
 	runErr := Start(cmd)
 	if runErr == nil {
@@ -122,6 +132,8 @@ func Run(ctx context.Context, spec Spec) (stdout []byte, stderr string, err erro
 		return nil, stderr, ErrTimeout
 	case ctx.Err() != nil:
 		return nil, stderr, ErrCancelled
+	case errors.Is(runErr, exec.ErrWaitDelay):
+		return nil, stderr, ErrOutputHeld
 	case runErr != nil:
 		var ee *exec.ExitError
 		if errors.As(runErr, &ee) {
