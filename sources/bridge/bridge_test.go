@@ -133,7 +133,10 @@ func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
 
 func TestBareResultIsTheOutput(t *testing.T) {
 	p := provider(t, "")
-	tools, _ := p.List(context.Background())
+	tools, err := p.List(context.Background())
+	if err != nil || len(tools) == 0 {
+		t.Fatalf("list: %d tools, %v", len(tools), err) // was an index panic when the list failed under load
+	}
 	t.Setenv("BRIDGE_FIXTURE_MODE", "bareresult")
 	r, err := p.Call(context.Background(), tool.Call{Tool: tools[0]})
 	if err != nil || !strings.Contains(string(r.Structured), `"params"`) {
