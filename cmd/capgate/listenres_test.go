@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -33,34 +31,7 @@ func listenResources(t *testing.T, base, tok, filter string) *resourceListen {
 	ctx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"R1","method":"subscriptions/listen","params":{"notifications":{%s},%s}}`, filter, metaPlain)
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/mcp", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json",
-		"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"} {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body.Close()
-		t.Fatalf("subscriptions/listen: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	events := make(chan string, 64)
-	go func() {
-		defer close(events)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				events <- data
-			}
-		}
-	}()
+	events := openListen(ctx, t, base, tok, body)
 	type message struct {
 		Method string `json:"method"`
 		Params struct {

@@ -125,7 +125,10 @@ func checkConnectNamed(t *testing.T, s *served, connect string) {
 	if !strings.Contains(connect, want) {
 		t.Errorf("the connect's result lacks %q:\n%s", want, connect)
 	}
-	if !strings.Contains(s.logs(), `msg="the sandbox refused an MCP server" server=files denied="the kernel refused it a socket (no_network, set by tool)"`) {
+	// serve gathers log lines for up to 100 ms: wait for the line.
+	if !testkit.Poll(10*time.Second, func() bool {
+		return strings.Contains(s.logs(), `msg="the sandbox refused an MCP server" server=files denied="the kernel refused it a socket (no_network, set by tool)"`)
+	}) {
 		t.Errorf("the refused socket is not logged:\n%s", s.logs())
 	}
 	// The log commits in groups: wait for the call's record.

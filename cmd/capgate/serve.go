@@ -86,7 +86,8 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			default:
 				return usageError("--log-format %q: use text or json", logFormat)
 			}
-			logger := slog.New(handler)
+			// Warnings and errors are written at once, not a window late.
+			logger := slog.New(logbuf.Urgent(handler, logOut, slog.LevelWarn))
 			if m := sandbox.BaselineMissing(); m != "" {
 				logger.Warn("sandbox baseline not enforced on this kernel", "missing", m)
 			}
@@ -132,6 +133,7 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 				}
 			}
 			err = srv.Serve(ctx, func(addr, socket string) {
+				_ = logOut.Flush() // what start logged is out before the banner says it is up
 				out := cmd.OutOrStdout()
 				fmt.Fprintf(out, "capgate %s: %d tools from %s\n", buildinfo.Version(), len(srv.Server.Registry().Snapshot().Tools), cfg.Path)
 				fmt.Fprintf(out, "  MCP             http://%s/mcp\n", addr)

@@ -46,40 +46,13 @@ func listenFor(ctx context.Context, t *testing.T, base, tok, more string, ids ..
 		more = "," + more
 	}
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":{"notifications":{"taskIds":%s%s},%s}}`, q, more, metaTasks)
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/mcp", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json",
-		"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"} {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body.Close()
-		t.Fatalf("subscriptions/listen: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
 	type message struct {
 		ID     json.RawMessage            `json:"id"`
 		Method string                     `json:"method"`
 		Params map[string]json.RawMessage `json:"params"`
 		Result json.RawMessage            `json:"result"`
 	}
-	events := make(chan []byte, 64)
-	go func() {
-		defer close(events)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				events <- []byte(data)
-			}
-		}
-	}()
+	events := openListen(ctx, t, base, tok, body)
 	l := &taskListen{notices: make(chan map[string]json.RawMessage, 64), raw: make(chan string, 64)}
 	first, ok := <-events
 	var ack message
@@ -283,4 +256,39 @@ func TestTaskNotifications(t *testing.T) {
 			audited(r2, "deny", "subscriptions/listen: 0 of 1 task ids")
 		})
 	}
+}
+
+// openListen posts a 2026-07-28 subscriptions/listen body as tok at base
+// and streams the data of each event it answers with until ctx ends.
+func openListen(ctx context.Context, t *testing.T, base, tok, body string) <-chan []byte {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/mcp", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json",
+		"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body.Close()
+		t.Fatalf("subscriptions/listen: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	events := make(chan []byte, 64)
+	go func() {
+		defer close(events)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				events <- []byte(data)
+			}
+		}
+	}()
+	return events
 }

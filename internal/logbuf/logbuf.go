@@ -7,7 +7,9 @@
 package logbuf
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -84,4 +86,36 @@ func (b *Writer) flushLocked() {
 	} else {
 		b.buf = b.buf[:0]
 	}
+}
+
+// Urgent wraps h, which writes to w, so that a record at level or above
+// is written at once, with whatever was gathered before it: warnings are
+// rare, and an operator watching the log (or a test reading it) should not
+// wait a window for one. Records below level cost one comparison more.
+func Urgent(h slog.Handler, w *Writer, level slog.Level) slog.Handler {
+	return urgent{Handler: h, w: w, level: level}
+}
+
+type urgent struct {
+	slog.Handler
+	w     *Writer
+	level slog.Level
+}
+
+func (u urgent) Handle(ctx context.Context, r slog.Record) error {
+	err := u.Handler.Handle(ctx, r)
+	if r.Level >= u.level {
+		if ferr := u.w.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+func (u urgent) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return urgent{Handler: u.Handler.WithAttrs(attrs), w: u.w, level: u.level}
+}
+
+func (u urgent) WithGroup(name string) slog.Handler {
+	return urgent{Handler: u.Handler.WithGroup(name), w: u.w, level: u.level}
 }

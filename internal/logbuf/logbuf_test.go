@@ -3,6 +3,7 @@ package logbuf
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -81,5 +82,23 @@ func TestGatheredLinesFollowWithoutFlush(t *testing.T) {
 	}
 	if n >= 1600 {
 		t.Errorf("%d writes for 1600 lines: nothing was gathered", n)
+	}
+}
+
+// TestUrgentWrittenAtOnce: within a window (an hour here), info lines are
+// gathered, and a warning goes out at once with the lines before it.
+func TestUrgentWrittenAtOnce(t *testing.T) {
+	s := &sink{}
+	b := New(s, time.Hour)
+	log := slog.New(Urgent(slog.NewTextHandler(b, nil), b, slog.LevelWarn)).With("sub", "x")
+	log.Info("first")  // after a quiet spell: at once
+	log.Info("second") // gathered
+	if got, _ := s.get(); strings.Contains(got, "second") {
+		t.Fatalf("an info line in the window was written at once: %q", got)
+	}
+	log.WithGroup("g").Warn("refused", "why", "w")
+	got, n := s.get()
+	if n != 2 || !strings.Contains(got, "msg=second") || !strings.Contains(got, "msg=refused sub=x g.why=w") {
+		t.Fatalf("after a warning: %d writes: %q, want the warning and the line before it out", n, got)
 	}
 }
