@@ -188,6 +188,12 @@ func (e *errorPatch) release() {
 
 var ssePrefix = []byte("event: message\ndata: ")
 
+// sseMessage is data (one JSON message) as the SSE event mcp-go writes.
+func sseMessage(data []byte) []byte {
+	ev := make([]byte, 0, len(ssePrefix)+len(data)+2)
+	return append(append(append(ev, ssePrefix...), data...), "\n\n"...)
+}
+
 // patch returns what to write instead of p, and with what status (0: as
 // mcp-go chose), when p is the error answering the request and capgate
 // has better; ok is false otherwise.

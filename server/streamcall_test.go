@@ -44,29 +44,6 @@ func sseEvents(body io.Reader, out chan<- sseEvent) {
 	}
 }
 
-// sessionRequest sends one request of a 2025-11-25 session.
-func sessionRequest(t *testing.T, method, front, tok, sid, body string, headers ...string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, front+"/mcp", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("MCP-Protocol-Version", testkit.SessionProtocol)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
-}
-
 // message is an event's JSON-RPC message, the parts the tests read.
 type message struct {
 	ID     json.RawMessage `json:"id"`
@@ -100,7 +77,7 @@ func TestStreamedCallKeepsItsProgress(t *testing.T) {
 	_, front := open(t)
 	tok := mint(t, token.Claims{Sub: "alice"})
 	sid := testkit.OpenSession(t, front, tok, "{}")
-	get := sessionRequest(t, http.MethodGet, front, tok, sid, "")
+	get := testkit.SessionRequest(t, http.MethodGet, front, tok, sid, "")
 	if get.StatusCode != http.StatusOK {
 		t.Fatalf("GET stream: %d", get.StatusCode)
 	}
@@ -119,7 +96,7 @@ func TestStreamedCallKeepsItsProgress(t *testing.T) {
 	}()
 
 	for round := range 4 {
-		resp := sessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "1", 1))
+		resp := testkit.SessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "1", 1))
 		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
 			t.Fatalf("round %d: %d %s", round, resp.StatusCode, ct)
 		}
@@ -163,7 +140,7 @@ func TestStreamedCallResumes(t *testing.T) {
 	sid := testkit.OpenSession(t, front, tok, "{}")
 	other := testkit.OpenSession(t, front, tok, "{}")
 
-	resp := sessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "300", 1))
+	resp := testkit.SessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "300", 1))
 	evs := make(chan sseEvent, 16)
 	go sseEvents(resp.Body, evs)
 	priming := <-evs
@@ -173,14 +150,14 @@ func TestStreamedCallResumes(t *testing.T) {
 	}
 	resp.Body.Close() // the connection breaks mid-call
 
-	if r := sessionRequest(t, http.MethodGet, front, tok, other, "", "Last-Event-ID", first.id); r.StatusCode != http.StatusNotFound {
+	if r := testkit.SessionRequest(t, http.MethodGet, front, tok, other, "", "Last-Event-ID", first.id); r.StatusCode != http.StatusNotFound {
 		t.Errorf("resume from another session: %d, want 404", r.StatusCode)
 	}
-	if r := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", streamPrefix+"00ff-3"); r.StatusCode != http.StatusNotFound {
+	if r := testkit.SessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", streamPrefix+"00ff-3"); r.StatusCode != http.StatusNotFound {
 		t.Errorf("resume of an unknown stream: %d, want 404", r.StatusCode)
 	}
 
-	get := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id)
+	get := testkit.SessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id)
 	if ct := get.Header.Get("Content-Type"); get.StatusCode != http.StatusOK || ct != "text/event-stream" {
 		t.Fatalf("resume: %d %s", get.StatusCode, ct)
 	}
@@ -205,7 +182,7 @@ func TestStreamedCallResumes(t *testing.T) {
 		t.Errorf("the resumed stream ended with %+v, want the result", last)
 	}
 	// Delivered to its end, the stream is gone.
-	if r := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id); r.StatusCode != http.StatusNotFound {
+	if r := testkit.SessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id); r.StatusCode != http.StatusNotFound {
 		t.Errorf("resume of a delivered stream: %d, want 404", r.StatusCode)
 	}
 }
@@ -221,7 +198,7 @@ func TestStreamedCallCancelledWhenNobodyResumes(t *testing.T) {
 	sid := testkit.OpenSession(t, front, tok, "{}")
 
 	// Three steps of a minute each, unless cancelled.
-	resp := sessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "60000", 1))
+	resp := testkit.SessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "60000", 1))
 	evs := make(chan sseEvent, 16)
 	go sseEvents(resp.Body, evs)
 	priming, first := <-evs, <-evs
@@ -239,7 +216,7 @@ func TestStreamedCallCancelledWhenNobodyResumes(t *testing.T) {
 		defer st.mu.Unlock()
 		return st.done
 	})
-	get := sessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id)
+	get := testkit.SessionRequest(t, http.MethodGet, front, tok, sid, "", "Last-Event-ID", first.id)
 	rest := make(chan sseEvent, 16)
 	go sseEvents(get.Body, rest)
 	var last sseEvent
@@ -256,7 +233,7 @@ func TestStreamedCallCancelled(t *testing.T) {
 	_, front := open(t)
 	tok := mint(t, token.Claims{Sub: "alice"})
 	sid := testkit.OpenSession(t, front, tok, "{}")
-	resp := sessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "60000", 1))
+	resp := testkit.SessionRequest(t, http.MethodPost, front, tok, sid, strings.Replace(slowCall, "DELAY", "60000", 1))
 	evs := make(chan sseEvent, 16)
 	go sseEvents(resp.Body, evs)
 	<-evs // priming

@@ -238,11 +238,7 @@ func (m *MCP) listen(w http.ResponseWriter, r *http.Request, body []byte, id jso
 		if err != nil {
 			return false
 		}
-		ev := make([]byte, 0, len(b)+32)
-		ev = append(ev, "event: message\ndata: "...)
-		ev = append(ev, b...)
-		ev = append(ev, "\n\n"...)
-		if _, err := w.Write(ev); err != nil {
+		if _, err := w.Write(sseMessage(b)); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
@@ -422,15 +418,13 @@ type ackWriter struct {
 	acked  chan struct{}
 }
 
-var ackPrefix = []byte("event: message\ndata: ")
-
 func (a *ackWriter) Write(b []byte) (int, error) {
 	first := false
 	a.once.Do(func() { first = true })
 	if !first {
 		return a.ResponseWriter.Write(b)
 	}
-	data, ok := bytes.CutPrefix(b, ackPrefix)
+	data, ok := bytes.CutPrefix(b, ssePrefix)
 	var msg, params, n map[string]json.RawMessage
 	if !ok || json.Unmarshal(bytes.TrimSpace(data), &msg) != nil || string(msg["method"]) != `"`+mcp.MethodNotificationSubscriptionsAcknowledged+`"` ||
 		json.Unmarshal(msg["params"], &params) != nil || json.Unmarshal(params["notifications"], &n) != nil {
@@ -448,8 +442,7 @@ func (a *ackWriter) Write(b []byte) (int, error) {
 	if err != nil {
 		return a.ResponseWriter.Write(b)
 	}
-	ev := append(append(append([]byte{}, ackPrefix...), out...), "\n\n"...)
-	if _, err := a.ResponseWriter.Write(ev); err != nil {
+	if _, err := a.ResponseWriter.Write(sseMessage(out)); err != nil {
 		return 0, err
 	}
 	close(a.acked)

@@ -47,7 +47,7 @@ func TestPollingThroughCapgate(t *testing.T) {
 	cg := throughCapgate(t, "polling", ref)
 	sid := testkit.OpenSession(t, cg.URL, "", "{}")
 	// A progress token: the call gets a stream of capgate's own.
-	post := sessionRequest(t, http.MethodPost, cg.URL, sid,
+	post := testkit.SessionRequest(t, http.MethodPost, cg.URL, "", sid,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_reconnection","arguments":{},"_meta":{"progressToken":"p1"}}}`)
 	if ct := post.Header.Get("Content-Type"); post.StatusCode != http.StatusOK || ct != "text/event-stream" {
 		t.Fatalf("tools/call: %d %s", post.StatusCode, ct)
@@ -61,7 +61,7 @@ func TestPollingThroughCapgate(t *testing.T) {
 	if !strings.HasPrefix(priming.id, "cgs_") || priming.id == stream || pause.id != stream+"-1" || pause.retry != "5000" || pause.data != "" {
 		t.Fatalf("the stream carried %+v then %+v, want capgate's priming event then its event 1 with the upstream's retry: 5000", priming, pause)
 	}
-	get := sessionRequest(t, http.MethodGet, cg.URL, sid, "", "Last-Event-ID", pause.id)
+	get := testkit.SessionRequest(t, http.MethodGet, cg.URL, "", sid, "", "Last-Event-ID", pause.id)
 	if ct := get.Header.Get("Content-Type"); get.StatusCode != http.StatusOK || ct != "text/event-stream" {
 		t.Fatalf("resume from the pause: %d %s", get.StatusCode, ct)
 	}
@@ -102,28 +102,6 @@ func readEvents(t *testing.T, body io.ReadCloser) []sseEvent {
 		t.Fatalf("the stream did not end within a minute; so far %+v", out)
 	}
 	return out
-}
-
-// sessionRequest sends one request of a 2025-11-25 session, anonymously.
-func sessionRequest(t *testing.T, method, base, sid, body string, headers ...string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, base+"/mcp", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("MCP-Protocol-Version", testkit.SessionProtocol)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
 }
 
 // toolCalls are the tool_call records of serve's audit log for
@@ -275,7 +253,7 @@ prefix = ""
 	sid := testkit.OpenSession(t, cg.URL, "", "{}")
 	post := func(t *testing.T, base, sid string, id, retryMS int, result string) []sseEvent {
 		t.Helper()
-		resp := sessionRequest(t, http.MethodPost, base, sid, fmt.Sprintf(
+		resp := testkit.SessionRequest(t, http.MethodPost, base, "", sid, fmt.Sprintf(
 			`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"poll","arguments":{"retry_ms":%d,"result":%s},"_meta":{"progressToken":"p"}}}`,
 			id, retryMS, result))
 		return readEvents(t, resp.Body)
@@ -290,7 +268,7 @@ prefix = ""
 	}
 	resume := func(t *testing.T, last string) sseEvent {
 		t.Helper()
-		get := sessionRequest(t, http.MethodGet, cg.URL, sid, "", "Last-Event-ID", last)
+		get := testkit.SessionRequest(t, http.MethodGet, cg.URL, "", sid, "", "Last-Event-ID", last)
 		if get.StatusCode != http.StatusOK {
 			t.Fatalf("resume from %s: %d", last, get.StatusCode)
 		}

@@ -4,6 +4,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -82,4 +83,32 @@ func DeleteSession(tb testing.TB, base, tok, sid string) int {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// SessionRequest sends one request in session sid (a POST with body, or a
+// GET that listens or resumes) as tok ("" sends no Authorization), with
+// more headers as name, value pairs, and returns the response unread, for
+// a test that reads its stream; the test's end closes it.
+func SessionRequest(tb testing.TB, method, base, tok, sid, body string, headers ...string) *http.Response {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(tb.Context(), method, base+"/mcp", strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("MCP-Protocol-Version", SessionProtocol)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { resp.Body.Close() })
+	return resp
 }
