@@ -147,6 +147,10 @@ type link struct {
 	// post is the head of every POST on the link, made once: a call
 	// copies it (sharing its URL and Header, which nothing writes).
 	post *http.Request
+	// callHeads are, by tool name, post's header with the standard
+	// headers of a tools/call of that tool (callHead): made once per tool,
+	// shared by its calls, written by no one.
+	callHeads sync.Map
 	// guard is the limit on a stdio upstream's messages: over it, the
 	// connection is replaced (see restart).
 	guard *guard
