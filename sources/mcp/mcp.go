@@ -854,12 +854,18 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 		return nil, err
 	}
 	defer l.owners.enter(&call)()
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	args := call.Input
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
+	if l.http && deadlineWithin(ctx, s.opts.Timeout) {
+		// The caller's deadline (the router's call timeout) comes first:
+		// a timer of the source's own would never fire. callHTTP leaves
+		// nothing running on ctx when it returns.
+		return s.callHTTP(ctx, l, call, args)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
 	if l.http {
 		return s.callHTTP(ctx, l, call, args)
 	}
@@ -870,6 +876,12 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 		return p.leave(c, res, err)
 	}
 	return s.callMCPGo(ctx, l, call, args)
+}
+
+// deadlineWithin says whether ctx ends, at the latest, d from now.
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= d
 }
 
 // callMCPGo calls through mcp-go's client: every stdio and SSE call, and
