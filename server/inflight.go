@@ -12,8 +12,8 @@ import (
 // reports them: a connection leaves it once its answer is written and
 // flushed, or it is closed.
 type inFlight struct {
-	mu      sync.Mutex
-	busy    map[net.Conn]bool
+	mu   sync.Mutex
+	busy map[net.Conn]bool
 	// changed is closed when one leaves, and then dropped: made only
 	// for a waiter, not once per request.
 	changed chan struct{}
