@@ -103,6 +103,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	)
 	m.sessions = newSessionIDs(secret)
 	m.internal = newInternalCalls(secret)
+	m.streams.key(secret)
 	// The front door checks the Host of loopback requests for every path
 	// (rejectRebinding): mcp-go need not do it again.
 	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),
