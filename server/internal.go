@@ -33,6 +33,13 @@ import (
 // than bytes. The state was claimed by the replica that received it, so
 // the holder does not claim it again; it only takes the job parked under
 // exactly that state.
+//
+// A client's resume of a call's stream (callstream.go) that reaches a
+// replica other than the one holding the stream goes the same way: the
+// body names the session and the Last-Event-ID (the forwarding replica
+// has checked the caller's claim on the session, and the stream id was
+// sealed for it), the holder serves the resume as its own, and the
+// forwarding replica relays its answer as it comes.
 const (
 	internalPath   = "/internal/continue"
 	internalLabel  = "capgate internal call v1"
@@ -42,6 +49,9 @@ const (
 	internalSkew = 30 * time.Second
 	// maxForwardedResult bounds the holder's answer a replica reads.
 	maxForwardedResult = 64 << 20
+	// resumeAnswer bounds the wait for the holder's answer to a forwarded
+	// resume to begin (it begins at once: the stream follows).
+	resumeAnswer = 10 * time.Second
 )
 
 // upstreamErrorHeader marks the holder's 502 that carries the upstream's
@@ -61,11 +71,20 @@ type forwardedError struct {
 	Status  int    `json:"status,omitempty"`
 }
 
-// continuation is a forwarded continuation: whose, the state, the answers.
+// continuation is a forwarded continuation: whose, the state, the
+// answers; or, with Resume, a forwarded resume of a call's stream.
 type continuation struct {
-	Sub       string             `json:"sub"`
-	State     string             `json:"state"`
-	Responses mcp.InputResponses `json:"input_responses"`
+	Sub       string             `json:"sub,omitempty"`
+	State     string             `json:"state,omitempty"`
+	Responses mcp.InputResponses `json:"input_responses,omitempty"`
+	Resume    *streamResume      `json:"resume,omitempty"`
+}
+
+// streamResume is a client's resume of a call's stream: its session and
+// its Last-Event-ID.
+type streamResume struct {
+	Session     string `json:"session"`
+	LastEventID string `json:"last_event_id"`
 }
 
 // internalCalls is one replica's side of the forwarding.
@@ -115,20 +134,9 @@ func (m *MCP) forward(ctx context.Context, c *router.Caller, st *requestState, r
 	if st.URL == "" {
 		return unavailable("advertises no URL")
 	}
-	body, err := json.Marshal(continuation{Sub: c.Sub, State: req.Params.RequestState, Responses: req.Params.InputResponses})
+	resp, err := m.internal.post(ctx, st.URL, continuation{Sub: c.Sub, State: req.Params.RequestState, Responses: req.Params.InputResponses})
 	if err != nil {
-		return nil, fmt.Errorf("forward: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(st.URL, "/")+internalPath, bytes.NewReader(body))
-	if err != nil {
-		return unavailable("advertises a URL that is not one (%v)", err)
-	}
-	t := time.Now().UnixMilli()
-	hreq.Header.Set(internalHeader, strconv.FormatInt(t, 10)+"."+m.internal.mac(t, body))
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := m.internal.client.Do(hreq)
-	if err != nil {
-		return unavailable("does not answer (%v)", err)
+		return unavailable("%v", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxForwardedResult))
@@ -163,6 +171,87 @@ func (m *MCP) forward(ctx context.Context, c *router.Caller, st *requestState, r
 	return res, nil
 }
 
+// post sends f to the replica at url, authenticated; the error says what
+// went wrong, after "the replica which".
+func (ic *internalCalls) post(ctx context.Context, url string, f continuation) (*http.Response, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be sent it (%v)", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(url, "/")+internalPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("advertises a URL that is not one (%v)", err)
+	}
+	t := time.Now().UnixMilli()
+	hreq.Header.Set(internalHeader, strconv.FormatInt(t, 10)+"."+ic.mac(t, body))
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := ic.client.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("does not answer (%v)", err)
+	}
+	return resp, nil
+}
+
+// forwardResume sends a client's resume of a stream held by replica (at
+// url) there, and relays the answer: the stream as it comes, or the
+// holder's refusal. A holder that does not answer is a 502 naming it; the
+// client has nothing to resume and calls the tool again.
+func (m *MCP) forwardResume(w http.ResponseWriter, r *http.Request, replica, url, session, lastEventID string) {
+	unavailable := func(format string, args ...any) {
+		http.Error(w, fmt.Sprintf("502 bad gateway: the stream of event %q is held by replica %q, which "+format+
+			"; its call cannot be resumed, call the tool again", append([]any{lastEventID, replica}, args...)...), http.StatusBadGateway)
+	}
+	if url == "" {
+		unavailable("advertises no URL")
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context()) // the client leaving ends the relay
+	defer cancel()
+	late := time.AfterFunc(resumeAnswer, cancel)
+	resp, err := m.internal.post(ctx, url, continuation{Resume: &streamResume{Session: session, LastEventID: lastEventID}})
+	if !late.Stop() {
+		unavailable("did not answer within %v", resumeAnswer)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return
+	}
+	if err != nil {
+		unavailable("%v", err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		if resp.StatusCode == http.StatusNotFound {
+			noStream(w, lastEventID)
+			return
+		}
+		unavailable("refused it (%s: %s)", resp.Status, strings.TrimSpace(string(msg)))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // the holder's stream ended (or broke: the client may resume again)
+		}
+	}
+}
+
 // serveInternal takes a forwarded continuation of a call this replica
 // holds, and answers with the call's result (or its next input requests).
 func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
@@ -182,6 +271,13 @@ func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
 	var f continuation
 	if err := json.Unmarshal(body, &f); err != nil {
 		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if f.Resume != nil {
+		// Served here only: a stream is never forwarded twice. The
+		// session is not idle here while its client resumes elsewhere.
+		m.live.touch(f.Resume.Session)
+		m.serveResume(w, r, f.Resume.Session, f.Resume.LastEventID)
 		return
 	}
 	res, err := m.continueHere(context.WithValue(r.Context(), forwardedKey{}, true), f)
