@@ -258,6 +258,9 @@ func (m *MCP) streamCall(w http.ResponseWriter, r *http.Request, body *posted) b
 	// An upstream's JSON-RPC error reaches the client as the upstream gave
 	// it, as on mcp-go's own path (passerror.go).
 	patch, pr := newErrorPatch(w, r, body)
+	if patch != nil {
+		patch.streamed = true // runStreamed orders the stream
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(pr.Context()))
 	ctx, untrack := sess.track(ctx, msg.id)
 	polls := version == "2025-11-25" // SSE polling came with SEP-1699

@@ -1,0 +1,229 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/sources"
+	srcmcp "github.com/capgate/capgate/sources/mcp"
+	"github.com/capgate/capgate/token"
+)
+
+// burstN is how many log messages, and as many progress notifications,
+// the burst upstream sends before its result.
+const burstN = 3
+
+// eventCount counts the SSE events an mcp-go response has written, so
+// that the burst tool answers only once its notifications are on the
+// wire: mcp-go v1.2.1 (as an upstream) can drop one sent just before its
+// handler returns, and this test is about capgate's order, not mcp-go's.
+type eventCount struct {
+	http.ResponseWriter
+	mu      sync.Mutex
+	n       int
+	changed chan struct{}
+}
+
+type eventCountKey struct{}
+
+func (c *eventCount) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.mu.Lock()
+	c.n += bytes.Count(p, []byte("event: message\n"))
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+	return n, err
+}
+
+func (c *eventCount) Flush() { c.ResponseWriter.(http.Flusher).Flush() }
+
+func (c *eventCount) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// await waits until n events are written, or ctx ends.
+func (c *eventCount) await(ctx context.Context, n int) {
+	for {
+		c.mu.Lock()
+		done, changed := c.n >= n, c.changed
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// burstUpstream serves, on a loopback port, an mcp-go server whose tool
+// burst sends log message i and progress i for i = 1..burstN at once, and
+// answers as soon as they have left; it returns its MCP URL.
+func burstUpstream(t *testing.T) string {
+	t.Helper()
+	s := mcpserver.NewMCPServer("burst", "1.0.0", mcpserver.WithToolCapabilities(false), mcpserver.WithLogging())
+	s.AddTool(mcp.NewTool("burst", mcp.WithDescription("Send log messages and progress, then answer at once"),
+		mcp.WithReadOnlyHintAnnotation(true), mcp.WithDestructiveHintAnnotation(false), mcp.WithOpenWorldHintAnnotation(false)),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var token mcp.ProgressToken
+			if req.Params.Meta != nil {
+				token = req.Params.Meta.ProgressToken
+			}
+			info := mcpserver.RequestProtocolInfoFromContext(ctx)
+			sent := 0
+			for i := 1; i <= burstN; i++ {
+				if info != nil && info.LogLevel != "" {
+					if err := s.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelInfo, "burst", fmt.Sprintf("log %d", i))); err != nil {
+						return nil, err
+					}
+					sent++
+				}
+				if token != nil {
+					if err := s.SendNotificationToClient(ctx, "notifications/progress", map[string]any{"progressToken": token, "progress": i, "total": burstN}); err != nil {
+						return nil, err
+					}
+					sent++
+				}
+			}
+			if c, ok := ctx.Value(eventCountKey{}).(*eventCount); ok {
+				c.await(ctx, sent)
+			}
+			return mcp.NewToolResultText("done"), nil
+		})
+	h := mcpserver.NewStreamableHTTPServer(s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &eventCount{ResponseWriter: w, changed: make(chan struct{})}
+		h.ServeHTTP(c, r.WithContext(context.WithValue(r.Context(), eventCountKey{}, c)))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String() + "/mcp"
+}
+
+// burstOrder is what a call's stream carried, one word per message:
+// "log i", "progress i", "result", or the message itself when it is none
+// of these.
+func burstOrder(body []byte) []string {
+	var got []string
+	if len(body) > 0 && body[0] == '{' {
+		return []string{"a JSON answer: " + string(body)}
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "" {
+			continue
+		}
+		var m struct {
+			ID     any    `json:"id"`
+			Method string `json:"method"`
+			Params struct {
+				Progress float64 `json:"progress"`
+				Data     any     `json:"data"`
+			} `json:"params"`
+			Result any `json:"result"`
+		}
+		switch {
+		case json.Unmarshal([]byte(data), &m) != nil:
+			got = append(got, data)
+		case m.Method == "notifications/message":
+			got = append(got, fmt.Sprint(m.Params.Data))
+		case m.Method == "notifications/progress":
+			got = append(got, fmt.Sprintf("progress %g", m.Params.Progress))
+		case m.Result != nil:
+			got = append(got, "result")
+		default:
+			got = append(got, data)
+		}
+	}
+	return got
+}
+
+// TestCallKeepsItsOrder (issue 31, item 5): everything an upstream sends
+// on a call's stream before its result (log messages and progress, sent
+// in a burst and followed at once by the result) reaches the caller
+// before that result, in the upstream's order, call after call, on both
+// protocols, with calls side by side.
+func TestCallKeepsItsOrder(t *testing.T) {
+	const workers, perWorker = 4, 50
+	up := burstUpstream(t)
+	_, front := serveSetup(t, setup{
+		registry: sources.BuildOptions{MCP: []sources.MCPServer{{Options: srcmcp.Options{Name: "cf", URL: up}}}},
+		grants:   []string{"rye.execute.tool.mcp.cf.*"},
+	})
+	tok := mint(t, token.Claims{Sub: "alice"})
+	var want []string
+	for i := 1; i <= burstN; i++ {
+		want = append(want, fmt.Sprintf("log %d", i), fmt.Sprintf("progress %d", i))
+	}
+	want = append(want, "result")
+
+	check := func(t *testing.T, call func(w, i int) []byte) {
+		var mu sync.Mutex
+		failed := 0
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range perWorker {
+					got := burstOrder(call(w, i))
+					if strings.Join(got, ", ") != strings.Join(want, ", ") {
+						mu.Lock()
+						failed++
+						if failed <= 3 {
+							t.Errorf("worker %d, call %d: the stream carried %q, want %q", w, i, got, want)
+						}
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if failed > 0 {
+			t.Errorf("%d of %d calls out of order", failed, workers*perWorker)
+		}
+	}
+
+	t.Run("2025-11-25", func(t *testing.T) {
+		sessions := make([]string, workers)
+		for w := range sessions {
+			sid := testkit.OpenSession(t, front, tok, "{}")
+			if st, _, b := testkit.PostSession(t, front, tok, sid, `{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}`); st != http.StatusOK {
+				t.Fatalf("logging/setLevel: %d %s", st, b)
+			}
+			// The session's standalone stream is open, as a client's is.
+			go io.Copy(io.Discard, testkit.SessionRequest(t, http.MethodGet, front, tok, sid, "").Body)
+			sessions[w] = sid
+		}
+		check(t, func(w, i int) []byte {
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"burst","arguments":{},"_meta":{"progressToken":"p%d"}}}`, 10+i, i)
+			resp := testkit.SessionRequest(t, http.MethodPost, front, tok, sessions[w], body)
+			b, _ := io.ReadAll(resp.Body)
+			return b
+		})
+	})
+	t.Run("2026-07-28", func(t *testing.T) {
+		check(t, func(w, i int) []byte {
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"burst","arguments":{},"_meta":{"progressToken":"p%d",`+
+				`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},`+
+				`"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"debug"}}}`, 10+i, i)
+			_, _, b := testkit.PostMCP(t, front, tok, "burst", body)
+			return b
+		})
+	})
+}
