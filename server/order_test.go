@@ -179,40 +179,50 @@ func orderFront(t *testing.T, u *orderUpstream) string {
 	return front
 }
 
-// burstOrder is what a call's stream carried, one word per message:
-// "log i", "progress i", "result", or the message itself when it is none
-// of these.
+// orderMessage is a message of a call's stream, the parts the order
+// tests read.
+type orderMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params struct {
+		Progress float64 `json:"progress"`
+		Data     any     `json:"data"`
+	} `json:"params"`
+	Result any `json:"result"`
+}
+
+// word is m as the order tests compare it: a log message's data,
+// "progress i", "result", or a request's method.
+func (m orderMessage) word() string {
+	switch {
+	case m.Method == "notifications/message":
+		return fmt.Sprint(m.Params.Data)
+	case m.Method == "notifications/progress":
+		return fmt.Sprintf("progress %g", m.Params.Progress)
+	case m.Result != nil:
+		return "result"
+	}
+	return m.Method
+}
+
+// burstOrder is what a call's stream carried, one word per message (the
+// message itself when it is not JSON-RPC).
 func burstOrder(body []byte) []string {
-	var got []string
 	if len(body) > 0 && body[0] == '{' {
 		return []string{"a JSON answer: " + string(body)}
 	}
+	var got []string
 	for _, line := range strings.Split(string(body), "\n") {
 		data, ok := strings.CutPrefix(line, "data: ")
 		if !ok || data == "" {
 			continue
 		}
-		var m struct {
-			ID     any    `json:"id"`
-			Method string `json:"method"`
-			Params struct {
-				Progress float64 `json:"progress"`
-				Data     any     `json:"data"`
-			} `json:"params"`
-			Result any `json:"result"`
-		}
-		switch {
-		case json.Unmarshal([]byte(data), &m) != nil:
+		var m orderMessage
+		if json.Unmarshal([]byte(data), &m) != nil {
 			got = append(got, data)
-		case m.Method == "notifications/message":
-			got = append(got, fmt.Sprint(m.Params.Data))
-		case m.Method == "notifications/progress":
-			got = append(got, fmt.Sprintf("progress %g", m.Params.Progress))
-		case m.Result != nil:
-			got = append(got, "result")
-		default:
-			got = append(got, data)
+			continue
 		}
+		got = append(got, m.word())
 	}
 	return got
 }
@@ -322,20 +332,12 @@ func TestCallKeepsWhatComesWhileItAsks(t *testing.T) {
 	}
 	var got []string
 	for ev := range evs {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params struct {
-				Data any `json:"data"`
-			} `json:"params"`
-			Result any `json:"result"`
-		}
+		var m orderMessage
 		if json.Unmarshal([]byte(ev.data), &m) != nil {
 			continue // the priming event
 		}
-		switch {
-		case m.Method == "elicitation/create":
-			got = append(got, "elicitation")
+		got = append(got, m.word())
+		if m.Method == "elicitation/create" {
 			// capgate has parked the call's job to ask: the upstream
 			// speaks now, and the client answers once it has.
 			within("take its cue", u.speak, true)
@@ -343,15 +345,9 @@ func TestCallKeepsWhatComesWhileItAsks(t *testing.T) {
 			if st, _, b := testkit.PostSession(t, front, tok, sid, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"action":"accept","content":{"ok":true}}}`); st != http.StatusAccepted {
 				t.Fatalf("the answer: %d %s", st, b)
 			}
-		case m.Method == "notifications/message":
-			got = append(got, fmt.Sprint(m.Params.Data))
-		case m.Result != nil:
-			got = append(got, "result")
-		default:
-			got = append(got, ev.data)
 		}
 	}
-	if want := []string{"elicitation", "while asking", "result"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
+	if want := []string{"elicitation/create", "while asking", "result"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
 		t.Errorf("the call's stream carried %q, want %q", got, want)
 	}
 }
