@@ -130,7 +130,8 @@ func (s *Server) start() error {
 	}
 	s.dir = dir
 	data := filepath.Join(dir, "data")
-	if uid, gid, err := asPostgres(nil); err != nil {
+	uid, gid, err := asPostgres(nil)
+	if err != nil {
 		return err
 	} else if uid >= 0 {
 		// initdb refuses root: the cluster belongs to postgres.
@@ -138,13 +139,9 @@ func (s *Server) start() error {
 			return err
 		}
 	}
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-	if _, _, err := asPostgres(initdb); err != nil {
-		return err
-	}
-	if out, err := initdb.CombinedOutput(); err != nil {
+	if err := initCluster(bin, data, uid, gid); err != nil {
 		os.RemoveAll(dir)
-		return fmt.Errorf("initdb: %v\n%s", err, out)
+		return err
 	}
 	if s.port, err = freePort(); err != nil {
 		return err
