@@ -34,12 +34,13 @@ import (
 // the holder does not claim it again; it only takes the job parked under
 // exactly that state.
 //
-// A client's resume of a call's stream (callstream.go) that reaches a
-// replica other than the one holding the stream goes the same way: the
-// body names the session and the Last-Event-ID (the forwarding replica
-// has checked the caller's claim on the session, and the stream id was
-// sealed for it), the holder serves the resume as its own, and the
-// forwarding replica relays its answer as it comes.
+// A client's resume of a call's stream (callstream.go), or its answer to
+// a request the call made of it (streamcall.go), that reaches a replica
+// other than the one holding the stream goes the same way: the body names
+// the session and the Last-Event-ID or the answer (the forwarding replica
+// has checked the caller's claim on the session, and the stream id, which
+// the request id carries, was sealed for it), the holder serves it as its
+// own, and the forwarding replica relays its answer as it comes.
 const (
 	internalPath   = "/internal/continue"
 	internalLabel  = "capgate internal call v1"
@@ -72,12 +73,21 @@ type forwardedError struct {
 }
 
 // continuation is a forwarded continuation: whose, the state, the
-// answers; or, with Resume, a forwarded resume of a call's stream.
+// answers; or, with Resume, a forwarded resume of a call's stream; or,
+// with Answer, a client's answer to a request of a streamed call.
 type continuation struct {
 	Sub       string             `json:"sub,omitempty"`
 	State     string             `json:"state,omitempty"`
 	Responses mcp.InputResponses `json:"input_responses,omitempty"`
 	Resume    *streamResume      `json:"resume,omitempty"`
+	Answer    *clientAnswer      `json:"answer,omitempty"`
+}
+
+// clientAnswer is a client's answer (a JSON-RPC response) to a request a
+// streamed call made of it, in its session.
+type clientAnswer struct {
+	Session string          `json:"session"`
+	Body    json.RawMessage `json:"body"`
 }
 
 // streamResume is a client's resume of a call's stream: its session and
@@ -192,42 +202,48 @@ func (ic *internalCalls) post(ctx context.Context, url string, f continuation) (
 	return resp, nil
 }
 
-// forwardResume sends a client's resume of a stream held by replica (at
-// url) there, and relays the answer: the stream as it comes, or the
-// holder's refusal. A holder that does not answer is a 502 naming it; the
-// client has nothing to resume and calls the tool again.
-func (m *MCP) forwardResume(w http.ResponseWriter, r *http.Request, replica, url, session, lastEventID string) {
-	unavailable := func(format string, args ...any) {
-		http.Error(w, fmt.Sprintf("502 bad gateway: the stream of event %q is held by replica %q, which "+format+
-			"; its call cannot be resumed, call the tool again", append([]any{lastEventID, replica}, args...)...), http.StatusBadGateway)
+// toHolder sends f, a client's request about a call's stream held by
+// replica (at url), there, under ctx (which cancel ends), and returns its
+// answer; when it cannot, it has answered the client with a 502 naming
+// the replica and what (the stream, the call) cannot go on. A holder
+// whose answer has not begun within resumeAnswer is taken as gone.
+func (m *MCP) toHolder(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, replica, url, what string, f continuation) (*http.Response, bool) {
+	unavailable := func(format string, args ...any) (*http.Response, bool) {
+		http.Error(w, fmt.Sprintf("502 bad gateway: %s is held by replica %q, which "+format+
+			"; its call cannot go on, call the tool again", append([]any{what, replica}, args...)...), http.StatusBadGateway)
+		return nil, false
 	}
 	if url == "" {
-		unavailable("advertises no URL")
-		return
+		return unavailable("advertises no URL")
 	}
-	ctx, cancel := context.WithCancel(r.Context()) // the client leaving ends the relay
-	defer cancel()
 	late := time.AfterFunc(resumeAnswer, cancel)
-	resp, err := m.internal.post(ctx, url, continuation{Resume: &streamResume{Session: session, LastEventID: lastEventID}})
+	resp, err := m.internal.post(ctx, url, f)
 	if !late.Stop() {
-		unavailable("did not answer within %v", resumeAnswer)
 		if err == nil {
 			resp.Body.Close()
 		}
-		return
+		return unavailable("did not answer within %v", resumeAnswer)
 	}
 	if err != nil {
-		unavailable("%v", err)
+		return unavailable("%v", err)
+	}
+	return resp, true
+}
+
+// forwardResume sends a client's resume of a stream held by replica (at
+// url) there, and relays the answer: the stream as it comes, or the
+// holder's refusal.
+func (m *MCP) forwardResume(w http.ResponseWriter, r *http.Request, replica, url, session, lastEventID string) {
+	ctx, cancel := context.WithCancel(r.Context()) // the client leaving ends the relay
+	defer cancel()
+	resp, ok := m.toHolder(ctx, cancel, w, replica, url, fmt.Sprintf("the stream of event %q", lastEventID),
+		continuation{Resume: &streamResume{Session: session, LastEventID: lastEventID}})
+	if !ok {
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		if resp.StatusCode == http.StatusNotFound {
-			noStream(w, lastEventID)
-			return
-		}
-		unavailable("refused it (%s: %s)", resp.Status, strings.TrimSpace(string(msg)))
+		noStream(w, lastEventID) // the holder's 404: it has no such stream
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -250,6 +266,30 @@ func (m *MCP) forwardResume(w http.ResponseWriter, r *http.Request, replica, url
 			return // the holder's stream ended (or broke: the client may resume again)
 		}
 	}
+}
+
+// forwardAnswer sends a client's answer to request id of a call held by
+// replica (at url) there, and relays whether a call took it.
+func (m *MCP) forwardAnswer(w http.ResponseWriter, r *http.Request, replica, url, session, id string, body []byte) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	resp, ok := m.toHolder(ctx, cancel, w, replica, url, fmt.Sprintf("the call awaiting the answer to request %q", id),
+		continuation{Answer: &clientAnswer{Session: session, Body: body}})
+	if !ok {
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		noAsk(w, id)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// noAsk answers a client's answer to a request no call awaits.
+func noAsk(w http.ResponseWriter, id string) {
+	http.Error(w, "404 not found: no call awaits the answer to request "+strconv.Quote(id)+
+		" (it ended, was answered, or is not this session's)", http.StatusNotFound)
 }
 
 // serveInternal takes a forwarded continuation of a call this replica
@@ -278,6 +318,14 @@ func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
 		// session is not idle here while its client resumes elsewhere.
 		m.live.touch(f.Resume.Session)
 		m.serveResume(w, r, f.Resume.Session, f.Resume.LastEventID)
+		return
+	}
+	if f.Answer != nil {
+		if !m.asks.deliver(f.Answer.Session, f.Answer.Body) {
+			http.Error(w, "404 not found: no call here awaits this answer", http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
 		return
 	}
 	res, err := m.continueHere(context.WithValue(r.Context(), forwardedKey{}, true), f)

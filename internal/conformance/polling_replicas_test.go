@@ -1,12 +1,16 @@
+//go:build unix
+
 package conformance
 
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,33 +29,11 @@ import (
 // record, and the delivered stream is gone). Before b forwards anything:
 // the id from another session of hers, from bob's, a forged id and one
 // changed by a character are refused as an unknown one is, and the
-// upstream is not resumed. Once a is gone, a resume of a stream it held
-// fails at b at once with a 502 naming a.
+// upstream is not resumed. Once a is stopped, then killed, a resume of a
+// stream it held fails at b with a 502 naming a (after 10 s, at once).
 func TestPollingResumedOnAnotherReplica(t *testing.T) {
 	up := startPollingUpstream(t)
-	db := pgtest.Start(t)
-	const secret = "polling-replicas-secret-0123456789"
-	cfg := fmt.Sprintf(`
-[policy.subjects.alice]
-grants = ["rye.execute.tool.mcp.up.*"]
-[policy.subjects.bob]
-grants = ["rye.execute.tool.mcp.up.*"]
-
-[mcp.servers.up]
-url = %q
-prefix = ""
-risk = "LOW"
-
-[store]
-url = %q
-`, up.url, db)
-	start := func(name string) *testkit.Served {
-		addr := testkit.FreeAddr(t)
-		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Addr: addr, Config: cfg,
-			Env:    []string{"CAPGATE_STORE_KEY=" + strings.Repeat("5e", 32)},
-			Server: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"", name, addr)})
-	}
-	a, b := start("a"), start("b")
+	a, b := startReplicas(t, "up", fmt.Sprintf("url = %q\nprefix = \"\"", up.url))
 	alice, bob := a.Token(t, token.Claims{Sub: "alice"}), a.Token(t, token.Claims{Sub: "bob"})
 	sid := testkit.OpenSession(t, a.URL, alice, "{}")
 
@@ -142,8 +124,16 @@ url = %q
 		t.Errorf("a second resume of the delivered stream at b: %d %q, want 404", status, body)
 	}
 
-	// The holder gone: b says so, naming it, and does not wait.
+	// The holder hung (stopped: it accepts connections and answers
+	// nothing), then gone: b says so, naming it, and does not wait on it.
 	pause = call(2)
+	if err := a.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	status, body = resume(b.URL, alice, sid, pause.id)
+	if status != http.StatusBadGateway || !strings.Contains(body, `held by replica "a", which did not answer within`) {
+		t.Errorf("a resume at b of a's stream with a stopped: %d %q, want 502 naming replica a", status, body)
+	}
 	a.Kill()
 	testkit.WaitFor(t, 30*time.Second, "replica a to be gone", func() bool {
 		_, err := http.Get(a.URL + "/healthz")
@@ -152,6 +142,93 @@ url = %q
 	status, body = resume(b.URL, alice, sid, pause.id)
 	if status != http.StatusBadGateway || !strings.Contains(body, `held by replica "a", which does not answer`) {
 		t.Errorf("a resume at b of a's stream with a gone: %d %q, want 502 naming replica a", status, body)
+	}
+}
+
+// startReplicas starts replicas a and b of capgate on one PostgreSQL,
+// serving the upstream named name (its table's lines) to alice and bob.
+func startReplicas(t *testing.T, name, upstream string) (a, b *testkit.Served) {
+	t.Helper()
+	db := pgtest.Start(t)
+	const secret = "stream-replicas-secret-0123456789"
+	cfg := fmt.Sprintf(`
+[policy.subjects.alice]
+grants = ["rye.execute.tool.mcp.%[1]s.*"]
+[policy.subjects.bob]
+grants = ["rye.execute.tool.mcp.%[1]s.*"]
+
+[mcp.servers.%[1]s]
+%[2]s
+risk = "LOW"
+
+[store]
+url = %[3]q
+`, name, upstream, db)
+	start := func(name string) *testkit.Served {
+		addr := testkit.FreeAddr(t)
+		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Addr: addr, Config: cfg,
+			Env:    []string{"CAPGATE_STORE_KEY=" + strings.Repeat("5e", 32)},
+			Server: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"", name, addr)})
+	}
+	return start("a"), start("b")
+}
+
+// TestStreamedCallAnsweredOnAnotherReplica (issue 31, "Done when": a
+// multi-round-trip call whose rounds land on different replicas, on
+// 2025-11-25): alice's call, on replica a, asks her for input (the
+// upstream's elicitation, an elicitation/create request on the call's
+// stream); she POSTs her answer to replica b, which forwards it to a (the
+// request's id carries the stream's sealed id), and the call's result,
+// made from her answer, comes on its stream at a. Bob posting an answer
+// under that id at b first reaches nothing: the call takes alice's.
+func TestStreamedCallAnsweredOnAnotherReplica(t *testing.T) {
+	a, b := startReplicas(t, "cf", fmt.Sprintf("url = %q", StartFixture(t)))
+	alice, bob := a.Token(t, token.Claims{Sub: "alice"}), a.Token(t, token.Claims{Sub: "bob"})
+	sid := testkit.OpenSession(t, a.URL, alice, `{"elicitation":{}}`)
+	resp := testkit.SessionRequest(t, http.MethodPost, a.URL, alice, sid,
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"cf__test_elicitation","arguments":{"message":"who are you?"}}}`)
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		t.Fatalf("tools/call on a: %d %s", resp.StatusCode, ct)
+	}
+	timer := time.AfterFunc(time.Minute, func() { resp.Body.Close() }) // nothing waits longer
+	defer timer.Stop()
+	events := streamEvents(resp.Body)
+	var ask struct {
+		ID     string `json:"id"`
+		Method string `json:"method"`
+	}
+	for ev := range events {
+		if ev.data != "" {
+			if err := json.Unmarshal([]byte(ev.data), &ask); err != nil || ask.Method != "elicitation/create" || !strings.HasPrefix(ask.ID, "cgs_") {
+				t.Fatalf("the call's stream carried %s, want its elicitation/create under an id of capgate's", ev.data)
+			}
+			break
+		}
+	}
+	if ask.ID == "" {
+		t.Fatal("the call's stream ended without asking")
+	}
+	answer := func(tok, session, content string) (int, string) {
+		t.Helper()
+		st, _, body := testkit.PostSession(t, b.URL, tok, session,
+			fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"result":{"action":"accept","content":%s}}`, ask.ID, content))
+		return st, string(body)
+	}
+	bobs := testkit.OpenSession(t, b.URL, bob, "{}")
+	answer(bob, bobs, `{"username":"bob","email":"bob@example.com"}`)
+	if st, body := answer(alice, sid, `{"username":"alice","email":"alice@example.com"}`); st != http.StatusAccepted {
+		t.Fatalf("alice's answer at b: %d %s, want 202", st, body)
+	}
+	var last sseEvent
+	for ev := range events {
+		last = ev
+	}
+	if !timer.Stop() {
+		t.Fatal("the call's stream did not end within a minute of its start")
+	}
+	text, isError, _ := toolResult(t, last, 7)
+	if isError || !strings.Contains(text, "action=accept") || !strings.Contains(text, `"username":"alice"`) {
+		t.Errorf("the call answered through b ended with %q (isError %v), want alice's answer", text, isError)
 	}
 }
 

@@ -76,31 +76,43 @@ func readEvents(t *testing.T, body io.ReadCloser) []sseEvent {
 	timer := time.AfterFunc(time.Minute, func() { body.Close() })
 	defer timer.Stop()
 	var out []sseEvent
-	var ev sseEvent
-	seen := false
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch {
-		case line == "":
-			if seen {
-				out = append(out, ev)
-			}
-			ev, seen = sseEvent{}, false
-		case field == "id":
-			ev.id, seen = value, true
-		case field == "retry":
-			ev.retry, seen = value, true
-		case field == "data":
-			ev.data, seen = value, true
-		}
+	for ev := range streamEvents(body) {
+		out = append(out, ev)
 	}
 	if !timer.Stop() {
 		t.Fatalf("the stream did not end within a minute; so far %+v", out)
 	}
+	return out
+}
+
+// streamEvents are body's events as they come, until its end.
+func streamEvents(body io.Reader) <-chan sseEvent {
+	out := make(chan sseEvent, 16)
+	go func() {
+		defer close(out)
+		var ev sseEvent
+		seen := false
+		sc := bufio.NewScanner(body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch {
+			case line == "":
+				if seen {
+					out <- ev
+				}
+				ev, seen = sseEvent{}, false
+			case field == "id":
+				ev.id, seen = value, true
+			case field == "retry":
+				ev.retry, seen = value, true
+			case field == "data":
+				ev.data, seen = value, true
+			}
+		}
+	}()
 	return out
 }
 
