@@ -143,7 +143,7 @@ func remoteTool(d *tool.Descriptor) mcp.Tool {
 
 func forward(src *mcpsrc.Source, d *tool.Descriptor) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		call := tool.Call{Tool: d, Input: mcpconv.RawArguments(req), Progress: mcpconv.ProgressSender(func() context.Context { return ctx }, req),
+		call := tool.Call{Tool: d, Input: mcpconv.RawArguments(req), Progress: mcpconv.ProgressSender(func(send func(context.Context) error) { send(ctx) }, req),
 			Ask: askClient}
 		res, err := src.Call(ctx, call)
 		if err == nil {

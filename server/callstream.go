@@ -2,40 +2,44 @@ package server
 
 import (
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // A call's stream: the SSE response of one tools/call in a 2025-11-25 (or
 // 2025-06-18) session, written by capgate (streamcall.go says which calls).
 // Every event carries an id, "<stream>-<n>"; a client whose connection
 // broke comes back with GET and Last-Event-ID and gets what followed, then
-// the rest live (SEP-1699). The events are kept in this replica's memory
-// only: the call runs here (its job, its upstream connection), so the live
-// tail can only come from here, and storing every progress notification
+// the rest live (SEP-1699). The events are kept in the memory of the
+// replica the call runs on (its job, its upstream connection), so the live
+// tail can only come from there, and storing every progress notification
 // of every call in the shared store would cost a write each for the rare
-// resume. A balancer that spreads a session's requests over replicas sends
-// a resume elsewhere now and then; that replica answers 404 (the client
-// then sees the call fail, as it would without resumption).
+// resume. The stream id says which replica that is: it is sealed
+// (AES-256-GCM under a key derived from the shared secret) over the
+// holder's replica id and internal URL, bound to the session, so a client
+// can neither read it, nor make one naming another address, nor use it
+// from another session. A resume that reaches another replica is
+// forwarded to the holder over the authenticated internal call
+// (internal.go), and the holder's answer relayed as it comes.
 //
 // An upstream may close its stream of a call mid-way asking to be resumed
 // after a retry delay (SSE polling, SEP-1699). capgate then closes its
 // client's stream the same way (pause): an event of its own with the
 // upstream's retry, then the end of the connection. When the client
-// comes back with Last-Event-ID, the source resumes the upstream's stream
-// at once, so the upstream sees its client's timing as if capgate were
-// not there; a client that does not come back within the retry is not
-// waited for (the source resumes by itself and this stream keeps what
-// follows for the client's resume). Replicas (an advertise_url) do not
-// pause: a balancer without affinity would send most resumes to a replica
-// that answers 404, where keeping the stream open and resuming the
-// upstream after its retry gets the caller its result.
+// comes back with Last-Event-ID, on any replica, the source resumes the
+// upstream's stream at once, so the upstream sees its client's timing as
+// if capgate were not there; a client that does not come back within the
+// retry is not waited for (the source resumes by itself and this stream
+// keeps what follows for the client's resume).
 
 const (
 	// streamRetry is the reconnection delay the priming event asks for.
@@ -52,6 +56,8 @@ const (
 	// streamPrefix starts every stream id: a Last-Event-ID that does not
 	// is not capgate's.
 	streamPrefix = "cgs_"
+	// streamLabel separates the key sealing stream ids from the others.
+	streamLabel = "capgate stream id v1"
 	// maxPause: an upstream's retry longer than this is not passed on
 	// (the source waits it out with the client's stream open), so that
 	// a call whose client is gone is not kept for as long as an upstream
@@ -88,18 +94,51 @@ type callStream struct {
 type callStreams struct {
 	mu sync.Mutex
 	m  map[string]*callStream
-	// replicas: this replica has others (an advertise_url), which a
-	// client's resume may reach instead; its streams do not pause.
-	replicas bool
+	// aead seals stream ids; replica and url name this replica in them
+	// (Options.ReplicaID, AdvertiseURL).
+	aead         cipher.AEAD
+	replica, url string
 }
 
-// open makes a stream for a call in session, kept for resumes when there
-// is room; a kept one may be paused when polls is set and the replica is
-// alone.
-func (cs *callStreams) open(session string, cancel context.CancelFunc, polls bool) *callStream {
-	b := make([]byte, 12)
+// key keys the stream ids from secret.
+func (cs *callStreams) key(secret []byte) { cs.aead = sealKey(secret, streamLabel) }
+
+// mint is a new stream id for session, naming this replica: a random
+// nonce, and the replica's URL and id sealed under it with the session as
+// additional data.
+func (cs *callStreams) mint(session string) string {
+	plain := cs.url + "\n" + cs.replica // a URL has no newline
+	n := cs.aead.NonceSize()
+	b := make([]byte, n, n+len(plain)+cs.aead.Overhead())
 	rand.Read(b)
-	s := &callStream{id: streamPrefix + hex.EncodeToString(b), session: session, cancel: cancel,
+	b = cs.aead.Seal(b, b, []byte(plain), []byte(session))
+	return streamPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// holder is the replica holding stream, by its id and URL; ok is false
+// for a stream id that is not one this secret sealed for session (forged,
+// changed, or another session's).
+func (cs *callStreams) holder(stream, session string) (replica, url string, ok bool) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(strings.TrimPrefix(stream, streamPrefix))
+	n := cs.aead.NonceSize()
+	if err != nil || len(b) < n {
+		return "", "", false
+	}
+	plain, err := cs.aead.Open(nil, b[:n], b[n:], []byte(session))
+	if err != nil {
+		return "", "", false
+	}
+	url, replica, ok = strings.Cut(string(plain), "\n")
+	return replica, url, ok
+}
+
+// here says whether the replica a stream id names is this one.
+func (cs *callStreams) here(replica, url string) bool { return replica == cs.replica && url == cs.url }
+
+// open makes a stream for a call in session, kept for resumes when there
+// is room; a kept one may be paused when polls is set.
+func (cs *callStreams) open(session string, cancel context.CancelFunc, polls bool) *callStream {
+	s := &callStream{id: cs.mint(session), session: session, cancel: cancel,
 		first: 1, changed: make(chan struct{})}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -108,7 +147,7 @@ func (cs *callStreams) open(session string, cancel context.CancelFunc, polls boo
 	}
 	if len(cs.m) < maxStreams {
 		cs.m[s.id] = s
-		s.polls = polls && !cs.replicas
+		s.polls = polls
 	}
 	return s
 }
@@ -329,16 +368,35 @@ func parseEventID(id string) (stream string, n int, ok bool) {
 }
 
 // resumeStream serves a GET with Last-Event-ID for one of capgate's call
-// streams: what followed that event, then the rest live. It says whether
-// the id was capgate's (then it answered, 404 when the stream is not
-// here).
+// streams: what followed that event, then the rest live, from this
+// replica or relayed from the one holding the stream. It says whether
+// the id was capgate's (then it answered: 404 for a stream that is not
+// the session's or no longer kept).
 func (m *MCP) resumeStream(w http.ResponseWriter, r *http.Request, lastEventID string) bool {
-	id, n, ok := parseEventID(lastEventID)
-	if !ok {
-		return false
+	id, _, ok := parseEventID(lastEventID)
+	if !ok || r.Header.Get(mcp.HeaderProtocolVersion) == modernProtocol {
+		return false // 2026-07-28 has no resumable streams: mcp-go refuses
 	}
-	s := m.streams.get(id)
 	session := r.Header.Get("Mcp-Session-Id")
+	replica, url, ok := m.streams.holder(id, session)
+	switch {
+	case !ok:
+		noStream(w, lastEventID)
+	case m.streams.here(replica, url):
+		m.serveResume(w, r, session, lastEventID)
+	default:
+		m.forwardResume(w, r, replica, url, session, lastEventID)
+	}
+	return true
+}
+
+// serveResume is resumeStream for a stream of this replica's.
+func (m *MCP) serveResume(w http.ResponseWriter, r *http.Request, session, lastEventID string) {
+	id, n, ok := parseEventID(lastEventID)
+	var s *callStream
+	if ok {
+		s = m.streams.get(id)
+	}
 	if s != nil {
 		s.mu.Lock()
 		// What followed is no longer kept, or the id was never sent.
@@ -349,14 +407,19 @@ func (m *MCP) resumeStream(w http.ResponseWriter, r *http.Request, lastEventID s
 		}
 	}
 	if s == nil || s.session != session {
-		http.Error(w, "404 not found: no stream to resume from event "+strconv.Quote(lastEventID)+
-			" on this replica (it ended, expired, or was served by another replica)", http.StatusNotFound)
-		return true
+		noStream(w, lastEventID)
+		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	_ = http.NewResponseController(w).Flush()
 	s.serve(r.Context(), w, n, &m.streams)
-	return true
+}
+
+// noStream answers a resume whose stream is unknown, the same for every
+// reason (not the session's, never sent, ended, expired).
+func noStream(w http.ResponseWriter, lastEventID string) {
+	http.Error(w, "404 not found: no stream to resume from event "+strconv.Quote(lastEventID)+
+		" (it ended, expired, or is not this session's)", http.StatusNotFound)
 }

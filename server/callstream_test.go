@@ -8,19 +8,16 @@ import (
 	"time"
 )
 
-// A call's stream pauses only as a 2025-11-25 stream kept for resumes, on
-// a replica alone, for a retry up to maxPause; a paused stream ends its
-// connection right after the pause's event, and the next connection (a
-// resume) tells the source to go on.
+// A call's stream pauses only as a 2025-11-25 stream kept for resumes,
+// for a retry up to maxPause; a paused stream ends its connection right
+// after the pause's event, and the next connection (a resume) tells the
+// source to go on.
 func TestCallStreamPause(t *testing.T) {
 	nop := func() {}
-	var alone, replicas callStreams
-	replicas.replicas = true
+	var alone callStreams
+	alone.key(randomSecret())
 	if s := alone.open("sess", nop, false); s.pause(time.Second) != nil {
 		t.Error("a 2025-06-18 stream paused")
-	}
-	if s := replicas.open("sess", nop, true); s.pause(time.Second) != nil {
-		t.Error("a replica with others paused its stream")
 	}
 	s := alone.open("sess", nop, true)
 	if s.pause(maxPause+time.Millisecond) != nil {
@@ -54,4 +51,36 @@ func TestCallStreamPause(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// A stream id names the replica holding the stream, sealed for its
+// session: it opens for that session under the same secret only, and a
+// changed one does not open at all.
+func TestStreamIDNamesItsHolder(t *testing.T) {
+	secret := randomSecret()
+	var a, b, other callStreams
+	a.key(secret)
+	b.key(secret)
+	other.key(randomSecret())
+	a.replica, a.url = "a", "http://10.0.0.1:8787"
+	id := a.mint("sess")
+	if replica, url, ok := b.holder(id, "sess"); !ok || replica != "a" || url != "http://10.0.0.1:8787" {
+		t.Fatalf("another replica reads %q as held by %q at %q (%v), want a at its URL", id, replica, url, ok)
+	}
+	if b.here("a", "http://10.0.0.1:8787") || !a.here("a", "http://10.0.0.1:8787") {
+		t.Error("here names the wrong replica")
+	}
+	if _, _, ok := b.holder(id, "another"); ok {
+		t.Error("a stream id opened for another session")
+	}
+	if _, _, ok := other.holder(id, "sess"); ok {
+		t.Error("a stream id opened under another secret")
+	}
+	for i := len(streamPrefix); i < len(id); i++ {
+		changed := []byte(id)
+		changed[i] ^= 0x01
+		if _, _, ok := b.holder(string(changed), "sess"); ok && string(changed) != id {
+			t.Fatalf("the stream id changed at %d (%s) opened", i, changed)
+		}
+	}
 }

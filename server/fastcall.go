@@ -136,7 +136,7 @@ func (m *MCP) serve(w http.ResponseWriter, r *http.Request, fast bool, limit int
 			r, op = m.begin(r, p)
 			defer op.End()
 		}
-		if m.asks.answer(w, r, body) || m.taskMethod(w, r, p) || (fast && m.fastCall(w, r, p)) || m.downCall(w, r, body) ||
+		if m.answerAsk(w, r, body) || m.taskMethod(w, r, p) || (fast && m.fastCall(w, r, p)) || m.downCall(w, r, body) ||
 			(fast && m.streamCall(w, r, p)) {
 			return
 		}

@@ -12,13 +12,15 @@ import (
 // reports them: a connection leaves it once its answer is written and
 // flushed, or it is closed.
 type inFlight struct {
-	mu      sync.Mutex
-	busy    map[net.Conn]bool
-	changed chan struct{} // closed, and replaced, whenever one leaves
+	mu   sync.Mutex
+	busy map[net.Conn]bool
+	// changed is closed when one leaves, and then dropped: made only
+	// for a waiter, not once per request.
+	changed chan struct{}
 }
 
 func newInFlight() *inFlight {
-	return &inFlight{busy: map[net.Conn]bool{}, changed: make(chan struct{})}
+	return &inFlight{busy: map[net.Conn]bool{}}
 }
 
 // track is the servers' ConnState; a nil f counts nothing.
@@ -34,8 +36,10 @@ func (f *inFlight) track(c net.Conn, st http.ConnState) {
 	default: // idle, hijacked (its handler's now, not the server's), closed
 		if f.busy[c] {
 			delete(f.busy, c)
-			close(f.changed)
-			f.changed = make(chan struct{})
+			if f.changed != nil {
+				close(f.changed)
+				f.changed = nil
+			}
 		}
 	}
 }
@@ -44,7 +48,11 @@ func (f *inFlight) track(c net.Conn, st http.ConnState) {
 func (f *inFlight) wait(ctx context.Context) {
 	for {
 		f.mu.Lock()
-		n, changed := len(f.busy), f.changed
+		n := len(f.busy)
+		if n > 0 && f.changed == nil {
+			f.changed = make(chan struct{})
+		}
+		changed := f.changed
 		f.mu.Unlock()
 		if n == 0 {
 			return

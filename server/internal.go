@@ -33,6 +33,14 @@ import (
 // than bytes. The state was claimed by the replica that received it, so
 // the holder does not claim it again; it only takes the job parked under
 // exactly that state.
+//
+// A client's resume of a call's stream (callstream.go), or its answer to
+// a request the call made of it (streamcall.go), that reaches a replica
+// other than the one holding the stream goes the same way: the body names
+// the session and the Last-Event-ID or the answer (the forwarding replica
+// has checked the caller's claim on the session, and the stream id, which
+// the request id carries, was sealed for it), the holder serves it as its
+// own, and the forwarding replica relays its answer as it comes.
 const (
 	internalPath   = "/internal/continue"
 	internalLabel  = "capgate internal call v1"
@@ -42,6 +50,9 @@ const (
 	internalSkew = 30 * time.Second
 	// maxForwardedResult bounds the holder's answer a replica reads.
 	maxForwardedResult = 64 << 20
+	// resumeAnswer bounds the wait for the holder's answer to a forwarded
+	// resume to begin (it begins at once: the stream follows).
+	resumeAnswer = 10 * time.Second
 )
 
 // upstreamErrorHeader marks the holder's 502 that carries the upstream's
@@ -61,11 +72,29 @@ type forwardedError struct {
 	Status  int    `json:"status,omitempty"`
 }
 
-// continuation is a forwarded continuation: whose, the state, the answers.
+// continuation is a forwarded continuation: whose, the state, the
+// answers; or, with Resume, a forwarded resume of a call's stream; or,
+// with Answer, a client's answer to a request of a streamed call.
 type continuation struct {
-	Sub       string             `json:"sub"`
-	State     string             `json:"state"`
-	Responses mcp.InputResponses `json:"input_responses"`
+	Sub       string             `json:"sub,omitempty"`
+	State     string             `json:"state,omitempty"`
+	Responses mcp.InputResponses `json:"input_responses,omitempty"`
+	Resume    *streamResume      `json:"resume,omitempty"`
+	Answer    *clientAnswer      `json:"answer,omitempty"`
+}
+
+// clientAnswer is a client's answer (a JSON-RPC response) to a request a
+// streamed call made of it, in its session.
+type clientAnswer struct {
+	Session string          `json:"session"`
+	Body    json.RawMessage `json:"body"`
+}
+
+// streamResume is a client's resume of a call's stream: its session and
+// its Last-Event-ID.
+type streamResume struct {
+	Session     string `json:"session"`
+	LastEventID string `json:"last_event_id"`
 }
 
 // internalCalls is one replica's side of the forwarding.
@@ -115,20 +144,9 @@ func (m *MCP) forward(ctx context.Context, c *router.Caller, st *requestState, r
 	if st.URL == "" {
 		return unavailable("advertises no URL")
 	}
-	body, err := json.Marshal(continuation{Sub: c.Sub, State: req.Params.RequestState, Responses: req.Params.InputResponses})
+	resp, err := m.internal.post(ctx, st.URL, continuation{Sub: c.Sub, State: req.Params.RequestState, Responses: req.Params.InputResponses})
 	if err != nil {
-		return nil, fmt.Errorf("forward: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(st.URL, "/")+internalPath, bytes.NewReader(body))
-	if err != nil {
-		return unavailable("advertises a URL that is not one (%v)", err)
-	}
-	t := time.Now().UnixMilli()
-	hreq.Header.Set(internalHeader, strconv.FormatInt(t, 10)+"."+m.internal.mac(t, body))
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := m.internal.client.Do(hreq)
-	if err != nil {
-		return unavailable("does not answer (%v)", err)
+		return unavailable("%v", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxForwardedResult))
@@ -163,6 +181,117 @@ func (m *MCP) forward(ctx context.Context, c *router.Caller, st *requestState, r
 	return res, nil
 }
 
+// post sends f to the replica at url, authenticated; the error says what
+// went wrong, after "the replica which".
+func (ic *internalCalls) post(ctx context.Context, url string, f continuation) (*http.Response, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be sent it (%v)", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(url, "/")+internalPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("advertises a URL that is not one (%v)", err)
+	}
+	t := time.Now().UnixMilli()
+	hreq.Header.Set(internalHeader, strconv.FormatInt(t, 10)+"."+ic.mac(t, body))
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := ic.client.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("does not answer (%v)", err)
+	}
+	return resp, nil
+}
+
+// toHolder sends f, a client's request about a call's stream held by
+// replica (at url), there, under ctx (which cancel ends), and returns its
+// answer; when it cannot, it has answered the client with a 502 naming
+// the replica and what (the stream, the call) cannot go on. A holder
+// whose answer has not begun within resumeAnswer is taken as gone.
+func (m *MCP) toHolder(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, replica, url, what string, f continuation) (*http.Response, bool) {
+	unavailable := func(format string, args ...any) (*http.Response, bool) {
+		http.Error(w, fmt.Sprintf("502 bad gateway: %s is held by replica %q, which "+format+
+			"; its call cannot go on, call the tool again", append([]any{what, replica}, args...)...), http.StatusBadGateway)
+		return nil, false
+	}
+	if url == "" {
+		return unavailable("advertises no URL")
+	}
+	late := time.AfterFunc(resumeAnswer, cancel)
+	resp, err := m.internal.post(ctx, url, f)
+	if !late.Stop() {
+		if err == nil {
+			resp.Body.Close()
+		}
+		return unavailable("did not answer within %v", resumeAnswer)
+	}
+	if err != nil {
+		return unavailable("%v", err)
+	}
+	return resp, true
+}
+
+// forwardResume sends a client's resume of a stream held by replica (at
+// url) there, and relays the answer: the stream as it comes, or the
+// holder's refusal.
+func (m *MCP) forwardResume(w http.ResponseWriter, r *http.Request, replica, url, session, lastEventID string) {
+	ctx, cancel := context.WithCancel(r.Context()) // the client leaving ends the relay
+	defer cancel()
+	resp, ok := m.toHolder(ctx, cancel, w, replica, url, fmt.Sprintf("the stream of event %q", lastEventID),
+		continuation{Resume: &streamResume{Session: session, LastEventID: lastEventID}})
+	if !ok {
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		noStream(w, lastEventID) // the holder's 404: it has no such stream
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // the holder's stream ended (or broke: the client may resume again)
+		}
+	}
+}
+
+// forwardAnswer sends a client's answer to request id of a call held by
+// replica (at url) there, and relays whether a call took it.
+func (m *MCP) forwardAnswer(w http.ResponseWriter, r *http.Request, replica, url, session, id string, body []byte) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	resp, ok := m.toHolder(ctx, cancel, w, replica, url, fmt.Sprintf("the call awaiting the answer to request %q", id),
+		continuation{Answer: &clientAnswer{Session: session, Body: body}})
+	if !ok {
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		noAsk(w, id)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// noAsk answers a client's answer to a request no call awaits.
+func noAsk(w http.ResponseWriter, id string) {
+	http.Error(w, "404 not found: no call awaits the answer to request "+strconv.Quote(id)+
+		" (it ended, was answered, or is not this session's)", http.StatusNotFound)
+}
+
 // serveInternal takes a forwarded continuation of a call this replica
 // holds, and answers with the call's result (or its next input requests).
 func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
@@ -182,6 +311,21 @@ func (m *MCP) serveInternal(w http.ResponseWriter, r *http.Request, max int64) {
 	var f continuation
 	if err := json.Unmarshal(body, &f); err != nil {
 		http.Error(w, "400 bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if f.Resume != nil {
+		// Served here only: a stream is never forwarded twice. The
+		// session is not idle here while its client resumes elsewhere.
+		m.live.touch(f.Resume.Session)
+		m.serveResume(w, r, f.Resume.Session, f.Resume.LastEventID)
+		return
+	}
+	if f.Answer != nil {
+		if !m.asks.deliver(f.Answer.Session, f.Answer.Body) {
+			http.Error(w, "404 not found: no call here awaits this answer", http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
 		return
 	}
 	res, err := m.continueHere(context.WithValue(r.Context(), forwardedKey{}, true), f)

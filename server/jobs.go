@@ -68,8 +68,11 @@ type job struct {
 	asks   chan *ask
 	done   chan jobResult
 
-	mu      sync.Mutex
-	cur     context.Context // the request now waiting on the job
+	mu  sync.Mutex
+	cur context.Context // the request now waiting on the job
+	// held are the work's notifications sent while no request waited on
+	// the job (before the first, between rounds), for the next (relay).
+	held    []func(ctx context.Context) error
 	pending map[string]*ask // asked and not yet answered, by input key
 	seq     int
 	park    *time.Timer
@@ -149,12 +152,29 @@ func (j *job) ask(ctx context.Context, method string, params json.RawMessage) (j
 	}
 }
 
-// current is the context of the request now serving the job, for the
-// notifications the work sends; nil while the job is parked.
-func (j *job) current() context.Context {
+// maxHeld bounds the notifications a job keeps while no request waits on
+// it; beyond, they are dropped.
+const maxHeld = 256
+
+// relay sends one of the work's notifications (send queues it with mcp-go
+// for the request ctx serves) to the client of the request now waiting on
+// the job, or, while none does, keeps it for the next one, which sends
+// it before anything else (wait). So what an upstream sent before its
+// result reaches the caller before that result, however soon after the
+// call it came (a fast upstream's notifications can come before the
+// request starts waiting on the job).
+func (j *job) relay(send func(ctx context.Context) error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.cur
+	if j.cur == nil {
+		if len(j.held) < maxHeld {
+			j.held = append(j.held, send)
+		}
+		return
+	}
+	if send(j.cur) == nil {
+		queuedFor(j.cur)
+	}
 }
 
 // seals is the sealer of the jobs' request states.
@@ -265,6 +285,14 @@ func (j *job) deliver(responses mcp.InputResponses) {
 func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 	j.mu.Lock()
 	j.cur = ctx
+	// What the work sent while nobody waited goes first, in its order:
+	// the lock keeps a later notification from overtaking it.
+	for _, send := range j.held {
+		if send(ctx) == nil {
+			queuedFor(ctx)
+		}
+	}
+	j.held = nil
 	j.mu.Unlock()
 	detach := func() {
 		j.mu.Lock()

@@ -57,6 +57,57 @@ func TestJobResumeBoundToSubject(t *testing.T) {
 	}
 }
 
+// TestJobHoldsNotifications (issue 31, item 5): what the work sends while
+// no request waits on its job, before the first starts waiting (a fast
+// upstream) or while the job is parked between rounds, is sent on the
+// next request that waits, before its answer and in order; nothing is
+// dropped.
+func TestJobHoldsNotifications(t *testing.T) {
+	type reqKey struct{}
+	var sent []string // written under j.mu, which relay and wait hold
+	var js jobs
+	j := newJob("alice")
+	note := func(what string) {
+		j.relay(func(ctx context.Context) error {
+			sent = append(sent, what+" on the "+ctx.Value(reqKey{}).(string))
+			return nil
+		})
+	}
+	early := make(chan struct{})
+	j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
+		note("one")
+		note("two")
+		close(early)
+		return askingWork(ctx, ask)
+	})
+	<-early // both were sent before any request waited on the job
+	res, err := js.wait(context.WithValue(context.Background(), reqKey{}, "first request"), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests, state, pending := callToolResultInput(res)
+	if !pending {
+		t.Fatalf("want the job parked on its question, got %+v", res)
+	}
+	note("three") // while parked
+	if j, err = js.resume(state, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for k := range requests {
+		key = k
+	}
+	j.deliver(mcp.InputResponses{key: mcp.NewSamplingInputResponse(mcp.CreateMessageResult{Model: "m",
+		SamplingMessage: mcp.SamplingMessage{Role: mcp.RoleAssistant, Content: mcp.NewTextContent("four")}})})
+	if res, err = js.wait(context.WithValue(context.Background(), reqKey{}, "second request"), j); err != nil || !strings.Contains(resultText(res), "four") {
+		t.Fatalf("the resumed job answered %+v, %v", res, err)
+	}
+	want := []string{"one on the first request", "two on the first request", "three on the second request"}
+	if strings.Join(sent, "; ") != strings.Join(want, "; ") {
+		t.Errorf("sent %q, want %q", sent, want)
+	}
+}
+
 // TestJobParkLimit refuses to park more than maxParkedPerSub jobs of one
 // subject, and does not count another subject's.
 func TestJobParkLimit(t *testing.T) {

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
@@ -16,6 +18,19 @@ func deriveKey(secret []byte, label string) []byte {
 		panic("server: hkdf: " + err.Error()) // only for a length over 255*32
 	}
 	return k
+}
+
+// sealKey is AES-256-GCM under the key for label under secret.
+func sealKey(secret []byte, label string) cipher.AEAD {
+	block, err := aes.NewCipher(deriveKey(secret, label))
+	if err != nil {
+		panic("server: aes: " + err.Error()) // the key is always 32 bytes
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic("server: gcm: " + err.Error())
+	}
+	return aead
 }
 
 // randomSecret is a secret of this process's own, for a server given none.

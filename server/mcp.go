@@ -103,6 +103,7 @@ func NewMCP(rt *router.Router, reg *registry.Registry, secret []byte) *MCP {
 	)
 	m.sessions = newSessionIDs(secret)
 	m.internal = newInternalCalls(secret)
+	m.streams.key(secret)
 	// The front door checks the Host of loopback requests for every path
 	// (rejectRebinding): mcp-go need not do it again.
 	m.stream = mcpserver.NewStreamableHTTPServer(m.srv, mcpserver.WithEndpointPath("/mcp"),
@@ -241,13 +242,10 @@ func (m *MCP) callVia(ctx context.Context, req mcp.CallToolRequest, via string) 
 			j.values = tool.WithAnswers(j.values, b)
 		}
 	}
-	r.Progress = mcpconv.ProgressSender(func() context.Context {
-		if ctx := j.current(); ctx != nil {
-			return queuedFor(ctx)
-		}
-		return nil
-	}, req)
-	r.Log = func(params json.RawMessage) { m.relayLog(j.current(), params) }
+	r.Progress = mcpconv.ProgressSender(j.relay, req)
+	r.Log = func(params json.RawMessage) {
+		j.relay(func(ctx context.Context) error { return m.relayLog(ctx, params) })
+	}
 	reqCtx := ctx
 	j.run(func(ctx context.Context, ask askFunc) (*mcp.CallToolResult, error) {
 		r.Ask = ask
@@ -299,25 +297,30 @@ func (m *MCP) plan(ctx context.Context, c *router.Caller, req mcp.CallToolReques
 	return mcpPlan(p, found && len(d.OutputSchema) > 0), true
 }
 
-// relayLog passes an upstream's log message to the client of the call,
-// at the level that client asked for: on 2026-07-28 in the request, in a
-// session with logging/setLevel (a session that never asked gets none).
-func (m *MCP) relayLog(ctx context.Context, params json.RawMessage) {
-	if ctx == nil {
-		return
-	}
+// relayLog passes an upstream's log message to the client of the request
+// ctx serves, at the level that client asked for: on 2026-07-28 in the
+// request, in a session with logging/setLevel (a session that never asked
+// gets none). It fails unless the message was queued for the client.
+func (m *MCP) relayLog(ctx context.Context, params json.RawMessage) error {
 	if s := m.live.of(ctx); s != nil && !s.leveled.Load() {
-		return
+		return errNotSent
 	}
 	var n mcp.LoggingMessageNotification
 	n.Method = "notifications/message"
 	if err := json.Unmarshal(params, &n.Params); err != nil {
-		return
+		return err
 	}
-	if m.srv.SendLogMessageToClient(ctx, n) == nil && logSent(ctx, n.Params.Level) {
-		queuedFor(ctx)
+	if err := m.srv.SendLogMessageToClient(ctx, n); err != nil {
+		return err
 	}
+	if !logSent(ctx, n.Params.Level) {
+		return errNotSent
+	}
+	return nil
 }
+
+// errNotSent: a notification filtered out, not queued for the client.
+var errNotSent = errors.New("not sent: the client did not ask for it")
 
 // logSent says whether mcp-go sends a log message at level for the
 // request ctx serves rather than filter it out (as SendLogMessageToClient

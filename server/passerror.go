@@ -53,6 +53,9 @@ type errorPatch struct {
 	// each (see settle).
 	queued, written atomic.Int64
 	wrote           chan struct{}
+	// streamed: the answer is a streamed call's (streamcall.go), whose
+	// stream puts what was queued before the response itself.
+	streamed bool
 }
 
 // patchedMethods are the methods whose errors may be an upstream's or a
@@ -136,36 +139,42 @@ func (e *errorPatch) Write(p []byte) (int, error) {
 // drains the channel itself) writes the result and the forwarder, seeing
 // the request done, drops what it holds. So before a call's handler
 // returns, it waits until every notification capgate queued for the
-// answer has been written (settle), a bounded wait.
-
-// settleLimit bounds that wait: a response that cannot stream writes no
-// notification at all.
+// answer has been written (settle).
+//
+// A stateless request's session is its own: its forwarder writes all
+// that was queued, unless the request ends first, so the wait is bounded
+// by the request alone. A 2025-11-25 session's queue is shared with its
+// standalone stream and its other requests, which may take some of them:
+// there (a tools/call mcp-go serves, not streamCall) the wait is bounded
+// by settleLimit.
 const settleLimit = 2 * time.Second
 
-// queuedFor counts one notification queued for the answer ctx serves; it
-// returns ctx, for the sender.
-func queuedFor(ctx context.Context) context.Context {
+// queuedFor counts one notification queued for the answer ctx serves.
+func queuedFor(ctx context.Context) {
 	if e, _ := ctx.Value(errorPatchKey{}).(*errorPatch); e != nil {
 		e.queued.Add(1)
 	}
-	return ctx
 }
 
 // settle waits until what was queued for the answer ctx serves is
-// written, ctx ends, or settleLimit passes.
+// written, or ctx ends (on a session's shared queue: or settleLimit passes).
 func settle(ctx context.Context) {
 	e, _ := ctx.Value(errorPatchKey{}).(*errorPatch)
-	if e == nil || e.written.Load() >= e.queued.Load() {
+	if e == nil || e.streamed || e.written.Load() >= e.queued.Load() {
 		return
 	}
-	limit := time.NewTimer(settleLimit)
-	defer limit.Stop()
+	var limit <-chan time.Time
+	if !e.modern {
+		t := time.NewTimer(settleLimit)
+		defer t.Stop()
+		limit = t.C
+	}
 	for e.written.Load() < e.queued.Load() {
 		select {
 		case <-e.wrote:
 		case <-ctx.Done():
 			return
-		case <-limit.C:
+		case <-limit:
 			return
 		}
 	}

@@ -98,7 +98,7 @@ func New(opts Options) *Server {
 	}
 	s.MCP = NewMCP(opts.Router, opts.Registry, secret)
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
-	s.MCP.streams.replicas = opts.AdvertiseURL != ""
+	s.MCP.streams.replica, s.MCP.streams.url = opts.ReplicaID, opts.AdvertiseURL
 	if opts.ClaimOnce != nil && opts.Claimed != nil {
 		s.MCP.ends.shared(opts.ClaimOnce, opts.Claimed)
 	}

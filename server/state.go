@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
@@ -76,14 +75,7 @@ type stateSealer struct {
 }
 
 func newStateSealer(secret []byte, replica, url string, claim ClaimFunc) *stateSealer {
-	block, err := aes.NewCipher(deriveKey(secret, stateLabel))
-	if err != nil {
-		panic("server: aes: " + err.Error()) // the key is always 32 bytes
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		panic("server: gcm: " + err.Error())
-	}
+	aead := sealKey(secret, stateLabel)
 	if claim == nil {
 		claim = (&localClaims{}).claim
 	}

@@ -91,7 +91,7 @@ func askClient[T any](ctx context.Context, c *callSession, method mcp.MCPMethod,
 // request asks the client one thing on the call's stream and waits for
 // its answer, which it POSTs (clientAsks.answer).
 func (c *callSession) request(ctx context.Context, method mcp.MCPMethod, params any) (json.RawMessage, error) {
-	id := "capgate-" + strconv.FormatUint(c.asks.seq.Add(1), 10)
+	id := c.stream.id + askSep + strconv.FormatUint(c.asks.seq.Add(1), 10)
 	key := askKey{session: c.SessionID(), id: `"` + id + `"`}
 	reply := c.asks.add(key)
 	defer c.asks.remove(key)
@@ -148,17 +148,52 @@ func (a *clientAsks) remove(k askKey) {
 
 var answerNames = []string{"id", "method", "result", "error"}
 
-// answer takes a client's POSTed answer to a streamed call's request,
-// and says whether it did (then it has answered 202).
-func (a *clientAsks) answer(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	if a.n.Load() == 0 {
+// askSep separates a request's stream id from its number in the ids of
+// capgate's requests to its clients ("<stream>~<n>"): the stream id names
+// the replica awaiting the answer (callstream.go), and has no '~'.
+const askSep = "~"
+
+// answerAsk takes a client's POSTed answer to a streamed call's request,
+// and says whether it did: delivered here (then it has answered 202), or
+// forwarded to the replica whose call awaits it (then it has relayed that
+// replica's answer).
+func (m *MCP) answerAsk(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	session := r.Header.Get(mcpserver.HeaderKeySessionID)
+	if m.asks.n.Load() > 0 && m.asks.deliver(session, body) {
+		w.WriteHeader(http.StatusAccepted)
+		return true
+	}
+	if !bytes.Contains(body, []byte(`"`+streamPrefix)) { // not an answer to capgate
 		return false
 	}
+	var v [4][]byte
+	if !rawjson.Pick(body, answerNames, v[:]) || v[1] != nil || (v[2] == nil && v[3] == nil) {
+		return false
+	}
+	id, ok := plainString(v[0])
+	if !ok {
+		return false
+	}
+	stream, _, ok := strings.Cut(id, askSep)
+	if !ok {
+		return false
+	}
+	replica, url, ok := m.streams.holder(stream, session)
+	if !ok || m.streams.here(replica, url) {
+		return false // not capgate's, or no call here awaits it any more
+	}
+	m.forwardAnswer(w, r, replica, url, session, id, body)
+	return true
+}
+
+// deliver hands a client's answer, body, in session to the call here
+// awaiting it, and says whether one did.
+func (a *clientAsks) deliver(session string, body []byte) bool {
 	var v [4][]byte
 	if !rawjson.Pick(body, answerNames, v[:]) || v[1] != nil || v[0] == nil || (v[2] == nil && v[3] == nil) {
 		return false
 	}
-	k := askKey{session: r.Header.Get(mcpserver.HeaderKeySessionID), id: string(v[0])}
+	k := askKey{session: session, id: string(v[0])}
 	a.mu.Lock()
 	ch, ok := a.pending[k]
 	delete(a.pending, k)
@@ -179,7 +214,6 @@ func (a *clientAsks) answer(w http.ResponseWriter, r *http.Request, body []byte)
 		ans.result = append(json.RawMessage(nil), v[2]...)
 	}
 	ch <- ans
-	w.WriteHeader(http.StatusAccepted)
 	return true
 }
 
@@ -224,6 +258,9 @@ func (m *MCP) streamCall(w http.ResponseWriter, r *http.Request, body *posted) b
 	// An upstream's JSON-RPC error reaches the client as the upstream gave
 	// it, as on mcp-go's own path (passerror.go).
 	patch, pr := newErrorPatch(w, r, body)
+	if patch != nil {
+		patch.streamed = true // runStreamed orders the stream
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(pr.Context()))
 	ctx, untrack := sess.track(ctx, msg.id)
 	polls := version == "2025-11-25" // SSE polling came with SEP-1699

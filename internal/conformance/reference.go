@@ -43,7 +43,7 @@ var (
 	everythingLock []byte
 )
 
-var refNode, refSuite, everythingDir string
+var refNode, refSuite, everythingDir, everythingJS string
 
 // InstallRef installs the suite at RefSuiteVersion, its Node 22, and the
 // reference server's packages (npm ci each, once, in CacheDir) and returns
@@ -64,8 +64,40 @@ func InstallRef(tb testing.TB) (nodeBin, suiteBin string) {
 	os.Setenv("PATH", filepath.Dir(nodeBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	everythingDir = installPackage(tb, "everything", map[string][]byte{
 		"everything-server.ts": everythingTS, "package.json": everythingJSON, "package-lock.json": everythingLock})
+	everythingJS = transpileOnce(tb, everythingDir, "everything-server.ts")
 	refNode, refSuite = nodeBin, suiteEntry(dir)
 	return refNode, refSuite
+}
+
+// transpileOnce turns dir's TypeScript file ts into JavaScript beside it
+// (once; later calls, in this process or another, find it) and returns its
+// name. It is what tsx does at every start, with tsx's options (esbuild,
+// the Node version's target, names kept), done once: node --import tsx
+// cost about 2 s of CPU per start, the JavaScript under 1 s, and the
+// package starts the reference server seven times.
+func transpileOnce(tb testing.TB, dir, ts string) string {
+	tb.Helper()
+	js := strings.TrimSuffix(ts, ".ts") + ".mjs"
+	if _, err := os.Stat(filepath.Join(dir, js)); err == nil {
+		return js
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*.mjs")
+	if err != nil {
+		tb.Fatalf("conformance: %v", err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command(filepath.Join(dir, "node_modules", ".bin", "esbuild"), ts, "--platform=node", "--format=esm",
+		"--target=node22", "--keep-names", "--log-level=warning", "--outfile="+tmp.Name())
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("conformance: esbuild %s in %s: %v\n%s", ts, dir, err, out)
+	}
+	// A rename, so that a concurrent test binary sees it whole or not at all.
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, js)); err != nil {
+		tb.Fatalf("conformance: %v", err)
+	}
+	return js
 }
 
 // StartReference serves the reference server on a free loopback port and
@@ -76,7 +108,7 @@ func StartReference(tb testing.TB) string {
 	addr := testkit.FreeAddr(tb)
 	_, port, _ := net.SplitHostPort(addr)
 	out := &lockedWriter{}
-	cmd := exec.Command(nodeBin, "--import", "tsx", "everything-server.ts")
+	cmd := exec.Command(nodeBin, everythingJS)
 	cmd.Dir = everythingDir
 	cmd.Env = append(os.Environ(), "PORT="+port)
 	cmd.Stdout, cmd.Stderr = out, out

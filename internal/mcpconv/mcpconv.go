@@ -112,19 +112,16 @@ func Denial(err error) *mcp.CallToolResult {
 }
 
 // ProgressSender relays progress to the client that asked for it with a
-// progress token, on the request current returns; nil when it did not.
-func ProgressSender(current func() context.Context, req mcp.CallToolRequest) func(progress, total float64, message string) {
+// progress token, through relay, which runs send on the request to send
+// it on (the sender fails when mcp-go could not queue it); nil when the
+// client asked for none.
+func ProgressSender(relay func(send func(ctx context.Context) error), req mcp.CallToolRequest) func(progress, total float64, message string) {
 	meta := req.Params.Meta
 	if meta == nil || meta.ProgressToken == nil {
 		return nil
 	}
 	token := meta.ProgressToken
 	return func(progress, total float64, message string) {
-		ctx := current()
-		if ctx == nil {
-			return // between round trips: nobody is listening
-		}
-		srv := mcpserver.ServerFromContext(ctx)
 		p := map[string]any{"progressToken": token, "progress": progress}
 		if total > 0 {
 			p["total"] = total
@@ -132,7 +129,9 @@ func ProgressSender(current func() context.Context, req mcp.CallToolRequest) fun
 		if message != "" {
 			p["message"] = message
 		}
-		_ = srv.SendNotificationToClient(ctx, "notifications/progress", p)
+		relay(func(ctx context.Context) error {
+			return mcpserver.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/progress", p)
+		})
 	}
 }
 

@@ -78,16 +78,23 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 	}
 	body = append(body, "}}"...)
 	if modern {
-		h := s.toolsCallHeaders(call.Tool.Name)
 		// The tool's x-mcp-header arguments travel in Mcp-Param-* too
 		// (SEP-2243), for the upstream's balancers; it checks them.
-		if mirrored := paramheader.Mirror(call.Tool.InputSchema, args); mirrored != nil {
-			h = h.Clone()
-			for k, v := range mirrored {
-				h.Set(k, v)
+		mirrored := paramheader.Mirror(call.Tool.InputSchema, args)
+		if mirrored == nil && l.post != nil && ctx.Value(headersKey{}) == nil {
+			// No hook headers and nothing mirrored: the whole head of the
+			// request is the same for every call of the tool.
+			ctx = context.WithValue(ctx, callHeadKey{}, s.callHead(l, call.Tool.Name))
+		} else {
+			h := s.toolsCallHeaders(call.Tool.Name)
+			if mirrored != nil {
+				h = h.Clone()
+				for k, v := range mirrored {
+					h.Set(k, v)
+				}
 			}
+			ctx = withMoreHeaders(ctx, h)
 		}
-		ctx = withMoreHeaders(ctx, h)
 	}
 
 	for round := 0; ; round++ {
@@ -144,6 +151,28 @@ func (s *Source) toolsCallHeaders(name string) http.Header {
 		}
 	}
 	return toolsCallHeaders(name)
+}
+
+// callHeadKey holds, for a call's requests, its *callHead.
+type callHeadKey struct{}
+
+// callHead is what withMoreHeaders would add for a tools/call of one tool
+// (std, its standard headers) and, over l's POST header, the whole header
+// newRequest would then build (full): made once per link and tool (at
+// most one per tool listed), shared, changed by no one.
+type callHead struct{ full, std http.Header }
+
+// callHead is l's callHead for a tools/call of name.
+func (s *Source) callHead(l *link, name string) *callHead {
+	if h, ok := l.callHeads.Load(name); ok {
+		return h.(*callHead)
+	}
+	h := &callHead{full: l.post.Header.Clone(), std: s.toolsCallHeaders(name)}
+	for k, v := range h.std {
+		h.full[http.CanonicalHeaderKey(k)] = v
+	}
+	l.callHeads.Store(name, h)
+	return h
 }
 
 // postCall posts one tools/call body and returns the response to id,
@@ -390,7 +419,12 @@ func (s *Source) post(ctx context.Context, l *link, body []byte, resume string) 
 func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume string) (*http.Request, error) {
 	if resume == "" && l.post != nil && len(body) > 0 {
 		req := l.post.WithContext(ctx)
+		if head, ok := ctx.Value(callHeadKey{}).(*callHead); ok {
+			req.Header = head.full
+		}
 		if extra := ctx.Value(headersKey{}); extra != nil {
+			// A hook's headers (after a refusal, see postAuthorized) go
+			// over the rest.
 			req.Header = req.Header.Clone()
 			addHeaders(ctx, req.Header)
 		}
@@ -420,6 +454,11 @@ func (s *Source) newRequest(ctx context.Context, l *link, body []byte, resume st
 	} else {
 		h["Content-Type"] = []string{"application/json"}
 		h["Accept"] = []string{"application/json, text/event-stream"}
+	}
+	if head, ok := ctx.Value(callHeadKey{}).(*callHead); ok {
+		for k, v := range head.std {
+			h[http.CanonicalHeaderKey(k)] = v
+		}
 	}
 	addHeaders(ctx, h)
 	if l.session != "" {

@@ -147,6 +147,10 @@ type link struct {
 	// post is the head of every POST on the link, made once: a call
 	// copies it (sharing its URL and Header, which nothing writes).
 	post *http.Request
+	// callHeads are, by tool name, post's header with the standard
+	// headers of a tools/call of that tool (callHead): made once per tool,
+	// shared by its calls, written by no one.
+	callHeads sync.Map
 	// guard is the limit on a stdio upstream's messages: over it, the
 	// connection is replaced (see restart).
 	guard *guard
@@ -850,12 +854,18 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 		return nil, err
 	}
 	defer l.owners.enter(&call)()
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	args := call.Input
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
+	if l.http && deadlineWithin(ctx, s.opts.Timeout) {
+		// The caller's deadline (the router's call timeout) comes first:
+		// a timer of the source's own would never fire. callHTTP leaves
+		// nothing running on ctx when it returns.
+		return s.callHTTP(ctx, l, call, args)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
 	if l.http {
 		return s.callHTTP(ctx, l, call, args)
 	}
@@ -866,6 +876,12 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 		return p.leave(c, res, err)
 	}
 	return s.callMCPGo(ctx, l, call, args)
+}
+
+// deadlineWithin says whether ctx ends, at the latest, d from now.
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= d
 }
 
 // callMCPGo calls through mcp-go's client: every stdio and SSE call, and
