@@ -176,8 +176,8 @@ func Mint(tb testing.TB, secret string, c token.Claims) string {
 	return raw
 }
 
-// Stop sends serve SIGTERM and waits for it, up to 10 s; then it kills it
-// and fails the test. It returns what Wait returned.
+// Stop sends serve SIGTERM and waits for it, up to stopWait; then it kills
+// it and fails the test. It returns what Wait returned.
 func (s *Served) Stop(tb testing.TB) error {
 	tb.Helper()
 	s.Cmd.Process.Signal(syscall.SIGTERM)
@@ -186,12 +186,17 @@ func (s *Served) Stop(tb testing.TB) error {
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(10 * time.Second):
-		tb.Errorf("capgate serve did not stop within 10 s of SIGTERM; killing it")
+	case <-time.After(stopWait):
+		tb.Errorf("capgate serve did not stop within %v of SIGTERM; killing it", stopWait)
 		s.Kill()
 		return <-done
 	}
 }
+
+// stopWait is how long Stop waits for serve to exit: a deadline, not a
+// measure. A serve stopping its 20 stdio upstreams beside the package's
+// other tests on a loaded machine (load 20) took over 10 s.
+const stopWait = 30 * time.Second
 
 // Kill kills serve's process group: serve and any upstream it started.
 func (s *Served) Kill() { proc.KillGroup(s.Cmd.Process) }

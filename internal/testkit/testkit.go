@@ -63,13 +63,26 @@ func Build(tb testing.TB, pkg string) string {
 		built[pkg] = out
 		return out
 	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd := goCommand("build", "-o", out, pkg)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("go build %s: %v\n%s", pkg, err, strings.TrimSpace(string(b)))
 	}
 	keepLinked(key, pkg, out)
 	built[pkg] = out
 	return out
+}
+
+// startEnv is the environment the test binary started with.
+var startEnv = os.Environ()
+
+// goCommand is the go command with args, in the environment the test
+// binary started with: a test that moved HOME (t.Setenv) would otherwise
+// send it to an empty build cache and module cache, and a fixture's build
+// took a minute of CPU (and the network) instead of a link.
+func goCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command("go", args...)
+	cmd.Env = startEnv
+	return cmd
 }
 
 // Linking capgate costs seconds of CPU, and every test binary that runs it
@@ -81,7 +94,7 @@ var binCache = filepath.Join(os.TempDir(), "capgate-testkit-bin")
 
 // binKey is that hash, or "" when go list cannot say.
 func binKey(pkg string) string {
-	b, err := exec.Command("go", "list", "-export", "-deps", "-f", "{{.ImportPath}} {{.BuildID}}", pkg).Output()
+	b, err := goCommand("list", "-export", "-deps", "-f", "{{.ImportPath}} {{.BuildID}}", pkg).Output()
 	if err != nil {
 		return ""
 	}
@@ -443,7 +456,7 @@ func BuildStamped(tb testing.TB, pkg, stamp, dir string) string {
 		return out
 	}
 	// -buildvcs=true on the command line beats a GOFLAGS=-buildvcs=false.
-	if b, err := exec.Command("go", "build", "-buildvcs=true", "-o", out, pkg).CombinedOutput(); err != nil {
+	if b, err := goCommand("build", "-buildvcs=true", "-o", out, pkg).CombinedOutput(); err != nil {
 		tb.Fatalf("go build -buildvcs=true %s: %v\n%s", pkg, err, strings.TrimSpace(string(b)))
 	}
 	keepLinked(key, filepath.Base(pkg)+"-vcs", out)
