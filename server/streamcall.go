@@ -259,7 +259,7 @@ func (m *MCP) streamCall(w http.ResponseWriter, r *http.Request, body *posted) b
 	// it, as on mcp-go's own path (passerror.go).
 	patch, pr := newErrorPatch(w, r, body)
 	if patch != nil {
-		patch.streamed = true // runStreamed orders the stream
+		patch.streamed = true
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(pr.Context()))
 	ctx, untrack := sess.track(ctx, msg.id)
@@ -298,6 +298,9 @@ func (m *MCP) runStreamed(ctx context.Context, call *callSession, body []byte, p
 			select {
 			case n := <-call.notes:
 				call.stream.add(n)
+				if patch != nil {
+					patch.sent() // what waits for it (settle) may go on
+				}
 			case <-stop:
 				return
 			}
