@@ -163,7 +163,8 @@ func (m *MCP) answerAsk(w http.ResponseWriter, r *http.Request, body []byte) boo
 		w.WriteHeader(http.StatusAccepted)
 		return true
 	}
-	if !bytes.Contains(body, []byte(`"`+streamPrefix)) { // not an answer to capgate
+	if r.Header.Get(mcp.HeaderProtocolVersion) == modernProtocol || // no requests on 2026-07-28 streams
+		!bytes.Contains(body, []byte(`"`+streamPrefix)) { // not an answer to capgate
 		return false
 	}
 	var v [4][]byte

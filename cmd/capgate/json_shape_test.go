@@ -129,8 +129,12 @@ paths = [%q]
 grants = ["rye.fetch.*", "rye.execute.tool.ext.notes.*"]
 `, filepath.Join(quickstart, "extensions"))})
 	rpcURL := srv.URL + "/rpc"
-	allowed := "ASH_CONTEXT_TOKEN=" + srv.Token(t, token.Claims{Sub: "alice"})
-	narrowed := "ASH_CONTEXT_TOKEN=" + srv.Token(t, token.Claims{Sub: "alice", Caps: []string{"rye.fetch.*"}})
+	// The subtests that use these run when the package's other parallel
+	// tests let them: on a loaded machine that was more than the default
+	// five minutes after this, and the tokens had expired.
+	until := time.Now().Add(time.Hour)
+	allowed := "ASH_CONTEXT_TOKEN=" + srv.Token(t, token.Claims{Sub: "alice", ExpiresAt: until})
+	narrowed := "ASH_CONTEXT_TOKEN=" + srv.Token(t, token.Claims{Sub: "alice", Caps: []string{"rye.fetch.*"}, ExpiresAt: until})
 	// An intact audit log and a broken one.
 	intact, _ := auditLog(t, t.TempDir(), 3)
 	broken, lines := auditLog(t, t.TempDir(), 3)

@@ -14,6 +14,7 @@ import (
 func TestMain(m *testing.M) {
 	// Most tests here start their own capgate serve and wait on it.
 	testkit.WaitParallel(4)
+	testkit.QuietTempDirs()
 	testkit.Main(m)
 }
 

@@ -2,9 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -41,11 +41,12 @@ func TestVersionFromBuildInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirtyKnown := true
-	bin := filepath.Join(t.TempDir(), "capgate")
-	// -buildvcs=true on the command line beats a GOFLAGS=-buildvcs=false.
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, testkit.CapgatePkg).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	// What go build stamps besides the packages: the commit, the tags it
+	// derives a version from, whether the tree is modified, and whether
+	// this is a linked worktree (where it stamps nothing).
+	tags, _ := git("describe", "--tags", "--long", "--always")
+	stamp := fmt.Sprintf("%s %s %v %v", head, tags, status != "", gitDir != common)
+	bin := testkit.BuildStamped(t, testkit.CapgatePkg, stamp, t.TempDir())
 	if after, _ := git("status", "--porcelain"); after != status {
 		dirtyKnown = false
 		t.Log("the working tree changed during the build; not checking the dirty flag")

@@ -1,3 +1,5 @@
+//go:build unix
+
 package conformance
 
 import (
@@ -8,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,8 +29,8 @@ import (
 // record, and the delivered stream is gone). Before b forwards anything:
 // the id from another session of hers, from bob's, a forged id and one
 // changed by a character are refused as an unknown one is, and the
-// upstream is not resumed. Once a is gone, a resume of a stream it held
-// fails at b at once with a 502 naming a.
+// upstream is not resumed. Once a is stopped, then killed, a resume of a
+// stream it held fails at b with a 502 naming a (after 10 s, at once).
 func TestPollingResumedOnAnotherReplica(t *testing.T) {
 	up := startPollingUpstream(t)
 	a, b := startReplicas(t, "up", fmt.Sprintf("url = %q\nprefix = \"\"", up.url))
@@ -121,8 +124,16 @@ func TestPollingResumedOnAnotherReplica(t *testing.T) {
 		t.Errorf("a second resume of the delivered stream at b: %d %q, want 404", status, body)
 	}
 
-	// The holder gone: b says so, naming it, and does not wait.
+	// The holder hung (stopped: it accepts connections and answers
+	// nothing), then gone: b says so, naming it, and does not wait on it.
 	pause = call(2)
+	if err := a.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	status, body = resume(b.URL, alice, sid, pause.id)
+	if status != http.StatusBadGateway || !strings.Contains(body, `held by replica "a", which did not answer within`) {
+		t.Errorf("a resume at b of a's stream with a stopped: %d %q, want 502 naming replica a", status, body)
+	}
 	a.Kill()
 	testkit.WaitFor(t, 30*time.Second, "replica a to be gone", func() bool {
 		_, err := http.Get(a.URL + "/healthz")

@@ -131,6 +131,7 @@ func Cleanup() {
 	if workDir != "" {
 		os.RemoveAll(workDir)
 	}
+	removeTempRoot()
 }
 
 // Main runs a package's tests and removes what Build made; use it as
@@ -420,4 +421,31 @@ func ToolDir(tb testing.TB) string {
 		}
 	}
 	return d
+}
+
+// BuildStamped builds pkg as a user would to see its version (go build
+// -buildvcs=true, run in the current directory's checkout) into dir and
+// returns the program's path. stamp must name everything go build stamps
+// from the checkout besides the packages (the commit, its tags, whether
+// the tree is modified): with it, a program is linked once per machine
+// per stamp and packages, as Build's are.
+func BuildStamped(tb testing.TB, pkg, stamp, dir string) string {
+	tb.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg))
+	key := binKey(pkg)
+	if key != "" {
+		h := sha256.Sum256([]byte(key + "\x00" + stamp))
+		key = filepath.Base(pkg) + "-vcs-" + hex.EncodeToString(h[:12])
+	}
+	if cached, ok := linkedBefore(key); ok && os.Link(cached, out) == nil {
+		now := time.Now()
+		os.Chtimes(cached, now, now)
+		return out
+	}
+	// -buildvcs=true on the command line beats a GOFLAGS=-buildvcs=false.
+	if b, err := exec.Command("go", "build", "-buildvcs=true", "-o", out, pkg).CombinedOutput(); err != nil {
+		tb.Fatalf("go build -buildvcs=true %s: %v\n%s", pkg, err, strings.TrimSpace(string(b)))
+	}
+	keepLinked(key, filepath.Base(pkg)+"-vcs", out)
+	return out
 }
