@@ -58,7 +58,7 @@ func (a *bearerAuth) admit(ctx context.Context, w http.ResponseWriter, method, h
 	// ignores the header there.
 	if sid := h.Get(mcpserver.HeaderKeySessionID); sid != "" {
 		modern := method == http.MethodPost && mcp.IsModernProtocol(h.Get(mcp.HeaderProtocolVersion))
-		if !modern && !a.mcp.sessions.owns(sid, c.Sub) {
+		if !modern && !a.mcp.ownsSession(sid, c.Sub) {
 			http.Error(w, "404 not found: no such session for this subject; open a new one with initialize", http.StatusNotFound)
 			return nil, false
 		}

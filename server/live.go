@@ -40,6 +40,9 @@ type liveSession struct {
 	// the server), so a plain call has nothing to stream.
 	leveled  atomic.Bool
 	inflight sync.Map // JSON-RPC id as sent → *inflightCall
+	// owner is the subject whose MAC the session's id passed
+	// (ownsSession), so that its later requests skip the MAC.
+	owner atomic.Pointer[string]
 }
 
 // inflightCall is a fast call notifications/cancelled can end.

@@ -72,9 +72,10 @@ func (c *eventCount) await(ctx context.Context, n int) {
 
 // orderUpstream is an mcp-go server on a loopback port (url) with two
 // tools. burst sends log message i and progress i for i = 1..burstN at
-// once, and answers as soon as they have left. asks asks its client to
-// confirm (elicitation, on a 2025-11-25 session) and, once told on speak,
-// sends a log message, then says so on spoke; it answers once confirmed.
+// once, and answers as soon as they have left. asks sends a log message,
+// then asks its client to confirm (elicitation, on a 2025-11-25 session)
+// and, once told on speak, sends another, then says so on spoke; it
+// answers once confirmed.
 // It offers no standalone stream (GET is 405), so that on a 2025-11-25
 // session all a call sends goes on the call's own stream, as the
 // reference server does (mcp-go would put some on the standalone one).
@@ -121,6 +122,10 @@ func newOrderUpstream(t *testing.T) *orderUpstream {
 		mcp.WithReadOnlyHintAnnotation(true), mcp.WithDestructiveHintAnnotation(false), mcp.WithOpenWorldHintAnnotation(false)),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			c := ctx.Value(eventCountKey{}).(*eventCount)
+			if err := s.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelInfo, "asks", "before asking")); err != nil {
+				return nil, err
+			}
+			c.await(ctx, 1) // before the request, which mcp-go could send first
 			go func() {
 				select {
 				case <-u.speak:
@@ -128,7 +133,7 @@ func newOrderUpstream(t *testing.T) *orderUpstream {
 					return
 				}
 				if s.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelInfo, "asks", "while asking")) == nil {
-					c.await(ctx, 2) // the request, then this
+					c.await(ctx, 3) // the first, the request, then this
 				}
 				select {
 				case u.spoke <- struct{}{}:
@@ -299,10 +304,11 @@ func TestCallKeepsItsOrder(t *testing.T) {
 	})
 }
 
-// TestCallKeepsWhatComesWhileItAsks (issue 31, item 5): a log message an
-// upstream sends on a 2025-11-25 call's stream while its elicitation
-// request waits for the client (the call's job parked, capgate having
-// passed the request on) reaches the client before the call's result.
+// TestCallKeepsWhatComesWhileItAsks (issue 31, item 5): on a 2025-11-25
+// call's stream, a log message the upstream sends before its elicitation
+// request reaches the client before that request, and one it sends while
+// the request waits for the client (the call's job parked, capgate having
+// passed the request on) before the call's result.
 func TestCallKeepsWhatComesWhileItAsks(t *testing.T) {
 	u := newOrderUpstream(t)
 	front := orderFront(t, u)
@@ -347,7 +353,7 @@ func TestCallKeepsWhatComesWhileItAsks(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"elicitation/create", "while asking", "result"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
+	if want := []string{"before asking", "elicitation/create", "while asking", "result"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
 		t.Errorf("the call's stream carried %q, want %q", got, want)
 	}
 }

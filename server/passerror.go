@@ -54,7 +54,7 @@ type errorPatch struct {
 	queued, written atomic.Int64
 	wrote           chan struct{}
 	// streamed: the answer is a streamed call's (streamcall.go), whose
-	// stream puts what was queued before the response itself.
+	// own forwarder puts what was queued on its stream (runStreamed).
 	streamed bool
 }
 
@@ -124,13 +124,18 @@ func (e *errorPatch) Write(p []byte) (int, error) {
 	e.release()
 	n, err := e.w.Write(p)
 	if bytes.HasPrefix(p, ssePrefix) {
-		e.written.Add(1)
-		select {
-		case e.wrote <- struct{}{}:
-		default:
-		}
+		e.sent()
 	}
 	return n, err
+}
+
+// sent counts one notification written for the answer.
+func (e *errorPatch) sent() {
+	e.written.Add(1)
+	select {
+	case e.wrote <- struct{}{}:
+	default:
+	}
 }
 
 // mcp-go v1.2.1 loses a notification of a stateless request now and then:
@@ -141,9 +146,11 @@ func (e *errorPatch) Write(p []byte) (int, error) {
 // returns, it waits until every notification capgate queued for the
 // answer has been written (settle).
 //
-// A stateless request's session is its own: its forwarder writes all
-// that was queued, unless the request ends first, so the wait is bounded
-// by the request alone. A 2025-11-25 session's queue is shared with its
+// A stateless request's session is its own, and so is a streamed call's:
+// its forwarder writes all that was queued, unless the request ends
+// first, so the wait is bounded by the request alone (and on a streamed
+// call, an input request the call makes of its client follows what was
+// sent before it). A 2025-11-25 session's queue is shared with its
 // standalone stream and its other requests, which may take some of them:
 // there (a tools/call mcp-go serves, not streamCall) the wait is bounded
 // by settleLimit.
@@ -160,11 +167,11 @@ func queuedFor(ctx context.Context) {
 // written, or ctx ends (on a session's shared queue: or settleLimit passes).
 func settle(ctx context.Context) {
 	e, _ := ctx.Value(errorPatchKey{}).(*errorPatch)
-	if e == nil || e.streamed || e.written.Load() >= e.queued.Load() {
+	if e == nil || e.written.Load() >= e.queued.Load() {
 		return
 	}
 	var limit <-chan time.Time
-	if !e.modern {
+	if !e.modern && !e.streamed {
 		t := time.NewTimer(settleLimit)
 		defer t.Stop()
 		limit = t.C

@@ -7,6 +7,9 @@ import (
 	"crypto/sha256"
 	"strings"
 	"testing"
+
+	"github.com/capgate/capgate/internal/testkit"
+	"github.com/capgate/capgate/token"
 )
 
 func TestSessionIDsBindTheSubject(t *testing.T) {
@@ -88,5 +91,52 @@ func TestSessionMACFromClone(t *testing.T) {
 		if want, got := h.Sum(nil)[:sessionMAC], ids.mac(nonce, sub); !bytes.Equal(got, want) {
 			t.Fatalf("sub of %d bytes: mac %x, want %x", len(sub), got, want)
 		}
+	}
+}
+
+// ownsSession answers as the MAC does, for a live session whose owner it
+// remembered as for any other id: its owner yes, another subject and a
+// changed id no.
+func TestOwnsSessionRemembered(t *testing.T) {
+	s, url := serveSetup(t, setup{})
+	m := s.MCP
+	id := testkit.OpenSession(t, url, mint(t, token.Claims{Sub: "alice"}), "{}")
+	ls := m.live.get(id)
+	if ls == nil {
+		t.Fatal("the session is not live")
+	}
+	forged := id[:len(id)-1] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", id[len(id)-1])+1)%16])
+	bobs := m.sessions.mint("bob")
+	for _, c := range []struct {
+		id, sub string
+		want    bool
+	}{{id, "alice", true}, {id, "bob", false}, {id, "alice", true}, {forged, "alice", false},
+		{bobs, "bob", true}, {bobs, "alice", false}} {
+		if got, mac := m.ownsSession(c.id, c.sub), m.sessions.owns(c.id, c.sub); got != c.want || got != mac {
+			t.Errorf("ownsSession(%q, %s) = %v, the MAC says %v, want %v", c.id, c.sub, got, mac, c.want)
+		}
+	}
+	if o := ls.owner.Load(); o == nil || *o != "alice" {
+		t.Errorf("remembered owner %v, want alice (another subject tried too)", o)
+	}
+}
+
+// BenchmarkOwnsSession is the session check of a 2025-11-25 request, A/B:
+// "remembered" is ownsSession on a live session, "mac" the MAC alone.
+func BenchmarkOwnsSession(b *testing.B) {
+	s, url := serveSetup(b, setup{})
+	id := testkit.OpenSession(b, url, mint(b, token.Claims{Sub: "alice"}), "{}")
+	for _, c := range []struct {
+		name string
+		owns func(id, sub string) bool
+	}{{"remembered", s.MCP.ownsSession}, {"mac", s.MCP.sessions.owns}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !c.owns(id, "alice") {
+					b.Fatal("not owned")
+				}
+			}
+		})
 	}
 }

@@ -163,7 +163,8 @@ func (m *MCP) answerAsk(w http.ResponseWriter, r *http.Request, body []byte) boo
 		w.WriteHeader(http.StatusAccepted)
 		return true
 	}
-	if !bytes.Contains(body, []byte(`"`+streamPrefix)) { // not an answer to capgate
+	if r.Header.Get(mcp.HeaderProtocolVersion) == modernProtocol || // no requests on 2026-07-28 streams
+		!bytes.Contains(body, []byte(`"`+streamPrefix)) { // not an answer to capgate
 		return false
 	}
 	var v [4][]byte
@@ -259,7 +260,7 @@ func (m *MCP) streamCall(w http.ResponseWriter, r *http.Request, body *posted) b
 	// it, as on mcp-go's own path (passerror.go).
 	patch, pr := newErrorPatch(w, r, body)
 	if patch != nil {
-		patch.streamed = true // runStreamed orders the stream
+		patch.streamed = true
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(pr.Context()))
 	ctx, untrack := sess.track(ctx, msg.id)
@@ -298,6 +299,9 @@ func (m *MCP) runStreamed(ctx context.Context, call *callSession, body []byte, p
 			select {
 			case n := <-call.notes:
 				call.stream.add(n)
+				if patch != nil {
+					patch.sent() // what waits for it (settle) may go on
+				}
 			case <-stop:
 				return
 			}

@@ -80,7 +80,7 @@ SIGINT or SIGTERM stops it gracefully. SIGHUP (or capgate reload, or with
 			var handler slog.Handler
 			switch logFormat {
 			case "text":
-				handler = logOut.TextHandler(&slog.HandlerOptions{Level: slog.LevelInfo})
+				handler = slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo})
 			case "json":
 				handler = slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo})
 			default:
