@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -101,10 +102,14 @@ type streamResume struct {
 type internalCalls struct {
 	key    []byte
 	client *http.Client
+	// logger takes what went wrong reaching a replica: its address and the
+	// transport's error, which the client, answered only with the
+	// replica's id, is not shown.
+	logger *slog.Logger
 }
 
 func newInternalCalls(secret []byte) *internalCalls {
-	return &internalCalls{key: deriveKey(secret, internalLabel), client: &http.Client{}}
+	return &internalCalls{key: deriveKey(secret, internalLabel), client: &http.Client{}, logger: slog.New(slog.DiscardHandler)}
 }
 
 // mac is HMAC-SHA256(key, "<t>\n" || body), in hex.
@@ -190,14 +195,16 @@ func (ic *internalCalls) post(ctx context.Context, url string, f continuation) (
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(url, "/")+internalPath, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("advertises a URL that is not one (%v)", err)
+		ic.logger.Warn("replica's advertise_url is not a URL", "url", url, "error", err)
+		return nil, errors.New("advertises a URL that is not one")
 	}
 	t := time.Now().UnixMilli()
 	hreq.Header.Set(internalHeader, strconv.FormatInt(t, 10)+"."+ic.mac(t, body))
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := ic.client.Do(hreq)
 	if err != nil {
-		return nil, fmt.Errorf("does not answer (%v)", err)
+		ic.logger.Warn("replica does not answer", "url", url, "error", err)
+		return nil, errors.New("does not answer")
 	}
 	return resp, nil
 }

@@ -97,6 +97,7 @@ func New(opts Options) *Server {
 		secret = randomSecret()
 	}
 	s.MCP = NewMCP(opts.Router, opts.Registry, secret)
+	s.MCP.internal.logger = opts.Logger
 	s.MCP.jobs.sealer = newStateSealer(secret, opts.ReplicaID, opts.AdvertiseURL, opts.ClaimOnce)
 	s.MCP.streams.replica, s.MCP.streams.url = opts.ReplicaID, opts.AdvertiseURL
 	if opts.ClaimOnce != nil && opts.Claimed != nil {

@@ -143,6 +143,11 @@ func TestPollingResumedOnAnotherReplica(t *testing.T) {
 	if status != http.StatusBadGateway || !strings.Contains(body, `held by replica "a", which does not answer`) {
 		t.Errorf("a resume at b of a's stream with a gone: %d %q, want 502 naming replica a", status, body)
 	}
+	// The replica's id names it; its address is the operators' (in b's
+	// log), not the caller's.
+	if host := strings.TrimPrefix(a.URL, "http://"); strings.Contains(body, host) {
+		t.Errorf("a resume at b of a's stream with a gone shows a's address %s: %q", host, body)
+	}
 }
 
 // startReplicas starts replicas a and b of capgate on one PostgreSQL,
