@@ -117,24 +117,32 @@ func startReceiver(t *testing.T) *receiver {
 	return rc
 }
 
-// waitFor returns the spans of trace traceID once one is named name.
-func (rc *receiver) waitFor(t *testing.T, traceID, name string) []*tracepb.Span {
+// waitFor returns the spans of trace traceID once it has a span of each
+// of names.
+func (rc *receiver) waitFor(t *testing.T, traceID string, names ...string) []*tracepb.Span {
 	t.Helper()
 	var out []*tracepb.Span
+	var missing []string
 	if !testkit.Poll(15*time.Second, func() bool {
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		out = out[:0]
-		found := false
+		seen := map[string]bool{}
 		for _, s := range rc.spans {
 			if hex.EncodeToString(s.TraceId) == traceID {
 				out = append(out, s)
-				found = found || s.Name == name
+				seen[s.Name] = true
 			}
 		}
-		return found
+		missing = missing[:0]
+		for _, n := range names {
+			if !seen[n] {
+				missing = append(missing, n)
+			}
+		}
+		return len(missing) == 0
 	}) {
-		t.Fatalf("no span %q in trace %s; got %d spans in it", name, traceID, len(out))
+		t.Fatalf("no span %q in trace %s; got %d spans in it", missing, traceID, len(out))
 	}
 	return out
 }
@@ -264,7 +272,8 @@ url = %q
 
 	// The spans: the server span under the client's, the gates and the
 	// upstream call under it, and the upstream saw the same trace.
-	spans := rc.waitFor(t, clientTrace, "tools/call get_weather")
+	// The server span ends last, and may be exported in a batch of its own.
+	spans := rc.waitFor(t, clientTrace, "tools/call get_weather", "tools/call wx__get_weather")
 	var server *tracepb.Span
 	for _, s := range spans {
 		if s.Name == "tools/call wx__get_weather" && s.Kind == tracepb.Span_SPAN_KIND_SERVER {
