@@ -172,8 +172,14 @@ func (j *job) relay(send func(ctx context.Context) error) {
 		}
 		return
 	}
-	if send(j.cur) == nil {
-		queuedFor(j.cur)
+	sendQueued(j.cur, send)
+}
+
+// sendQueued runs send for the request ctx serves and counts what it
+// queued there (settle waits for it to be written).
+func sendQueued(ctx context.Context, send func(ctx context.Context) error) {
+	if send(ctx) == nil {
+		queuedFor(ctx)
 	}
 }
 
@@ -288,9 +294,7 @@ func (js *jobs) wait(ctx context.Context, j *job) (*mcp.CallToolResult, error) {
 	// What the work sent while nobody waited goes first, in its order:
 	// the lock keeps a later notification from overtaking it.
 	for _, send := range j.held {
-		if send(ctx) == nil {
-			queuedFor(ctx)
-		}
+		sendQueued(ctx, send)
 	}
 	j.held = nil
 	j.mu.Unlock()

@@ -858,14 +858,14 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	if l.http && deadlineWithin(ctx, s.opts.Timeout) {
-		// The caller's deadline (the router's call timeout) comes first:
-		// a timer of the source's own would never fire. callHTTP leaves
-		// nothing running on ctx when it returns.
-		return s.callHTTP(ctx, l, call, args)
+	// Over HTTP, when the caller's deadline (the router's call timeout)
+	// comes first, a timer of the source's own would never fire: callHTTP
+	// leaves nothing running on ctx when it returns.
+	if !l.http || !deadlineWithin(ctx, s.opts.Timeout) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	if l.http {
 		return s.callHTTP(ctx, l, call, args)
 	}
