@@ -220,11 +220,41 @@ func Cleanup() {
 // Main runs a package's tests and removes what Build made; use it as
 // func TestMain(m *testing.M) { testkit.Main(m) }. The package's tests
 // share one PostgreSQL (pgtest.Run: started on first use, a fresh
-// database per test), rather than initdb a cluster each.
+// database per test), rather than initdb a cluster each, and whatever
+// else they share through AtExit.
 func Main(m *testing.M) {
+	exitMu.Lock()
+	inMain = true
+	exitMu.Unlock()
 	code := pgtest.Run(m)
+	exitMu.Lock()
+	fs := exitFuncs
+	exitFuncs, inMain = nil, false
+	exitMu.Unlock()
+	for _, f := range slices.Backward(fs) {
+		f()
+	}
 	Cleanup()
 	os.Exit(code)
+}
+
+var (
+	exitMu    sync.Mutex
+	inMain    bool
+	exitFuncs []func()
+)
+
+// AtExit has Main call f once the package's tests are done, for a server
+// its tests share (started on first use, as pgtest's). It reports false,
+// and does nothing, where the tests do not run under Main: the caller
+// then gives the test a server of its own.
+func AtExit(f func()) bool {
+	exitMu.Lock()
+	defer exitMu.Unlock()
+	if inMain {
+		exitFuncs = append(exitFuncs, f)
+	}
+	return inMain
 }
 
 // WaitParallel sets -test.parallel to n unless the command line set it,

@@ -26,6 +26,8 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,22 +114,74 @@ func Install(tb testing.TB) string {
 // access tokens' lifetime).
 func Start(tb testing.TB, env ...string) *AS {
 	tb.Helper()
+	a, stop, err := launch(tb, Install(tb), false, env)
+	if stop != nil {
+		tb.Cleanup(stop)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+var (
+	sharedMu  sync.Mutex
+	shared    *AS
+	sharedErr error
+)
+
+// Shared is the authorization server the package's tests share, started
+// on first use and stopped when they are done (testkit.Main), for a test
+// that needs one with the default settings but not one of its own: node
+// and oidc-provider cost most of a second of CPU to start. Each test's
+// capgate registers its own client, and its users sign in with browsers
+// of its own. Where the tests do not run under testkit.Main it is Start.
+func Shared(tb testing.TB) *AS {
+	tb.Helper()
 	dir := Install(tb)
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil && sharedErr == nil {
+		var stop func()
+		if !testkit.AtExit(func() {
+			if stop != nil {
+				stop()
+			}
+		}) {
+			return Start(tb) // nothing would stop a shared one
+		}
+		shared, stop, sharedErr = launch(tb, dir, true, nil)
+	}
+	if sharedErr != nil {
+		tb.Fatal(sharedErr)
+	}
+	return shared
+}
+
+// launch starts server.mjs from dir on a free loopback port and waits
+// until it listens. stop ends it (nil if it did not start). A shared one
+// dies with the test binary should that crash.
+func launch(tb testing.TB, dir string, isShared bool, env []string) (a *AS, stop func(), err error) {
+	tb.Helper()
 	addr := testkit.FreeAddr(tb)
 	_, port, _ := strings.Cut(addr, ":")
 	cmd := exec.Command("node", "server.mjs", port)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
+	if isShared {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+		dieWithParent(cmd.SysProcAttr)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
-	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stop = func() { cmd.Process.Kill(); cmd.Wait() }
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -141,13 +195,14 @@ func Start(tb testing.TB, env ...string) *AS {
 	select {
 	case issuer, ok := <-ready:
 		if !ok {
-			tb.Fatalf("the authorization server exited: %s", stderr.String())
+			stop()
+			return nil, nil, fmt.Errorf("the authorization server exited: %s", stderr.String())
 		}
-		return &AS{Issuer: issuer}
+		return &AS{Issuer: issuer}, stop, nil
 	case <-time.After(2 * time.Minute): // node on a loaded machine: a deadline, not a measure
-		tb.Fatalf("the authorization server did not start: %s", stderr.String())
+		stop()
+		return nil, nil, fmt.Errorf("the authorization server did not start: %s", stderr.String())
 	}
-	return nil
 }
 
 // Browser is a user's browser: it signs in to the AS as user (its login

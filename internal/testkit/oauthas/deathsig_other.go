@@ -1,0 +1,7 @@
+//go:build !linux
+
+package oauthas
+
+import "syscall"
+
+func dieWithParent(*syscall.SysProcAttr) {}
