@@ -141,7 +141,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	st.ticket, err = r.admit()
 	defer st.ticket.Done()
 	if err == nil {
-		r.startRecord(st.tk, *ev)
+		r.startRecord(st.tk, ev)
 	}
 	var res *tool.Result
 	if err == nil {
@@ -170,7 +170,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 			err = tool.Wrap(err, tool.CodeInternal, "internal error")
 		}
 	}
-	r.record(st.tk, *ev)
+	r.recordPtr(st.tk, ev)
 	r.observe(ctx, ev)
 	r.opts.Metrics.CallDone()
 	return res, inv, err
@@ -544,7 +544,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 	resolved(&check, d)
 	if allowed {
 		check.Layer, check.Decision = c.guarantee, "allow"
-		r.record(tk, check)
+		r.recordPtr(tk, &check)
 		return nil
 	}
 	layer := "policy"
@@ -552,7 +552,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 		layer = c.layers[refused]
 	}
 	check.Layer, check.Decision = layer, "deny"
-	r.record(tk, check)
+	r.recordPtr(tk, &check)
 	return &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 		Message: fmt.Sprintf("%s is not granted (refused by the %s grants)", required, layer),
 		Hint:    r.grantHint(c, layer, required)}
