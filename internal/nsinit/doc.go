@@ -7,12 +7,15 @@
 // ended), the kernel kills every process left in the namespace: the
 // tool's children too, even those that left its process group or session.
 //
-// It does that work in this package's init, which needs a few standard
-// packages only: Go initialises packages in import-path order as their
-// imports are ready, so this runs after about 25 of capgate's packages
-// instead of the ~180 that precede the sandbox's own init (its imports
-// include kernel.org/.../psx, which sorts late). That saves about a third
-// of this process's start (BenchmarkLaunchPidNS, sandbox).
+// With cgo (how capgate is normally built), that work is a C constructor
+// (init_cgo.go) that runs before the Go runtime starts: init never starts
+// Go, and the trampoline is its fork, which goes on to start Go as capgate
+// does. That takes a tool's start from about 85 to 51 ms of CPU here
+// (BenchmarkLaunchPidNS, sandbox). Without cgo, this package's Go init
+// does the same: it needs a few standard packages only, so it runs after
+// about 80 of capgate's package inits instead of the ~180 that precede
+// the sandbox's own (whose imports include kernel.org/.../psx, which
+// sorts late).
 //
 // The namespace has a mount namespace of its own too, where init mounts a
 // /proc of the new PID namespace: with cgo, go-landlock's all-thread

@@ -17,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,69 +94,82 @@ func goCommand(args ...string) *exec.Cmd {
 var binCache = filepath.Join(os.TempDir(), "capgate-testkit-bin")
 
 // binKey is that hash, or "" when go list cannot say. The first call
-// lists, beside pkg, every program a test builds (capgate, and the fixtures
-// under internal/testkit) in one go list: it costs about what capgate's
-// alone does (1.2 s of CPU), and a test binary that builds several paid
-// about 0.6 s for each of the others.
+// keys the programs Programs named too, in the same go list: each go list
+// -export -deps costs about a second of CPU whatever it lists, as it
+// loads and checks most of the module either way.
 func binKey(pkg string) string {
 	keysMu.Lock()
 	defer keysMu.Unlock()
-	if listed == nil {
-		listed = listDeps(append([]string{pkg}, batch...)...)
+	if k, ok := keys[pkg]; ok {
+		return k
 	}
-	if _, ok := listed.deps[pkg]; !ok {
-		// Not in the batch, or the batch failed (a package under
-		// internal/testkit that does not build): pkg alone.
-		return listDeps(pkg).key(pkg)
+	batch := []string{pkg}
+	for _, p := range programs {
+		if _, done := keys[p]; !done && p != pkg {
+			batch = append(batch, p)
+		}
 	}
-	return listed.key(pkg)
+	got := listKeys(batch)
+	if _, ok := got[pkg]; !ok && len(batch) > 1 {
+		got = listKeys(batch[:1]) // one of the others would not list
+	}
+	for p, k := range got {
+		keys[p] = k
+	}
+	return got[pkg]
 }
-
-// batch is what binKey's first go list lists beside the program asked for.
-var batch = []string{CapgatePkg, "github.com/capgate/capgate/internal/testkit/..."}
 
 var (
-	keysMu sync.Mutex
-	listed *listing // binKey's first go list
+	keysMu   sync.Mutex
+	keys     = map[string]string{}
+	programs []string
 )
 
-// listing is what go list -export -deps said of packages and their
-// dependencies: each one's build id (a hash of its inputs) and imports,
-// all the way down.
-type listing struct {
-	ids  map[string]string
-	deps map[string][]string
+// Programs names the programs a package's tests Build, so that the first
+// Build keys them all with one go list. Call it in TestMain.
+func Programs(pkgs ...string) {
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	programs = append(programs, pkgs...)
 }
 
-// listDeps runs go list -export -deps on pkgs; it compiles what the build
-// cache lacks. An error leaves the listing empty.
-func listDeps(pkgs ...string) *listing {
-	l := &listing{ids: map[string]string{}, deps: map[string][]string{}}
-	b, err := goCommand(append([]string{"list", "-export", "-deps", "-f", "{{.ImportPath}}\t{{.BuildID}}\t{{join .Deps \" \"}}"}, pkgs...)...).Output()
+// listKeys is binKey's hash for each of pkgs, from one go list; nil when
+// go list fails.
+func listKeys(pkgs []string) map[string]string {
+	args := append([]string{"list", "-export", "-deps", "-f",
+		"{{.ImportPath}} {{.BuildID}}{{if not .DepOnly}} {{join .Deps \" \"}}{{end}}"}, pkgs...)
+	b, err := goCommand(args...).Output()
 	if err != nil {
-		return l
+		return nil
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		path, rest, _ := strings.Cut(line, "\t")
-		id, deps, _ := strings.Cut(rest, "\t")
-		l.ids[path], l.deps[path] = id, strings.Fields(deps)
+	ids := map[string]string{} // import path: build id
+	deps := map[string][]string{}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+			continue
+		case len(f) == 1: // a package with nothing to build: unsafe
+			ids[f[0]] = ""
+		default:
+			ids[f[0]] = f[1]
+			deps[f[0]] = f[2:]
+		}
 	}
-	return l
-}
-
-// key hashes the build ids of pkg and of every package it is made of, or
-// is "" when the listing lacks pkg.
-func (l *listing) key(pkg string) string {
-	deps, ok := l.deps[pkg]
-	if !ok {
-		return ""
+	out := map[string]string{}
+	for _, pkg := range pkgs {
+		h := sha256.New()
+		fmt.Fprintf(h, "%s/%s %s\n", runtime.GOOS, runtime.GOARCH, runtime.Version())
+		for _, p := range append(slices.Sorted(slices.Values(deps[pkg])), pkg) {
+			id, ok := ids[p]
+			if !ok {
+				return nil
+			}
+			fmt.Fprintf(h, "%s %s\n", p, id)
+		}
+		out[pkg] = filepath.Base(pkg) + "-" + hex.EncodeToString(h.Sum(nil)[:12])
 	}
-	h := sha256.New()
-	for _, p := range append(deps[:len(deps):len(deps)], pkg) {
-		fmt.Fprintf(h, "%s %s\n", p, l.ids[p])
-	}
-	h.Write([]byte(runtime.GOOS + "/" + runtime.GOARCH + " " + runtime.Version()))
-	return filepath.Base(pkg) + "-" + hex.EncodeToString(h.Sum(nil)[:12])
+	return out
 }
 
 // linkedBefore is the cached program under key, if one was linked from
