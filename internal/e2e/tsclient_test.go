@@ -31,7 +31,10 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	testkit.Programs(testkit.CapgatePkg, testkit.MCPFixture)
+	testkit.Main(m)
+}
 
 // TestTSClientAgainstFixture runs the client script against the MCP fixture
 // itself (no capgate, no auth, no prefix): it proves the SDK, the script and
