@@ -15,6 +15,10 @@ func TestMain(m *testing.M) {
 	// Most tests here start their own capgate serve and wait on it.
 	testkit.WaitParallel(4)
 	testkit.QuietTempDirs()
+	// The programs the tests here build, keyed by one go list.
+	testkit.Programs(testkit.CapgatePkg, testkit.MCPFixture, testkit.BridgeFixture, testkit.TasksFixture,
+		testkit.HeadersFixture, testkit.NoLandlock, testkit.ConformanceFixture, corpusFixture,
+		"github.com/capgate/capgate/internal/testkit/hostile")
 	testkit.Main(m)
 }
 

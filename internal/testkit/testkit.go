@@ -17,6 +17,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,14 +93,83 @@ func goCommand(args ...string) *exec.Cmd {
 // new key, and an unchanged program is linked once per machine.
 var binCache = filepath.Join(os.TempDir(), "capgate-testkit-bin")
 
-// binKey is that hash, or "" when go list cannot say.
+// binKey is that hash, or "" when go list cannot say. The first call
+// keys the programs Programs named too, in the same go list: each go list
+// -export -deps costs about a second of CPU whatever it lists, as it
+// loads and checks most of the module either way.
 func binKey(pkg string) string {
-	b, err := goCommand("list", "-export", "-deps", "-f", "{{.ImportPath}} {{.BuildID}}", pkg).Output()
-	if err != nil {
-		return ""
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	if k, ok := keys[pkg]; ok {
+		return k
 	}
-	h := sha256.Sum256(append(b, runtime.GOOS+"/"+runtime.GOARCH+" "+runtime.Version()...))
-	return filepath.Base(pkg) + "-" + hex.EncodeToString(h[:12])
+	batch := []string{pkg}
+	for _, p := range programs {
+		if _, done := keys[p]; !done && p != pkg {
+			batch = append(batch, p)
+		}
+	}
+	got := listKeys(batch)
+	if _, ok := got[pkg]; !ok && len(batch) > 1 {
+		got = listKeys(batch[:1]) // one of the others would not list
+	}
+	for p, k := range got {
+		keys[p] = k
+	}
+	return got[pkg]
+}
+
+var (
+	keysMu   sync.Mutex
+	keys     = map[string]string{}
+	programs []string
+)
+
+// Programs names the programs a package's tests Build, so that the first
+// Build keys them all with one go list. Call it in TestMain.
+func Programs(pkgs ...string) {
+	keysMu.Lock()
+	defer keysMu.Unlock()
+	programs = append(programs, pkgs...)
+}
+
+// listKeys is binKey's hash for each of pkgs, from one go list; nil when
+// go list fails.
+func listKeys(pkgs []string) map[string]string {
+	args := append([]string{"list", "-export", "-deps", "-f",
+		"{{.ImportPath}} {{.BuildID}}{{if not .DepOnly}} {{join .Deps \" \"}}{{end}}"}, pkgs...)
+	b, err := goCommand(args...).Output()
+	if err != nil {
+		return nil
+	}
+	ids := map[string]string{} // import path: build id
+	deps := map[string][]string{}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+			continue
+		case len(f) == 1: // a package with nothing to build: unsafe
+			ids[f[0]] = ""
+		default:
+			ids[f[0]] = f[1]
+			deps[f[0]] = f[2:]
+		}
+	}
+	out := map[string]string{}
+	for _, pkg := range pkgs {
+		h := sha256.New()
+		fmt.Fprintf(h, "%s/%s %s\n", runtime.GOOS, runtime.GOARCH, runtime.Version())
+		for _, p := range append(slices.Sorted(slices.Values(deps[pkg])), pkg) {
+			id, ok := ids[p]
+			if !ok {
+				return nil
+			}
+			fmt.Fprintf(h, "%s %s\n", p, id)
+		}
+		out[pkg] = filepath.Base(pkg) + "-" + hex.EncodeToString(h.Sum(nil)[:12])
+	}
+	return out
 }
 
 // linkedBefore is the cached program under key, if one was linked from
@@ -150,11 +220,41 @@ func Cleanup() {
 // Main runs a package's tests and removes what Build made; use it as
 // func TestMain(m *testing.M) { testkit.Main(m) }. The package's tests
 // share one PostgreSQL (pgtest.Run: started on first use, a fresh
-// database per test), rather than initdb a cluster each.
+// database per test), rather than initdb a cluster each, and whatever
+// else a helper shares through AtExit.
 func Main(m *testing.M) {
+	exitMu.Lock()
+	inMain = true
+	exitMu.Unlock()
 	code := pgtest.Run(m)
+	exitMu.Lock()
+	funcs := exitFuncs
+	exitFuncs = nil
+	exitMu.Unlock()
+	for i := len(funcs) - 1; i >= 0; i-- {
+		funcs[i]()
+	}
 	Cleanup()
 	os.Exit(code)
+}
+
+var (
+	exitMu    sync.Mutex
+	inMain    bool
+	exitFuncs []func()
+)
+
+// AtExit has Main call f once the package's tests are done (the last
+// registered first), for a helper that starts one server for all of a
+// package's tests. It reports false, and keeps nothing, when the test
+// binary does not run through Main: the caller then starts one per test.
+func AtExit(f func()) bool {
+	exitMu.Lock()
+	defer exitMu.Unlock()
+	if inMain {
+		exitFuncs = append(exitFuncs, f)
+	}
+	return inMain
 }
 
 // WaitParallel sets -test.parallel to n unless the command line set it,
