@@ -35,8 +35,8 @@ func TestDrainUnderLoad(t *testing.T) {
 	t.Parallel()
 	haproxy := lookHAProxy(t)
 	url := pgtest.Start(t)
-	pack, _ := oncePack(t)
-	cfg := pack + fmt.Sprintf("\n[store]\nurl = %q\n\n[idempotency]\nlease = \"6s\"\nwait = \"5s\"\n", url)
+	server, grant, _ := onceServer(t)
+	cfg := fmt.Sprintf("[policy]\ngrants = [%q]\n\n", grant) + server + fmt.Sprintf("\n[store]\nurl = %q\n\n[idempotency]\nlease = \"6s\"\nwait = \"5s\"\n", url)
 	const secret = "drain-test-secret-0123456789abcdef"
 	env := []string{"CAPGATE_STORE_KEY=" + strings.Repeat("7b", 32)}
 	start := func(addr string) *testkit.Served {
@@ -58,7 +58,7 @@ func TestDrainUnderLoad(t *testing.T) {
 		wg.Go(func() {
 			for k := 0; !stop.Load(); k++ {
 				key := fmt.Sprintf("d-%d-%d", c, k)
-				a := keyedCall(client, lb.addr, tok, "ext:once:quick", `{"n":"`+key+`"}`, key)
+				a := keyedCall(client, lb.addr, tok, "mcp:runs:quick", `{"n":"`+key+`"}`, key)
 				calls.Add(1)
 				if a.Err != nil || a.Code != "" || a.Output == "" {
 					failed.Add(1)

@@ -148,6 +148,18 @@ commands:
 	return fmt.Sprintf("[extensions]\npaths = [%q]\n\n[policy]\ngrants = [\"rye.execute.tool.ext.once.*\"]\n", root), log
 }
 
+// onceServer is config for the MCP server "runs" (testkit.MCPFixture
+// with -runs), whose tool quick logs its runs to log as oncePack's quick
+// does, and the grant of its tools. A test that makes hundreds of keyed
+// calls uses it: the server is launched once per serve, where each call
+// of a pack's command launches a sandboxed process.
+func onceServer(t *testing.T) (config, grant, log string) {
+	t.Helper()
+	log = filepath.Join(testkit.ToolDir(t), "runs.log")
+	return fmt.Sprintf("[mcp.servers.runs]\ncommand = %q\nargs = [\"-runs\", %q]\nrisk = \"LOW\"\n",
+		testkit.Build(t, testkit.MCPFixture), log), "rye.execute.tool.mcp.runs.*", log
+}
+
 // processGone reports whether pid has exited (a zombie counts: it runs
 // nothing).
 func processGone(pid int) bool {
@@ -205,7 +217,10 @@ func TestReplicaKilledMidCall(t *testing.T) {
 	haproxy := lookHAProxy(t)
 	url := pgtest.Start(t)
 	pack, log := oncePack(t)
-	cfg := pack + fmt.Sprintf(`
+	// The load's keyed writes go to an MCP server's tool (one process per
+	// replica), the slow call to a pack's command (one per call).
+	server, grant, runs := onceServer(t)
+	cfg := strings.Replace(pack, `grants = [`, `grants = [`+strconv.Quote(grant)+`, `, 1) + server + fmt.Sprintf(`
 [store]
 url = %q
 
@@ -347,7 +362,7 @@ wait = "2s"
 							<-pace.C
 						}
 						o.tries++
-						a := keyedCall(client, lb.addr, tok, "ext:once:quick", input, key)
+						a := keyedCall(client, lb.addr, tok, "mcp:runs:quick", input, key)
 						mu.Lock()
 						worst = max(worst, a.Took)
 						mu.Unlock()
@@ -377,12 +392,12 @@ wait = "2s"
 		reps[1] = start(reps[1].Addr)
 		done.Wait()
 
-		runs := onceRuns(t, log)
+		ran := onceRuns(t, runs)
 		told := map[string]int{}
 		ranOnce, ranNever := 0, 0
 		for _, o := range results {
 			told[o.told]++
-			r := runs[`{"n":"`+o.key+`"}`]
+			r := ran[`{"n":"`+o.key+`"}`]
 			n := 0
 			if r != nil {
 				n = len(r.pids)

@@ -220,11 +220,41 @@ func Cleanup() {
 // Main runs a package's tests and removes what Build made; use it as
 // func TestMain(m *testing.M) { testkit.Main(m) }. The package's tests
 // share one PostgreSQL (pgtest.Run: started on first use, a fresh
-// database per test), rather than initdb a cluster each.
+// database per test), rather than initdb a cluster each, and whatever
+// else a helper shares through AtExit.
 func Main(m *testing.M) {
+	exitMu.Lock()
+	inMain = true
+	exitMu.Unlock()
 	code := pgtest.Run(m)
+	exitMu.Lock()
+	funcs := exitFuncs
+	exitFuncs = nil
+	exitMu.Unlock()
+	for i := len(funcs) - 1; i >= 0; i-- {
+		funcs[i]()
+	}
 	Cleanup()
 	os.Exit(code)
+}
+
+var (
+	exitMu    sync.Mutex
+	inMain    bool
+	exitFuncs []func()
+)
+
+// AtExit has Main call f once the package's tests are done (the last
+// registered first), for a helper that starts one server for all of a
+// package's tests. It reports false, and keeps nothing, when the test
+// binary does not run through Main: the caller then starts one per test.
+func AtExit(f func()) bool {
+	exitMu.Lock()
+	defer exitMu.Unlock()
+	if inMain {
+		exitFuncs = append(exitFuncs, f)
+	}
+	return inMain
 }
 
 // WaitParallel sets -test.parallel to n unless the command line set it,

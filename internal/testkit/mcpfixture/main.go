@@ -18,6 +18,11 @@
 //
 // With -hostile it serves instead the hostile upstream of hostile.go,
 // over stdio, or streamable HTTP (any path) with -http.
+//
+// With -runs FILE it serves instead one tool, quick, which appends
+// "PID start INPUT" to FILE, waits a fifth of a second and appends
+// "PID done INPUT" (INPUT: its arguments as JSON): a tool whose every run
+// a test can count, without a process launched per call.
 package main
 
 import (
@@ -25,6 +30,7 @@ import (
 
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -46,6 +52,7 @@ func main() {
 	sseAddr := flag.String("sse", "", "serve the SSE transport (/sse, /message) on this address instead of stdio")
 	hostile := flag.Bool("hostile", false, "serve only the hostile tools, resources and prompts of hostile.go")
 	bounds := flag.Bool("bounds", false, "also serve big and stray, as MCPFIXTURE_BOUNDS=1 does")
+	runs := flag.String("runs", "", "serve only quick, which logs each of its runs to this file")
 	flag.Parse()
 	if f := os.Getenv("FIXTURE_PID_FILE"); f != "" {
 		// Its pid in the PID namespace capgate's launcher gives it
@@ -61,6 +68,14 @@ func main() {
 		}
 	}
 
+	if *runs != "" {
+		s := server.NewMCPServer("mcpfixture-runs", "1.0.0", server.WithToolCapabilities(false))
+		addRuns(s, *runs)
+		if err := server.ServeStdio(s); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if *hostile {
 		s := server.NewMCPServer("mcpfixture-hostile", "1.0.0", server.WithToolCapabilities(true),
 			server.WithResourceCapabilities(false, false), server.WithPromptCapabilities(false),
@@ -211,4 +226,31 @@ func addBoundsTools(s *server.MCPServer) {
 			}()
 			return mcp.NewToolResultText("later"), nil
 		})
+}
+
+// addRuns adds quick, which logs its runs to path (see -runs).
+func addRuns(s *server.MCPServer, path string) {
+	logRun := func(what string, input []byte) error {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(f, "%d %s %s\n", os.Getpid(), what, input)
+		return errors.Join(err, f.Close())
+	}
+	quick := mcp.NewTool("quick", mcp.WithDescription("Run for a fifth of a second"), mcp.WithString("n"))
+	s.AddTool(quick, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		input, err := json.Marshal(req.GetArguments())
+		if err != nil {
+			return nil, err
+		}
+		if err := logRun("start", input); err != nil {
+			return nil, err
+		}
+		time.Sleep(200 * time.Millisecond)
+		if err := logRun("done", input); err != nil {
+			return nil, err
+		}
+		return mcp.NewToolResultStructuredOnly(map[string]any{"ran": true}), nil
+	})
 }

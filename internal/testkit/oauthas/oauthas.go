@@ -26,6 +26,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,6 +113,40 @@ func Install(tb testing.TB) string {
 // access tokens' lifetime).
 func Start(tb testing.TB, env ...string) *AS {
 	tb.Helper()
+	a, stop := start(tb, env...)
+	tb.Cleanup(stop)
+	return a
+}
+
+var (
+	sharedMu sync.Mutex
+	shared   *AS
+)
+
+// Shared is one authorization server, with the default settings, for all
+// the tests of a package whose TestMain is testkit.Main: it stops when they
+// are done. A start costs about a second of CPU, and tests that register
+// their own clients and sign in users of their own do not see one
+// another's. Without testkit.Main it is Start.
+func Shared(tb testing.TB) *AS {
+	tb.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared != nil {
+		return shared
+	}
+	a, stop := start(tb)
+	if !testkit.AtExit(stop) {
+		tb.Cleanup(stop)
+		return a
+	}
+	shared = a
+	return a
+}
+
+// start runs the authorization server and returns it and what stops it.
+func start(tb testing.TB, env ...string) (*AS, func()) {
+	tb.Helper()
 	dir := Install(tb)
 	addr := testkit.FreeAddr(tb)
 	_, port, _ := strings.Cut(addr, ":")
@@ -127,7 +162,7 @@ func Start(tb testing.TB, env ...string) *AS {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -141,13 +176,15 @@ func Start(tb testing.TB, env ...string) *AS {
 	select {
 	case issuer, ok := <-ready:
 		if !ok {
+			stop()
 			tb.Fatalf("the authorization server exited: %s", stderr.String())
 		}
-		return &AS{Issuer: issuer}
+		return &AS{Issuer: issuer}, stop
 	case <-time.After(2 * time.Minute): // node on a loaded machine: a deadline, not a measure
+		stop()
 		tb.Fatalf("the authorization server did not start: %s", stderr.String())
 	}
-	return nil
+	return nil, stop
 }
 
 // Browser is a user's browser: it signs in to the AS as user (its login
