@@ -19,7 +19,10 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	testkit.Programs(testkit.BridgeFixture, testkit.MCPFixture)
+	testkit.Main(m)
+}
 
 const testSecret = "app-test-secret-0123456789abcdef"
 

@@ -50,7 +50,8 @@ func (inv Invocation) SideEffectNames() []string {
 
 // startRecord writes a call's invocation_start record at admission, before
 // any gate (AgentOS lists it): who asked for what, under which ids.
-func (r *Router) startRecord(tk *audit.Ticket, ev audit.Event) {
-	ev.Type = audit.TypeInvocationStart
-	r.record(tk, ev)
+func (r *Router) startRecord(tk *audit.Ticket, ev *audit.Event) {
+	start := *ev
+	start.Type = audit.TypeInvocationStart
+	r.recordPtr(tk, &start)
 }

@@ -28,7 +28,10 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	testkit.Programs(testkit.BridgeFixture, testkit.MCPFixture)
+	testkit.Main(m)
+}
 
 // env is a router over real sources: the extension packs of sources/ext,
 // the bridge fixture and the MCP fixture as subprocesses, a SQLite store

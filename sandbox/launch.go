@@ -266,7 +266,10 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	cmd.ExtraFiles = append(cmd.ExtraFiles, planFile) // fd 5
 	prevCleanup := cleanup
 	cleanup = func() { planFile.Close(); prevCleanup() }
-	cmd.Env = []string{specEnv + "=" + strconv.Itoa(planFD)}
+	// The trampoline's own environment (the tool's is the plan's): one P
+	// and no watch on the cgroup's CPU limit, which spare its short-lived
+	// Go runtime some of its start.
+	cmd.Env = []string{specEnv + "=" + strconv.Itoa(planFD), "GOMAXPROCS=1", "GODEBUG=updatemaxprocs=0"}
 	if feat.PidNS {
 		cmd.Env = append(cmd.Env, nsinit.Env+"="+nsinit.Value(p.Alive, p.Notify))
 	}

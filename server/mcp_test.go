@@ -28,7 +28,10 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	testkit.Programs(testkit.ConformanceFixture, testkit.HeadersFixture, testkit.MCPFixture)
+	testkit.Main(m)
+}
 
 const testSecret = "server-test-secret-abcdef0123456789"
 

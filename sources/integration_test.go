@@ -16,7 +16,10 @@ import (
 	"github.com/capgate/capgate/tool"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	testkit.Programs(testkit.BridgeFixture, testkit.MCPFixture)
+	testkit.Main(m)
+}
 
 const (
 	mcpFixture    = testkit.MCPFixture

@@ -22,12 +22,16 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/oauth2"
 
+	"github.com/capgate/capgate/internal/testkit"
 	"github.com/capgate/capgate/internal/testkit/authmcp"
 	"github.com/capgate/capgate/internal/testkit/oauthas"
 	"github.com/capgate/capgate/store"
 	"github.com/capgate/capgate/tool"
 	"github.com/capgate/capgate/upstreamauth"
 )
+
+// The package's tests share one authorization server (oauthas.Shared).
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // lockedBuf is a log both replicas write.
 type lockedBuf struct {
@@ -72,7 +76,7 @@ func (e *env) newBroker(t testing.TB, refreshBefore time.Duration) *upstreamauth
 
 func setup(t testing.TB) *env {
 	t.Helper()
-	e := &env{as: oauthas.Start(t), log: &lockedBuf{}}
+	e := &env{as: oauthas.Shared(t), log: &lockedBuf{}}
 	e.mcp = authmcp.Start(t, e.as.Issuer)
 	var err error
 	if e.store, err = store.Open(context.Background(), t.TempDir(), store.Options{Key: bytes.Repeat([]byte{7}, 32)}); err != nil {

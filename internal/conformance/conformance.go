@@ -145,12 +145,63 @@ func Install(tb testing.TB) (nodeBin, suiteBin string) {
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}
-	installNode, installJS = nodeBin, suiteEntry(dir)
+	installNode, installJS = nodeBin, suiteEntry(tb, nodeBin, dir)
 	return installNode, installJS
 }
 
-func suiteEntry(dir string) string {
-	return filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
+// suiteEntry is the suite's entry script in dir, bundled with every
+// package it imports into one file beside it (the suite reads its
+// requirements from ../requirements): node spent about 2 s of CPU loading
+// the hundreds of files of the suite's packages at each of its starts,
+// the bundle half that. Callers hold installMu.
+func suiteEntry(tb testing.TB, nodeBin, dir string) string {
+	tb.Helper()
+	pkg := filepath.Join("node_modules", "@modelcontextprotocol", "conformance", "dist")
+	return filepath.Join(dir, pkg, bundleOnce(tb, nodeBin, dir, filepath.Join(pkg, "index.js")))
+}
+
+// esbuildOptions bundle a Node program into one ES module: the CommonJS
+// packages in it find require through the banner.
+var esbuildOptions = []string{"--bundle", "--platform=node", "--format=esm", "--target=node22", "--keep-names",
+	"--log-level=warning", "--banner:js=import{createRequire as __capgateRequire}from'node:module';const require=__capgateRequire(import.meta.url);"}
+
+// bundleOnce bundles the program src (a path in dir) with esbuild into one
+// file beside it (once; later calls, in this process or another, find it)
+// and returns the file's name. The name carries a digest of the options,
+// so that a change to them makes a new file. esbuild is the one the
+// reference server's packages pin (through tsx). Callers hold installMu.
+func bundleOnce(tb testing.TB, nodeBin, dir, src string) string {
+	tb.Helper()
+	h := sha256.Sum256([]byte(strings.Join(esbuildOptions, "\x00")))
+	name := strings.TrimSuffix(filepath.Base(src), filepath.Ext(src)) + ".bundle-" + hex.EncodeToString(h[:4]) + ".mjs"
+	out := filepath.Join(dir, filepath.Dir(src), name)
+	if _, err := os.Stat(out); err == nil {
+		return name
+	}
+	esbuild := filepath.Join(installEverything(tb, nodeBin), "node_modules", ".bin", "esbuild")
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".tmp-*.mjs")
+	if err != nil {
+		tb.Fatalf("conformance: %v", err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command(esbuild, append([]string{src, "--outfile=" + tmp.Name()}, esbuildOptions...)...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("conformance: esbuild %s in %s: %v\n%s", src, dir, err, out)
+	}
+	// A rename, so that a concurrent test binary sees it whole or not at all.
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		tb.Fatalf("conformance: %v", err)
+	}
+	return name
+}
+
+// nodeEnv is the environment of a node this package runs: its compiled
+// code is cached in CacheDir (node 22's compile cache, keyed by each
+// file's contents), which takes about a quarter off a start's CPU.
+func nodeEnv(more ...string) []string {
+	return append(append(os.Environ(), "NODE_COMPILE_CACHE="+filepath.Join(CacheDir(), "node-compile-cache")), more...)
 }
 
 // installPackage writes files (a package.json and its package-lock.json,
@@ -332,7 +383,7 @@ func runSuite(ctx context.Context, tb testing.TB, nodeBin, suiteBin, url string,
 	}
 	outDir := tb.TempDir()
 	cmd := exec.CommandContext(ctx, nodeBin, append([]string{suiteBin, "server", "--url", url, "--output-dir", outDir}, args...)...)
-	cmd.Env = append(os.Environ(), "NO_COLOR=1", "FORCE_COLOR=0",
+	cmd.Env = nodeEnv("NO_COLOR=1", "FORCE_COLOR=0",
 		"PATH="+filepath.Dir(nodeBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer

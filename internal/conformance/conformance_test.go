@@ -19,7 +19,10 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	testkit.Programs(testkit.CapgatePkg, Fixture, testkit.HeadersFixture, testkit.HeadersClient, testkit.TasksFixture)
+	testkit.Main(m)
+}
 
 // TestConformanceFixture runs the MCP conformance suite against the fixture
 // and holds the results to baseline.json.

@@ -9,7 +9,7 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-// TestErrorsThroughCapgate: an upstream's JSON-RPC error reaches the caller
+// testErrors: an upstream's JSON-RPC error reaches the caller
 // as the upstream gave it (code, message, data), whichever path capgate
 // serves the call on (the fast call, or mcp-go's with a progress token),
 // with the upstream's 4xx only for a stateless caller; a prompts/get the
@@ -17,13 +17,7 @@ import (
 // nothing serves names the URI in data.uri (SEP-2164). The upstream is the
 // suite's reference server, whose test_missing_capability answers a client
 // without sampling with -32021 (HTTP 400) and data.requiredCapabilities.
-func TestErrorsThroughCapgate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the reference server")
-	}
-	InstallRef(t)
-	ref := StartReference(t)
-	cg := throughCapgate(t, "errors", ref)
+func testErrors(t *testing.T, cg *testkit.Served) {
 	const tok = "" // anonymous, as the suite calls
 	const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}`
 	call := func(progress string) string {

@@ -133,7 +133,7 @@ func runClient(t *testing.T, nodeBin, suiteBin, command, scenario string) []Chec
 	out := t.TempDir()
 	cmd := exec.CommandContext(ctx, nodeBin, suiteBin, "client", "--command", command, "--scenario", scenario,
 		"--spec-version", "2026-07-28", "--timeout", "60000", "-o", out)
-	cmd.Env = append(os.Environ(), "NO_COLOR=1", "FORCE_COLOR=0")
+	cmd.Env = nodeEnv("NO_COLOR=1", "FORCE_COLOR=0")
 	text, _ := cmd.CombinedOutput()
 	dirs, _ := filepath.Glob(filepath.Join(out, scenario+"-*", "checks.json"))
 	if len(dirs) != 1 {

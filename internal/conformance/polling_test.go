@@ -27,7 +27,7 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-// TestPollingThroughCapgate (issue 31, SSE polling): the reference
+// testPolling (issue 31, SSE polling): the reference
 // server's test_reconnection closes capgate's upstream stream of the call
 // asking for retry: 5000. capgate closes its caller's stream the same
 // way: after its priming event, an event of the same stream of capgate's
@@ -38,13 +38,7 @@ import (
 // only for a reconnection within about 100 ms of its close), so this
 // test does not wait for it: TestPollingTimedByTheCaller shows the
 // resume, and TestReferenceThroughCapgate the suite's check.
-func TestPollingThroughCapgate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the reference server")
-	}
-	InstallRef(t)
-	ref := StartReference(t)
-	cg := throughCapgate(t, "polling", ref)
+func testPolling(t *testing.T, cg *testkit.Served) {
 	sid := testkit.OpenSession(t, cg.URL, "", "{}")
 	// A progress token: the call gets a stream of capgate's own.
 	post := testkit.SessionRequest(t, http.MethodPost, cg.URL, "", sid,

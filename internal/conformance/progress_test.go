@@ -8,19 +8,13 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-// TestStatelessProgressThroughCapgate (issue 31): the reference server
+// testStatelessProgress (issue 31): the reference server
 // answers a 2026-07-28 call of test_tool_with_progress with its three
 // progress notifications and its result in one burst; through capgate
 // every one of them reaches the caller, before the result, call after
 // call. (mcp-go v1.2.1 dropped a notification its forwarder held when the
 // handler returned first: the first, in most runs.)
-func TestStatelessProgressThroughCapgate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the reference server")
-	}
-	InstallRef(t)
-	ref := StartReference(t)
-	cg := throughCapgate(t, "progress", ref)
+func testStatelessProgress(t *testing.T, cg *testkit.Served) {
 	const body = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_tool_with_progress","arguments":{},` +
 		`"_meta":{"progressToken":"pt","io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
 		`"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`

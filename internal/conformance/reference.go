@@ -60,44 +60,26 @@ func InstallRef(tb testing.TB) (nodeBin, suiteBin string) {
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}
-	// The server's npm ci may run install scripts with node: the suite's.
-	os.Setenv("PATH", filepath.Dir(nodeBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	everythingDir = installPackage(tb, "everything", map[string][]byte{
-		"everything-server.ts": everythingTS, "package.json": everythingJSON, "package-lock.json": everythingLock})
-	everythingJS = transpileOnce(tb, everythingDir, "everything-server.ts")
-	refNode, refSuite = nodeBin, suiteEntry(dir)
+	// The TypeScript bundled once, as tsx would compile it at every start
+	// (esbuild, the Node version's target, names kept), with the packages
+	// it imports: node --import tsx cost about 2 s of CPU per start, and
+	// the package starts the reference server seven times.
+	everythingJS = bundleOnce(tb, nodeBin, installEverything(tb, nodeBin), "everything-server.ts")
+	refNode, refSuite = nodeBin, suiteEntry(tb, nodeBin, dir)
 	return refNode, refSuite
 }
 
-// transpileOnce turns dir's TypeScript file ts into JavaScript beside it
-// (once; later calls, in this process or another, find it) and returns its
-// name. It is what tsx does at every start, with tsx's options (esbuild,
-// the Node version's target, names kept), done once: node --import tsx
-// cost about 2 s of CPU per start, the JavaScript under 1 s, and the
-// package starts the reference server seven times.
-func transpileOnce(tb testing.TB, dir, ts string) string {
+// installEverything installs the reference server's packages (npm ci,
+// once) and returns their directory. Callers hold installMu.
+func installEverything(tb testing.TB, nodeBin string) string {
 	tb.Helper()
-	js := strings.TrimSuffix(ts, ".ts") + ".mjs"
-	if _, err := os.Stat(filepath.Join(dir, js)); err == nil {
-		return js
+	if everythingDir == "" {
+		// The server's npm ci may run install scripts with node: the suite's.
+		os.Setenv("PATH", filepath.Dir(nodeBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		everythingDir = installPackage(tb, "everything", map[string][]byte{
+			"everything-server.ts": everythingTS, "package.json": everythingJSON, "package-lock.json": everythingLock})
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*.mjs")
-	if err != nil {
-		tb.Fatalf("conformance: %v", err)
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name())
-	cmd := exec.Command(filepath.Join(dir, "node_modules", ".bin", "esbuild"), ts, "--platform=node", "--format=esm",
-		"--target=node22", "--keep-names", "--log-level=warning", "--outfile="+tmp.Name())
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("conformance: esbuild %s in %s: %v\n%s", ts, dir, err, out)
-	}
-	// A rename, so that a concurrent test binary sees it whole or not at all.
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, js)); err != nil {
-		tb.Fatalf("conformance: %v", err)
-	}
-	return js
+	return everythingDir
 }
 
 // StartReference serves the reference server on a free loopback port and
@@ -110,7 +92,7 @@ func StartReference(tb testing.TB) string {
 	out := &lockedWriter{}
 	cmd := exec.Command(nodeBin, everythingJS)
 	cmd.Dir = everythingDir
-	cmd.Env = append(os.Environ(), "PORT="+port)
+	cmd.Env = nodeEnv("PORT=" + port)
 	cmd.Stdout, cmd.Stderr = out, out
 	serveUntilCleanup(tb, cmd, addr, "the reference server", 60*time.Second, out)
 	return "http://localhost:" + port + "/mcp"

@@ -23,3 +23,18 @@ url = %q
 prefix = ""
 `, sub, upstream)})
 }
+
+// TestCallsThroughCapgate runs the tests that make calls of their own
+// through capgate to the reference server on one reference server and one
+// capgate: each start costs about a second of CPU, and no call of one test
+// changes what another's sees.
+func TestCallsThroughCapgate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the reference server")
+	}
+	InstallRef(t)
+	cg := throughCapgate(t, "reference", StartReference(t))
+	t.Run("errors", func(t *testing.T) { testErrors(t, cg) })
+	t.Run("polling", func(t *testing.T) { testPolling(t, cg) })
+	t.Run("stateless progress", func(t *testing.T) { testStatelessProgress(t, cg) })
+}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +31,10 @@ import (
 	"github.com/capgate/capgate/internal/testkit"
 )
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	testkit.Programs(testkit.CapgatePkg, testkit.MCPFixture)
+	testkit.Main(m)
+}
 
 // TestTSClientAgainstFixture runs the client script against the MCP fixture
 // itself (no capgate, no auth, no prefix): it proves the SDK, the script and
@@ -64,29 +66,23 @@ func TestTSClientAgainstFixture(t *testing.T) {
 	if len(rep.Progress) != 3 {
 		t.Errorf("progress notifications = %+v, want the fixture's 3", rep.Progress)
 	}
-
-	// The bad-token mode, against a stand-in for capgate's refusal.
-	t.Run("401", func(t *testing.T) {
-		const challenge = `Bearer realm="capgate", error="invalid_token"`
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("WWW-Authenticate", challenge)
-			http.Error(w, `{"error":"token_invalid"}`, http.StatusUnauthorized)
-		}))
-		defer srv.Close()
-		bad := runTSClientBadToken(t, dir, srv.URL+"/mcp", "")
-		if bad.Status != http.StatusUnauthorized || bad.WWWAuthenticate != challenge {
-			t.Errorf("bad token: status %d, WWW-Authenticate %q; want 401, %q (%+v)",
-				bad.Status, bad.WWWAuthenticate, challenge, bad)
-		}
-	})
 }
 
-// TestTSClientCapgate: list, an allowed call, a denied call and progress
-// through capgate, with a token minted by `capgate token mint`.
+// TestTSClientCapgate runs the client against one `capgate serve`: none
+// of its runs changes what another sees, and a serve's start (with its
+// stdio upstream) costs about half a second of CPU.
 func TestTSClientCapgate(t *testing.T) {
 	t.Parallel()
 	dir := installTSClient(t)
 	cg := startCapgate(t)
+	t.Run("calls", func(t *testing.T) { t.Parallel(); testCalls(t, dir, cg) })
+	t.Run("bad token", func(t *testing.T) { t.Parallel(); testBadToken(t, dir, cg) })
+	t.Run("narrow token", func(t *testing.T) { t.Parallel(); testNarrowToken(t, dir, cg) })
+}
+
+// testCalls: list, an allowed call, a denied call and progress through
+// capgate, with a token minted by `capgate token mint`.
+func testCalls(t *testing.T, dir string, cg *capgate) {
 	tok := cg.mint(t, "--sub", "alice")
 
 	rep := runTSClient(t, dir, cg.url, tok)
@@ -118,13 +114,12 @@ func TestTSClientCapgate(t *testing.T) {
 	}
 }
 
-// TestTSClientCapgateBadToken: a token capgate cannot verify is refused with
+// testBadToken: a token capgate cannot verify is refused with
 // 401 and a WWW-Authenticate challenge, so the SDK's connect fails: one that
 // is not a token at all, and a well-formed one signed with another key.
-func TestTSClientCapgateBadToken(t *testing.T) {
-	t.Parallel()
-	dir := installTSClient(t)
-	cg := startCapgate(t)
+// The SDK reports the very challenge capgate sends (a stand-in server's
+// 401 proved that much before; capgate's own now does).
+func testBadToken(t *testing.T, dir string, cg *capgate) {
 	other := make([]byte, 32)
 	rand.Read(other)
 	for name, tok := range map[string]string{
@@ -139,16 +134,28 @@ func TestTSClientCapgateBadToken(t *testing.T) {
 			if !strings.HasPrefix(strings.ToLower(bad.WWWAuthenticate), "bearer") {
 				t.Errorf("401 without a Bearer WWW-Authenticate challenge: %q (%+v)", bad.WWWAuthenticate, bad)
 			}
+			if sent := challenge(t, cg.url, tok); bad.WWWAuthenticate != sent {
+				t.Errorf("the SDK reported the challenge %q, capgate sends %q", bad.WWWAuthenticate, sent)
+			}
 		})
 	}
 }
 
-// TestTSClientCapgateNarrowToken: a token whose caps allow fetching only
+// challenge is the WWW-Authenticate header capgate's 401 carries for an
+// initialize with tok.
+func challenge(t *testing.T, url, tok string) string {
+	t.Helper()
+	resp := testkit.SessionRequest(t, http.MethodPost, strings.TrimSuffix(url, "/mcp"), tok, "",
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("an initialize with the token %q: %d, want 401", tok, resp.StatusCode)
+	}
+	return resp.Header.Get("WWW-Authenticate")
+}
+
+// testNarrowToken: a token whose caps allow fetching only
 // echo lists only echo.
-func TestTSClientCapgateNarrowToken(t *testing.T) {
-	t.Parallel()
-	dir := installTSClient(t)
-	cg := startCapgate(t)
+func testNarrowToken(t *testing.T, dir string, cg *capgate) {
 	tok := cg.mint(t, "--sub", "alice",
 		"--caps", "rye.fetch.tool.mcp.fx.echo", "--caps", "rye.execute.tool.mcp.fx.echo")
 	rep := runTSClient(t, dir, cg.url, tok, "CAPGATE_SKIP_CALLS=1")

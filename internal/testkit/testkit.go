@@ -221,18 +221,18 @@ func Cleanup() {
 // func TestMain(m *testing.M) { testkit.Main(m) }. The package's tests
 // share one PostgreSQL (pgtest.Run: started on first use, a fresh
 // database per test), rather than initdb a cluster each, and whatever
-// else they share through AtExit.
+// else a helper shares through AtExit.
 func Main(m *testing.M) {
 	exitMu.Lock()
 	inMain = true
 	exitMu.Unlock()
 	code := pgtest.Run(m)
 	exitMu.Lock()
-	fs := exitFuncs
-	exitFuncs, inMain = nil, false
+	funcs := exitFuncs
+	exitFuncs = nil
 	exitMu.Unlock()
-	for _, f := range slices.Backward(fs) {
-		f()
+	for i := len(funcs) - 1; i >= 0; i-- {
+		funcs[i]()
 	}
 	Cleanup()
 	os.Exit(code)
@@ -244,10 +244,10 @@ var (
 	exitFuncs []func()
 )
 
-// AtExit has Main call f once the package's tests are done, for a server
-// its tests share (started on first use, as pgtest's). It reports false,
-// and does nothing, where the tests do not run under Main: the caller
-// then gives the test a server of its own.
+// AtExit has Main call f once the package's tests are done (the last
+// registered first), for a helper that starts one server for all of a
+// package's tests. It reports false, and keeps nothing, when the test
+// binary does not run through Main: the caller then starts one per test.
 func AtExit(f func()) bool {
 	exitMu.Lock()
 	defer exitMu.Unlock()

@@ -24,7 +24,10 @@ const fixturePkg = testkit.MCPFixture
 // echoSchema is the fixture's raw echo schema (internal/testkit/mcpfixture).
 const echoSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","title":"Echo input","additionalProperties":false,"properties":{"message":{"type":"string","minLength":1}},"required":["message"]}`
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) {
+	testkit.Programs(testkit.ConformanceFixture, testkit.MCPFixture, testkit.TasksFixture)
+	testkit.Main(m)
+}
 
 func stdioSource(t *testing.T, env map[string]string) *Source {
 	t.Helper()

@@ -27,7 +27,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -114,74 +113,56 @@ func Install(tb testing.TB) string {
 // access tokens' lifetime).
 func Start(tb testing.TB, env ...string) *AS {
 	tb.Helper()
-	a, stop, err := launch(tb, Install(tb), false, env)
-	if stop != nil {
-		tb.Cleanup(stop)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
+	a, stop := start(tb, env...)
+	tb.Cleanup(stop)
 	return a
 }
 
 var (
-	sharedMu  sync.Mutex
-	shared    *AS
-	sharedErr error
+	sharedMu sync.Mutex
+	shared   *AS
 )
 
-// Shared is the authorization server the package's tests share, started
-// on first use and stopped when they are done (testkit.Main), for a test
-// that needs one with the default settings but not one of its own: node
-// and oidc-provider cost most of a second of CPU to start. Each test's
-// capgate registers its own client, and its users sign in with browsers
-// of its own. Where the tests do not run under testkit.Main it is Start.
+// Shared is one authorization server, with the default settings, for all
+// the tests of a package whose TestMain is testkit.Main: it stops when they
+// are done. A start costs about a second of CPU, and tests that register
+// their own clients and sign in users of their own do not see one
+// another's. Without testkit.Main it is Start.
 func Shared(tb testing.TB) *AS {
 	tb.Helper()
-	dir := Install(tb)
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	if shared == nil && sharedErr == nil {
-		var stop func()
-		if !testkit.AtExit(func() {
-			if stop != nil {
-				stop()
-			}
-		}) {
-			return Start(tb) // nothing would stop a shared one
-		}
-		shared, stop, sharedErr = launch(tb, dir, true, nil)
+	if shared != nil {
+		return shared
 	}
-	if sharedErr != nil {
-		tb.Fatal(sharedErr)
+	a, stop := start(tb)
+	if !testkit.AtExit(stop) {
+		tb.Cleanup(stop)
+		return a
 	}
-	return shared
+	shared = a
+	return a
 }
 
-// launch starts server.mjs from dir on a free loopback port and waits
-// until it listens. stop ends it (nil if it did not start). A shared one
-// dies with the test binary should that crash.
-func launch(tb testing.TB, dir string, isShared bool, env []string) (a *AS, stop func(), err error) {
+// start runs the authorization server and returns it and what stops it.
+func start(tb testing.TB, env ...string) (*AS, func()) {
 	tb.Helper()
+	dir := Install(tb)
 	addr := testkit.FreeAddr(tb)
 	_, port, _ := strings.Cut(addr, ":")
 	cmd := exec.Command("node", "server.mjs", port)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	if isShared {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-		dieWithParent(cmd.SysProcAttr)
-	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		tb.Fatal(err)
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+		tb.Fatal(err)
 	}
-	stop = func() { cmd.Process.Kill(); cmd.Wait() }
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -196,13 +177,14 @@ func launch(tb testing.TB, dir string, isShared bool, env []string) (a *AS, stop
 	case issuer, ok := <-ready:
 		if !ok {
 			stop()
-			return nil, nil, fmt.Errorf("the authorization server exited: %s", stderr.String())
+			tb.Fatalf("the authorization server exited: %s", stderr.String())
 		}
-		return &AS{Issuer: issuer}, stop, nil
+		return &AS{Issuer: issuer}, stop
 	case <-time.After(2 * time.Minute): // node on a loaded machine: a deadline, not a measure
 		stop()
-		return nil, nil, fmt.Errorf("the authorization server did not start: %s", stderr.String())
+		tb.Fatalf("the authorization server did not start: %s", stderr.String())
 	}
+	return nil, stop
 }
 
 // Browser is a user's browser: it signs in to the AS as user (its login

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package oauthas
-
-import "syscall"
-
-func dieWithParent(*syscall.SysProcAttr) {}
