@@ -242,6 +242,14 @@ type Notifier interface {
 	OnChange(f func())
 }
 
+// Bounded is a Source whose every Call returns within CallTimeout of its
+// start, with an error of its own when the tool has not answered by then
+// (sooner when ctx's deadline comes first). The router needs no timer of
+// its own for a call such a source bounds within the router's timeout.
+type Bounded interface {
+	CallTimeout() time.Duration
+}
+
 // Closer is a Source holding processes or connections to release.
 type Closer interface {
 	Close() error

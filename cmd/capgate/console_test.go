@@ -559,7 +559,7 @@ func TestConsoleOIDCSignIn(t *testing.T) {
 		t.Skip("runs capgate serve, oidc-provider and chromium")
 	}
 	bctx := browser(t)
-	as := oauthas.Start(t)
+	as := oauthas.Shared(t)
 	consoleAddr := testkit.FreeAddr(t)
 	base := "http://" + consoleAddr
 	clientID, secret := registerClient(t, as.Issuer, base+"/oidc/callback")
