@@ -127,7 +127,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	}
 	// The call's state holds its request, record and ticket: one
 	// allocation, which the gates (called through the chain) share.
-	st := &callState{c: c, request: req}
+	st := &callState{c: c, request: req, start: start}
 	st.req, st.ev, st.tk = &st.request, &st.event, &st.ticket
 	ev := st.ev
 	*ev = audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
@@ -311,11 +311,8 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 	// The call timeout: the source's own when it is as short (the usual
 	// case, an MCP server's 60 s under the router's 2 minutes), else a
 	// context of the router's.
-	var began time.Time // bounded: when the source's timeout started
 	bounded := r.boundedBySource(d)
-	if bounded {
-		began = time.Now()
-	} else {
+	if !bounded {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.opts.CallTimeout)
 		defer cancel()
@@ -345,7 +342,7 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 	if res.Task != nil {
 		if bounded { // keeping the task is bounded by the call timeout still
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, began.Add(r.opts.CallTimeout))
+			ctx, cancel = context.WithDeadline(ctx, st.start.Add(r.opts.CallTimeout))
 			defer cancel()
 		}
 		if err := r.keepTask(ctx, st, res); err != nil {
