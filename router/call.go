@@ -65,6 +65,9 @@ type Invocation struct {
 	ID          string
 	Duration    time.Duration
 	SideEffects []risk.SideEffect
+	// End is when the call ended, the clock read once for its duration,
+	// record and log line, and its answer's Date.
+	End time.Time
 }
 
 // NewInvocationID names one call (or plan) in the audit log and its
@@ -151,7 +154,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	// the log line's: each costs up to half a µs on a busy VM's clock.
 	end := time.Now()
 	ev.Duration, ev.Time = end.Sub(start), end
-	inv.Duration = ev.Duration
+	inv.Duration, inv.End = ev.Duration, end
 	switch {
 	case err == nil:
 		ev.Decision = "allow"
