@@ -21,9 +21,6 @@ import (
 // supervisor goroutine answers each such syscall EPERM and reports it. If
 // capgate stops answering, the kernel fails the syscall (ENOSYS): closed.
 
-// notifyFD is where the trampoline finds its end of the socketpair.
-const notifyFD = 4
-
 // The kernel's struct seccomp_notif and seccomp_notif_resp.
 type seccompNotif struct {
 	ID    uint64
@@ -173,24 +170,6 @@ func notifiedKey(nr int32) (Key, bool) {
 func ioctl(fd int, req uint, arg unsafe.Pointer) error {
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg)); e != 0 {
 		return e
-	}
-	return nil
-}
-
-// sendListener is the trampoline's side: it loads prog with a listener and
-// sends the listener's fd to capgate over notifyFD, then closes both.
-func sendListener(prog *unix.SockFprog) error {
-	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER,
-		uintptr(unsafe.Pointer(prog)))
-	if e != 0 {
-		return fmt.Errorf("loading the notifying filter: %w", e)
-	}
-	listener := int(r)
-	err := unix.Sendmsg(notifyFD, []byte{0}, unix.UnixRights(listener), nil, 0)
-	unix.Close(listener)
-	unix.Close(notifyFD)
-	if err != nil {
-		return fmt.Errorf("handing the listener to capgate: %w", err)
 	}
 	return nil
 }
