@@ -69,8 +69,8 @@ type Ticket struct {
 // Active reports whether t came from a successful Admit.
 func (t *Ticket) Active() bool { return t.l != nil }
 
-// Log logs e in the space the ticket holds.
-func (t *Ticket) Log(e Event) {
+// Log logs e in the space the ticket holds. It does not keep or change e.
+func (t *Ticket) Log(e *Event) {
 	if t.l != nil {
 		t.l.log(e, t)
 	}

@@ -39,12 +39,14 @@ func TestAdmitDiskFull(t *testing.T) {
 			break
 		}
 		admitted++
-		tk.Log(fullEvent(TypeCapabilityCheck, admitted))
+		e := fullEvent(TypeCapabilityCheck, admitted)
+		tk.Log(&e)
 		if admitted%2 == 0 {
 			running = append(running, tk) // its tool_call comes later
 			continue
 		}
-		tk.Log(fullEvent(TypeToolCall, admitted))
+		e = fullEvent(TypeToolCall, admitted)
+		tk.Log(&e)
 		tk.Done()
 		if admitted > 10000 {
 			t.Fatal("Admit never refused with the disk full")
@@ -65,7 +67,8 @@ func TestAdmitDiskFull(t *testing.T) {
 	}
 	queued--
 	for i := range running {
-		running[i].Log(fullEvent(TypeToolCall, 2*(i+1)))
+		e := fullEvent(TypeToolCall, 2*(i+1))
+		running[i].Log(&e)
 		running[i].Done()
 	}
 	want := 1 + 2*admitted + queued
@@ -100,7 +103,7 @@ func TestRecordBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range CallRecords {
-		tk.Log(e)
+		tk.Log(&e)
 	}
 	if tk.left < 0 {
 		t.Errorf("ticket overdrawn: %d", tk.left)

@@ -357,21 +357,28 @@ func readTail(f *os.File, size int64, path string) (seq uint64, hash [sha256.Siz
 // all promised (see admit.go). While the log is unhealthy, an event no
 // Ticket covers is queued only if reserved space is left for it; if not
 // it is counted (Unrecorded). After Close, e is dropped and counted.
-func (l *Log) Log(e Event) { l.log(e, nil) }
+func (l *Log) Log(e Event) { l.log(&e, nil) }
 
-func (l *Log) log(e Event, t *Ticket) {
+// log takes e by pointer and leaves it as it is: an Event is some 500
+// bytes, and a call's records passed by value were copied several times
+// each on their way here.
+func (l *Log) log(e *Event, t *Ticket) {
 	if e.Gate == GateAudit && l.sick.Load() != nil {
 		l.unrecorded.Add(1)
 		return
 	}
-	if e.Time.IsZero() {
-		e.Time = l.now()
-	}
-	if e.Replica == "" {
-		e.Replica = l.replica
+	if e.Time.IsZero() || e.Replica == "" {
+		c := *e
+		if c.Time.IsZero() {
+			c.Time = l.now()
+		}
+		if c.Replica == "" {
+			c.Replica = l.replica
+		}
+		e = &c
 	}
 	bp := encBufs.Get().(*[]byte)
-	b, head := encode(*bp, &e)
+	b, head := encode(*bp, e)
 	if cost := int64(len(b)) + lineOverhead; t != nil && t.left >= cost {
 		t.left -= cost
 	} else if !l.take(cost) {

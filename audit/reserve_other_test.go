@@ -28,7 +28,8 @@ func TestNoReserve(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Admit %d: %v", i, err)
 		}
-		tk.Log(fullEvent(TypeToolCall, i))
+		e := fullEvent(TypeToolCall, i)
+		tk.Log(&e)
 		tickets = append(tickets, tk)
 	}
 	for _, tk := range tickets {

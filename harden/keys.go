@@ -3,6 +3,7 @@ package harden
 import (
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/mtibben/confusables"
 	"golang.org/x/text/unicode/norm"
@@ -80,7 +81,9 @@ var asciiKeys = credentialWords{
 var weakKeys = map[string]bool{"token": true}
 
 // skeletonKeys are asciiKeys as NormalizeKey reads a non-ASCII key.
-var skeletonKeys = func() credentialWords {
+// This and tokenFormats are made on first use, not in every capgate
+// start's package inits (the sandbox trampoline's included).
+var skeletonKeys = sync.OnceValue(func() credentialWords {
 	w := credentialWords{exact: map[string]bool{}}
 	for k := range asciiKeys.exact {
 		w.exact[skeletonNormal(k)] = true
@@ -89,7 +92,7 @@ var skeletonKeys = func() credentialWords {
 		w.suffix = append(w.suffix, skeletonNormal(k))
 	}
 	return w
-}()
+})
 
 func (w credentialWords) match(n []byte) bool {
 	if w.exact[string(n)] {
@@ -111,7 +114,7 @@ func hasSuffix(n []byte, s string) bool {
 // spelled (see NormalizeKey).
 func CredentialKey(k string) bool {
 	if !isASCII(k) {
-		return skeletonKeys.match([]byte(NormalizeKey(k)))
+		return skeletonKeys().match([]byte(NormalizeKey(k)))
 	}
 	var buf [64]byte // most keys fold on the stack
 	return asciiKeys.match(appendNormal(buf[:0], k))
@@ -127,24 +130,28 @@ func weakKey(k string) bool {
 // tokenFormats are credentials recognisable in plain text. Only formats
 // specific enough that prose does not match them are here: text is
 // withheld on a match, and a false positive costs a tool's answer.
-var tokenFormats = []struct {
+type tokenFormatRe struct {
 	name string
 	re   *regexp.Regexp
-}{
-	{"a PEM private key", regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----`)},
-	{"a bearer token", regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9\-._~+/]*[0-9][A-Za-z0-9\-._~+/]*`)},
-	{"a GitHub token", regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})`)},
-	{"an AWS access key id", regexp.MustCompile(`\b(AKIA|ASIA)[0-9A-Z]{16}\b`)},
-	{"a Slack token", regexp.MustCompile(`\b(xox[abposre]-[A-Za-z0-9-]{10,}|xapp-[0-9]+-[A-Za-z0-9-]{10,})`)},
-	{"a Google OAuth token", regexp.MustCompile(`\bya29\.[0-9A-Za-z_-]{24,}`)},
-	{"a JSON Web Token", regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.`)},
-	{"a Stripe secret key", regexp.MustCompile(`\b[sr]k_(live|test)_[A-Za-z0-9]{16,}`)},
-	{"a Google API key", regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`)},
 }
+
+var tokenFormats = sync.OnceValue(func() []tokenFormatRe {
+	return []tokenFormatRe{
+		{"a PEM private key", regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----`)},
+		{"a bearer token", regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9\-._~+/]*[0-9][A-Za-z0-9\-._~+/]*`)},
+		{"a GitHub token", regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})`)},
+		{"an AWS access key id", regexp.MustCompile(`\b(AKIA|ASIA)[0-9A-Z]{16}\b`)},
+		{"a Slack token", regexp.MustCompile(`\b(xox[abposre]-[A-Za-z0-9-]{10,}|xapp-[0-9]+-[A-Za-z0-9-]{10,})`)},
+		{"a Google OAuth token", regexp.MustCompile(`\bya29\.[0-9A-Za-z_-]{24,}`)},
+		{"a JSON Web Token", regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.`)},
+		{"a Stripe secret key", regexp.MustCompile(`\b[sr]k_(live|test)_[A-Za-z0-9]{16,}`)},
+		{"a Google API key", regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`)},
+	}
+})
 
 // tokenFormat names the first token format s holds.
 func tokenFormat(s string) (string, bool) {
-	for _, f := range tokenFormats {
+	for _, f := range tokenFormats() {
 		if m := f.re.FindString(s); m != "" && (f.name != "a bearer token" || len(m) >= len("bearer ")+16) {
 			return f.name, true
 		}

@@ -65,6 +65,9 @@ type Invocation struct {
 	ID          string
 	Duration    time.Duration
 	SideEffects []risk.SideEffect
+	// End is when the call ended, the clock read once for its duration,
+	// record and log line, and its answer's Date.
+	End time.Time
 }
 
 // NewInvocationID names one call (or plan) in the audit log and its
@@ -127,7 +130,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	}
 	// The call's state holds its request, record and ticket: one
 	// allocation, which the gates (called through the chain) share.
-	st := &callState{c: c, request: req}
+	st := &callState{c: c, request: req, start: start}
 	st.req, st.ev, st.tk = &st.request, &st.event, &st.ticket
 	ev := st.ev
 	*ev = audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
@@ -141,14 +144,17 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	st.ticket, err = r.admit()
 	defer st.ticket.Done()
 	if err == nil {
-		r.startRecord(st.tk, *ev)
+		r.startRecord(st.tk, ev, start)
 	}
 	var res *tool.Result
 	if err == nil {
 		res, err = r.recoverCall(ctx, st, &inv)
 	}
-	ev.Duration = time.Since(start)
-	inv.Duration = ev.Duration
+	// One reading of the clock for the duration, the record's time and
+	// the log line's: each costs up to half a µs on a busy VM's clock.
+	end := time.Now()
+	ev.Duration, ev.Time = end.Sub(start), end
+	inv.Duration, inv.End = ev.Duration, end
 	switch {
 	case err == nil:
 		ev.Decision = "allow"
@@ -170,7 +176,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 			err = tool.Wrap(err, tool.CodeInternal, "internal error")
 		}
 	}
-	r.record(st.tk, *ev)
+	r.recordPtr(st.tk, ev)
 	r.observe(ctx, ev)
 	r.opts.Metrics.CallDone()
 	return res, inv, err
@@ -200,11 +206,26 @@ func (r *Router) observe(ctx context.Context, ev *audit.Event) {
 	// Straight to the handler: Logger.LogAttrs would walk the stack for
 	// the caller's pc (runtime.Callers, a measurable part of the line's
 	// cost), which no handler of capgate's prints.
-	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "call", 0)
+	at := ev.Time
+	if at.IsZero() {
+		at = time.Now()
+	}
+	rec := slog.NewRecord(at, slog.LevelInfo, "call", 0)
 	rec.AddAttrs(slog.String("sub", ev.Sub), slog.String("tool", name),
 		slog.String("decision", ev.Decision), slog.String("code", ev.Code), slog.String("gate", ev.Gate),
 		slog.Float64("duration_ms", float64(ev.Duration.Microseconds())/1000), slog.String("request_id", ev.RequestID))
 	_ = h.Handle(ctx, rec)
+}
+
+// boundedBySource says whether d's source ends its calls, with an error
+// of its own, within the router's call timeout (tool.Bounded).
+func (r *Router) boundedBySource(d *tool.Descriptor) bool {
+	src, ok := r.opts.Registry.Source(d)
+	if !ok {
+		return false
+	}
+	b, ok := src.(tool.Bounded)
+	return ok && b.CallTimeout() > 0 && b.CallTimeout() <= r.opts.CallTimeout
 }
 
 // errorType is err's stable code for a span, "" for none.
@@ -290,8 +311,15 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 	} else {
 		tk.Keep(1) // room for the tool_call record only, while the tool runs
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.opts.CallTimeout)
-	defer cancel()
+	// The call timeout: the source's own when it is as short (the usual
+	// case, an MCP server's 60 s under the router's 2 minutes), else a
+	// context of the router's.
+	bounded := r.boundedBySource(d)
+	if !bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.opts.CallTimeout)
+		defer cancel()
+	}
 	upCtx, up := r.opts.Tracer.Upstream(ctx, d.Name, d.ID, string(d.Kind), d.Source)
 	res, err := r.opts.Registry.Call(upCtx, d.ID, call)
 	if held != nil {
@@ -315,6 +343,11 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 		return nil, err
 	}
 	if res.Task != nil {
+		if bounded { // keeping the task is bounded by the call timeout still
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, st.start.Add(r.opts.CallTimeout))
+			defer cancel()
+		}
 		if err := r.keepTask(ctx, st, res); err != nil {
 			return nil, err
 		}
@@ -544,7 +577,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 	resolved(&check, d)
 	if allowed {
 		check.Layer, check.Decision = c.guarantee, "allow"
-		r.record(tk, check)
+		r.recordPtr(tk, &check)
 		return nil
 	}
 	layer := "policy"
@@ -552,7 +585,7 @@ func (r *Router) capabilityGate(c *Caller, d *tool.Descriptor, req *Request, ev 
 		layer = c.layers[refused]
 	}
 	check.Layer, check.Decision = layer, "deny"
-	r.record(tk, check)
+	r.recordPtr(tk, &check)
 	return &tool.Error{Code: tool.CodePermissionDenied, Gate: GateCapability, Required: required,
 		Message: fmt.Sprintf("%s is not granted (refused by the %s grants)", required, layer),
 		Hint:    r.grantHint(c, layer, required)}

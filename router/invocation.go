@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -50,7 +51,8 @@ func (inv Invocation) SideEffectNames() []string {
 
 // startRecord writes a call's invocation_start record at admission, before
 // any gate (AgentOS lists it): who asked for what, under which ids.
-func (r *Router) startRecord(tk *audit.Ticket, ev audit.Event) {
-	ev.Type = audit.TypeInvocationStart
-	r.record(tk, ev)
+func (r *Router) startRecord(tk *audit.Ticket, ev *audit.Event, at time.Time) {
+	start := *ev
+	start.Type, start.Time = audit.TypeInvocationStart, at
+	r.recordPtr(tk, &start)
 }

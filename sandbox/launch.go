@@ -17,6 +17,7 @@ import (
 
 	"github.com/capgate/capgate/internal/nsinit"
 	"github.com/capgate/capgate/internal/proc"
+	"github.com/capgate/capgate/sandbox/trampoline"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,50 +65,18 @@ var SystemDirs = []string{"/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "
 // deviceFiles are readable and writable by every confined tool.
 var deviceFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
-// specEnv marks the trampoline and names the descriptor that holds its
-// plan (planFD). The plan is not in the environment itself: it lists every
-// entry around a deny path (carve), which in a crowded directory such as
-// /tmp passes the kernel's 128 KiB limit on one environment string
-// (E2BIG), and it holds the tool's secrets.
-const specEnv = "CAPGATE_SANDBOX_SPEC"
+// plan is everything the trampoline applies, decided here; its methods
+// decide parts of it.
+type plan struct{ trampoline.Plan }
 
-// planFD is where the trampoline reads its plan: a memfd.
-const planFD = 5
-
-// plan is everything the trampoline applies, decided by the parent.
-type plan struct {
-	Path string   `json:"path"`
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-	Dir  string   `json:"dir"`
-
-	Landlock   bool     `json:"landlock"`
-	ReadDirs   []string `json:"read_dirs"`
-	ReadFiles  []string `json:"read_files"`
-	WriteDirs  []string `json:"write_dirs"`
-	WriteFiles []string `json:"write_files"`
-	NoTCP      bool     `json:"no_tcp"` // Landlock denies TCP bind and connect
-
-	NoSocket bool `json:"no_socket"` // seccomp refuses socket() but AF_UNIX
-	NoFork   bool `json:"no_fork"`   // seccomp refuses new processes
-	// NoUnix refuses socket() of every family a network namespace does
-	// not isolate (AF_UNIX, AF_VSOCK, ...): no_network with a namespace.
-	NoUnix bool `json:"no_unix"`
-	// Notify hands both to capgate (fd 4), which refuses and records them.
-	Notify bool `json:"notify"`
-
-	// The baseline, for every tool: the user to switch to (after dropping
-	// every capability, the bounding set included), and capgate's pidfd
-	// (fd 3, -1: none), checked once the parent-death signal is set again.
-	SetUser bool `json:"set_user"`
-	UID     int  `json:"uid"`
-	GID     int  `json:"gid"`
-	Alive   int  `json:"alive"`
-	// AuditTag is the comm the trampoline takes before it confines itself,
-	// with Landlock's logging of the tool's denials on: capgate finds the
-	// launch's denials by it in the audit records ("": no logging).
-	AuditTag string `json:"audit_tag,omitempty"`
-}
+// Main turns this process into the launcher's trampoline when capgate
+// started it as one, and returns at once otherwise. Every binary that
+// launches tools through Command calls it first thing in main (and test
+// binaries in TestMain). As a trampoline it never returns: it confines
+// itself and execs the tool, or exits 126 saying why not. It normally has
+// run already, at package trampoline's init; where package order puts
+// that late, this catches it.
+func Main() { trampoline.Main() }
 
 // Command builds the *exec.Cmd that starts spec's program confined to its
 // guarantees: capgate re-executes itself as a trampoline (see Main), which
@@ -157,8 +126,8 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		}
 	}
 
-	p := plan{Path: spec.Path, Argv: append([]string{spec.Path}, spec.Args...), Dir: spec.Dir,
-		Env: buildEnv(spec, tmp)}
+	p := plan{trampoline.Plan{Path: spec.Path, Argv: append([]string{spec.Path}, spec.Args...), Dir: spec.Dir,
+		Env: buildEnv(spec, tmp)}}
 	if f.LandlockABI >= 1 {
 		if err := p.filesystem(spec, tmp); err != nil {
 			cleanup()
@@ -243,7 +212,7 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	cmd.SysProcAttr = attr
 	p.Alive = -1
 	if self := selfPidfd(); self != nil {
-		p.Alive = aliveFD
+		p.Alive = trampoline.AliveFD
 		cmd.ExtraFiles = append(cmd.ExtraFiles, self) // fd 3 in the trampoline
 	} else {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
@@ -253,7 +222,7 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	} else {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
 	}
-	js, err := json.Marshal(p)
+	js, err := json.Marshal(p.Plan)
 	if err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("sandbox: encoding the plan: %w", err)
@@ -266,7 +235,10 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	cmd.ExtraFiles = append(cmd.ExtraFiles, planFile) // fd 5
 	prevCleanup := cleanup
 	cleanup = func() { planFile.Close(); prevCleanup() }
-	cmd.Env = []string{specEnv + "=" + strconv.Itoa(planFD)}
+	// The trampoline's own environment (the tool's is the plan's): one P
+	// and no watch on the cgroup's CPU limit, which spare its short-lived
+	// Go runtime some of its start.
+	cmd.Env = []string{trampoline.Env + "=" + strconv.Itoa(trampoline.PlanFD), "GOMAXPROCS=1", "GODEBUG=updatemaxprocs=0"}
 	if feat.PidNS {
 		cmd.Env = append(cmd.Env, nsinit.Env+"="+nsinit.Value(p.Alive, p.Notify))
 	}
@@ -285,9 +257,6 @@ func (f Features) forLaunch() (feat Features, unprivileged bool) {
 	}
 	return feat, unprivileged
 }
-
-// aliveFD is where the trampoline finds capgate's pidfd.
-const aliveFD = 3
 
 // selfPidfd is capgate's own pidfd, opened once and handed to every
 // trampoline: readable once capgate has exited, it closes the race between

@@ -5,7 +5,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"unsafe"
@@ -21,9 +20,6 @@ import (
 // to capgate over a socketpair (SCM_RIGHTS, fd 3 in the trampoline), and a
 // supervisor goroutine answers each such syscall EPERM and reports it. If
 // capgate stops answering, the kernel fails the syscall (ENOSYS): closed.
-
-// notifyFD is where the trampoline finds its end of the socketpair.
-const notifyFD = 4
 
 // The kernel's struct seccomp_notif and seccomp_notif_resp.
 type seccompNotif struct {
@@ -45,9 +41,9 @@ type seccompNotifResp struct {
 
 // supervisor is capgate's side of one confined process's notifications.
 type supervisor struct {
-	conn    *net.UnixConn // capgate's end of the socketpair
-	child   *os.File      // the trampoline's end, given as ExtraFiles[0]
-	wake    [2]int        // a pipe whose write end stop closes
+	sock    int      // capgate's end of the socketpair
+	child   *os.File // the trampoline's end, given as ExtraFiles[0]
+	wake    [2]int   // a pipe whose write end stop closes
 	observe func(Key)
 	done    chan struct{}
 	once    sync.Once
@@ -59,17 +55,13 @@ func newSupervisor(observe func(Key)) (*supervisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: notification socketpair: %w", err)
 	}
-	parent := os.NewFile(uintptr(fds[0]), "capgate-notify")
-	c, err := net.FileConn(parent)
-	parent.Close() // FileConn holds its own copy
-	if err != nil {
-		unix.Close(fds[1])
-		return nil, fmt.Errorf("sandbox: notification socket: %w", err)
-	}
-	s := &supervisor{conn: c.(*net.UnixConn), child: os.NewFile(uintptr(fds[1]), "capgate-notify-child"),
+	// Raw descriptors, polled with the wake pipe, not a net.UnixConn: the
+	// trampoline is this package's init, and "net" would add its imports
+	// to the package inits that run before it.
+	s := &supervisor{sock: fds[0], child: os.NewFile(uintptr(fds[1]), "capgate-notify-child"),
 		observe: observe, done: make(chan struct{})}
 	if err := unix.Pipe2(s.wake[:], unix.O_CLOEXEC); err != nil {
-		s.conn.Close()
+		unix.Close(s.sock)
 		s.child.Close()
 		return nil, fmt.Errorf("sandbox: notification pipe: %w", err)
 	}
@@ -82,9 +74,9 @@ func newSupervisor(observe func(Key)) (*supervisor, error) {
 func (s *supervisor) stop() {
 	s.once.Do(func() {
 		s.child.Close()
-		s.conn.Close() // wakes a wait for the listener
-		unix.Close(s.wake[1])
+		unix.Close(s.wake[1]) // wakes the supervisor, waiting or polling
 		<-s.done
+		unix.Close(s.sock)
 		unix.Close(s.wake[0])
 	})
 }
@@ -113,10 +105,26 @@ func (s *supervisor) run() {
 	}
 }
 
-// receive reads the listener's fd that the trampoline sends.
+// receive reads the listener's fd that the trampoline sends, unless stop
+// comes first.
 func (s *supervisor) receive() (int, error) {
+	for {
+		fds := []unix.PollFd{{Fd: int32(s.sock), Events: unix.POLLIN}, {Fd: int32(s.wake[0]), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return -1, err
+		}
+		if fds[1].Revents != 0 {
+			return -1, errors.New("sandbox: stopped before the trampoline sent its listener")
+		}
+		if fds[0].Revents != 0 {
+			break
+		}
+	}
 	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := s.conn.ReadMsgUnix(buf, oob)
+	_, oobn, _, _, err := unix.Recvmsg(s.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return -1, err
 	}
@@ -162,24 +170,6 @@ func notifiedKey(nr int32) (Key, bool) {
 func ioctl(fd int, req uint, arg unsafe.Pointer) error {
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg)); e != 0 {
 		return e
-	}
-	return nil
-}
-
-// sendListener is the trampoline's side: it loads prog with a listener and
-// sends the listener's fd to capgate over notifyFD, then closes both.
-func sendListener(prog *unix.SockFprog) error {
-	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER,
-		uintptr(unsafe.Pointer(prog)))
-	if e != 0 {
-		return fmt.Errorf("loading the notifying filter: %w", e)
-	}
-	listener := int(r)
-	err := unix.Sendmsg(notifyFD, []byte{0}, unix.UnixRights(listener), nil, 0)
-	unix.Close(listener)
-	unix.Close(notifyFD)
-	if err != nil {
-		return fmt.Errorf("handing the listener to capgate: %w", err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/capgate/capgate/harden"
 )
@@ -52,7 +53,9 @@ func resolveLoose(path string) string {
 // refusalLine matches a line that reports a refused access: libc's words
 // (coreutils, sh, Python's PermissionError, Java), Go's, Node's and Rust's
 // error codes.
-var refusalLine = regexp.MustCompile(`(?i)permission denied|operation not permitted|\bEACCES\b|\bEPERM\b|errno 13\b|os error 13\b`)
+var refusalLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)permission denied|operation not permitted|\bEACCES\b|\bEPERM\b|errno 13\b|os error 13\b`)
+})
 
 // mayRefuse is a quick test that lets through every line refusalLine
 // may match (the regexp costs microseconds a line).
@@ -63,7 +66,7 @@ func mayRefuse(line string) bool {
 }
 
 // quotedPath is an absolute path in quotes ('...', "...", ‘...’, `...').
-var quotedPath = regexp.MustCompile("['\"‘`](/[^'\"’`\n]*)['\"’`]")
+var quotedPath = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("['\"‘`](/[^'\"’`\n]*)['\"’`]") })
 
 // barePaths are the unquoted absolute paths in line, as [start, end)
 // pairs: each from a slash at the line's start or after a space or "=" up
@@ -130,7 +133,7 @@ func (r *rules) reported(line string) (FileDenial, bool) {
 	if !mayRefuse(line) {
 		return FileDenial{}, false
 	}
-	at := refusalLine.FindStringIndex(line)
+	at := refusalLine().FindStringIndex(line)
 	if at == nil {
 		return FileDenial{}, false
 	}
@@ -148,7 +151,7 @@ func (r *rules) reported(line string) (FileDenial, bool) {
 			cands = append(cands, candidate{strings.TrimSpace(line[start:end]), dist})
 		}
 	}
-	for _, m := range quotedPath.FindAllStringSubmatchIndex(line, -1) {
+	for _, m := range quotedPath().FindAllStringSubmatchIndex(line, -1) {
 		add(m[2], m[3])
 	}
 	for _, m := range barePaths(line) {

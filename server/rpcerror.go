@@ -18,8 +18,11 @@ import (
 // it is an upstream's, and says whether it did; modern: the caller's
 // request is a stateless one.
 func writeUpstreamError(w http.ResponseWriter, id json.RawMessage, err error, modern bool) bool {
-	var re *mcpsrc.RPCError
-	if err == nil || !errors.As(err, &re) {
+	if err == nil {
+		return false
+	}
+	re, ok := errors.AsType[*mcpsrc.RPCError](err)
+	if !ok {
 		return false
 	}
 	type details struct {

@@ -28,7 +28,7 @@ import (
 // serve's log, the audit or a response.
 func TestUpstreamTokenExchange(t *testing.T) {
 	t.Parallel()
-	as := oauthas.Start(t)
+	as := oauthas.Shared(t)
 	wiki := authmcp.Start(t, as.Issuer)
 	const audience = "http://capgate.test/mcp"
 	s := testkit.StartCapgate(t, testkit.Capgate{Env: []string{"WIKI_EXCHANGE_SECRET=exchange-secret-not-for-prod"},

@@ -50,7 +50,7 @@ func (j userPerHost) Cookies(u *url.URL) []*http.Cookie {
 // The sign-in client's secret is in no log line or page.
 func TestUpstreamOAuthLinkSignIn(t *testing.T) {
 	t.Parallel()
-	upAS := oauthas.Start(t)
+	upAS := oauthas.Shared(t)
 	idp := oauthas.Start(t)
 	up := authmcp.Start(t, upAS.Issuer)
 	addr := testkit.FreeAddr(t)

@@ -38,7 +38,7 @@ type oauthServe struct {
 
 func startOAuthServe(t *testing.T) *oauthServe {
 	t.Helper()
-	as := oauthas.Start(t)
+	as := oauthas.Shared(t)
 	up := authmcp.Start(t, as.Issuer)
 	addr := testkit.FreeAddr(t)
 	return startOAuthReplica(t, as, up, addr, "http://"+addr, "", nil)
@@ -224,7 +224,7 @@ func sseData(raw []byte) []byte {
 // response, log line or audit record.
 func TestUpstreamOAuthLinkAndCall(t *testing.T) {
 	t.Parallel()
-	as := oauthas.Start(t)
+	as := oauthas.Shared(t)
 	up := authmcp.Start(t, as.Issuer)
 	addr, metricsAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	rc := startReceiver(t) // capgate's spans, for the leak check
@@ -473,7 +473,7 @@ func (o *oauthServe) storedSecrets(t *testing.T, subs ...string) []string {
 func TestUpstreamOAuthReplicas(t *testing.T) {
 	t.Parallel()
 	url := pgtest.Start(t)
-	as := oauthas.Start(t)
+	as := oauthas.Shared(t)
 	up := authmcp.Start(t, as.Issuer)
 	env := []string{"CAPGATE_STORE_KEY=" + strings.Repeat("a7", 32)}
 	more := fmt.Sprintf("[store]\nurl = %q\n", url)

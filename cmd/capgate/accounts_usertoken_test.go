@@ -28,7 +28,7 @@ import (
 // in the clear in capgate.db.
 func TestUpstreamUserToken(t *testing.T) {
 	t.Parallel()
-	as := oauthas.Start(t)
+	as := oauthas.Shared(t)
 	wiki := authmcp.Start(t, as.Issuer)
 	addr := testkit.FreeAddr(t)
 	s := testkit.StartCapgate(t, testkit.Capgate{Addr: addr, Server: fmt.Sprintf("public_url = %q", "http://"+addr),

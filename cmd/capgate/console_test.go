@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"net/url"
 	"os"
@@ -42,12 +43,38 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// browser starts a headless chromium and returns a context for one fresh
-// browser profile (its own cookies); more profiles come from newTab.
+var (
+	chromiumMu  sync.Mutex
+	chromiumCtx context.Context
+)
+
+// browser is the package's headless chromium, started on first use and
+// stopped once the tests are done (testkit.AtExit): a start costs seconds
+// of CPU. Tests browse in profiles of their own (profile), which share no
+// cookies. Without testkit.Main the test gets a chromium of its own.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	path := chromiumPath(t)
+	chromiumMu.Lock()
+	defer chromiumMu.Unlock()
+	if chromiumCtx != nil {
+		return chromiumCtx
+	}
+	ctx, stop := startChromium(t, path)
+	if !testkit.AtExit(stop) {
+		t.Cleanup(stop)
+		return ctx
+	}
+	chromiumCtx = ctx
+	return ctx
+}
+
+// startChromium starts a headless chromium and returns a context for its
+// first tab, and what stops it and removes its directories.
+func startChromium(t *testing.T, path string) (context.Context, func()) {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.ExecPath(path),
 		chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true),
@@ -55,32 +82,40 @@ func browser(t *testing.T) context.Context {
 	)
 	var copts []chromedp.ContextOption
 	if os.Getenv("CAPGATE_CDP_DEBUG") != "" {
-		copts = append(copts, chromedp.WithLogf(t.Logf), chromedp.WithErrorf(t.Logf))
+		// Not t.Logf: the browser outlives the test that started it.
+		copts = append(copts, chromedp.WithLogf(log.Printf), chromedp.WithErrorf(log.Printf))
 	}
 	// Chromium now and then dies while starting on a loaded machine (its
 	// crash handler's complaints are all it prints); a second start is
 	// then the honest retry, and a second failure fails the test.
-	var bctx context.Context
 	for attempt := 1; ; attempt++ {
 		// TMPDIR too: chromium makes its singleton socket's directory
 		// (org.chromium.Chromium.*) there and removes it only when it
-		// exits of itself, never when killed, as cleanup kills it.
-		actx, cancel := chromedp.NewExecAllocator(context.Background(),
-			append(opts, chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()))...)
-		t.Cleanup(cancel)
-		ctx, cancel2 := chromedp.NewContext(actx, copts...)
-		t.Cleanup(cancel2)
-		err := chromedp.Do(ctx) // starts the browser
-		if err == nil {
-			bctx = ctx
-			break
+		// exits of itself, never when killed, as stop kills it. Not the
+		// test's temp dirs, which go when the test ends.
+		dir, err := os.MkdirTemp("", "chromium-")
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, d := range []string{"profile", "tmp"} {
+			if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		actx, cancel := chromedp.NewExecAllocator(context.Background(),
+			append(opts, chromedp.UserDataDir(filepath.Join(dir, "profile")), chromedp.Env("TMPDIR="+filepath.Join(dir, "tmp")))...)
+		ctx, cancel2 := chromedp.NewContext(actx, copts...)
+		stop := func() { cancel2(); cancel(); os.RemoveAll(dir) }
+		err = chromedp.Do(ctx) // starts the browser
+		if err == nil {
+			return ctx, stop
+		}
+		stop()
 		if attempt == 2 {
 			t.Fatalf("starting chromium: %v", err)
 		}
 		t.Logf("chromium did not start (%v); trying once more", err)
 	}
-	return bctx
 }
 
 // profile is a new incognito-like browser context: its own cookies.
@@ -559,7 +594,7 @@ func TestConsoleOIDCSignIn(t *testing.T) {
 		t.Skip("runs capgate serve, oidc-provider and chromium")
 	}
 	bctx := browser(t)
-	as := oauthas.Start(t)
+	as := oauthas.Shared(t)
 	consoleAddr := testkit.FreeAddr(t)
 	base := "http://" + consoleAddr
 	clientID, secret := registerClient(t, as.Issuer, base+"/oidc/callback")

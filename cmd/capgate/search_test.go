@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -326,11 +327,12 @@ func TestToolSearchSavings(t *testing.T) {
 		}
 		return len(b)
 	}
+	// One serve measures both modes: list, then search after a reload
+	// (the 22 upstreams are kept, not started again).
+	cfg := fmt.Sprintf("[discovery]\nmode = \"list\"\n\n[policy.subjects.all]\ngrants = [%s]\n\n%s", strings.Join(grants, ", "), servers)
+	cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "search-savings-secret-7a6b5c", Config: cfg})
+	tok := cg.Token(t, token.Claims{Sub: "all", ChatType: "private"})
 	measure := func(mode string) (list, tools int, answers []int) {
-		cfg := fmt.Sprintf("[discovery]\nmode = %q\n\n[policy.subjects.all]\ngrants = [%s]\n\n%s", mode, strings.Join(grants, ", "), servers)
-		cg := testkit.StartCapgate(t, testkit.Capgate{Secret: "search-savings-secret-7a6b5c", Config: cfg})
-		defer cg.Stop(t)
-		tok := cg.Token(t, token.Claims{Sub: "all", ChatType: "private"})
 		tr, err := transport.NewStreamableHTTP(cg.URL+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tok}))
 		if err != nil {
 			t.Fatal(err)
@@ -361,6 +363,11 @@ func TestToolSearchSavings(t *testing.T) {
 		return size(res), len(res.Tools), answers
 	}
 	listBytes, listed, _ := measure("list")
+	writeFile(t, cg.ConfigPath, strings.Replace(readFile(t, cg.ConfigPath), `mode = "list"`, `mode = "search"`, 1))
+	if err := cg.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, time.Minute, "serve to apply the reload", func() bool { return strings.Contains(cg.Logs(), "reload applied") })
 	searchBytes, searchListed, answers := measure("search")
 	if listed < 300 || searchListed != 2 {
 		t.Fatalf("list mode listed %d tools, search mode %d", listed, searchListed)

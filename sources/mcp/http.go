@@ -321,8 +321,8 @@ func (e *httpError) Error() string {
 
 // isUnauthorized says whether err is the upstream's 401.
 func isUnauthorized(err error) bool {
-	var he *httpError
-	return errors.As(err, &he) && he.status == http.StatusUnauthorized
+	he, ok := errors.AsType[*httpError](err)
+	return ok && he.status == http.StatusUnauthorized
 }
 
 // httpFailed sorts a failed call: cancelled by the caller (the upstream is

@@ -183,6 +183,6 @@ func (g *guard) whenTripped(f func()) {
 
 // asTooLarge finds a TooLargeError in err.
 func asTooLarge(err error) bool {
-	var tl *TooLargeError
-	return errors.As(err, &tl)
+	_, ok := errors.AsType[*TooLargeError](err)
+	return ok
 }

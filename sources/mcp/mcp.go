@@ -842,6 +842,16 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	if names := s.listed.Load(); names != nil && !(*names)[call.Tool.Name] {
 		return nil, tool.Errorf(tool.CodeNotFound, "mcp server %s lists no tool %s", s.opts.Name, call.Tool.Name)
 	}
+	// The timeout bounds the whole call, opening the link included, as
+	// CallTimeout promises the router. When the caller's deadline comes
+	// first, a timer of the source's own would never fire over HTTP:
+	// callHTTP leaves nothing running on ctx when it returns.
+	own := !deadlineWithin(ctx, s.opts.Timeout)
+	if own {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
+	}
 	if s.opts.Hooks.Headers != nil || s.opts.Hooks.SessionKey != nil {
 		ctx = tool.WithSubject(ctx, call.Sub)
 	}
@@ -858,10 +868,7 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	// Over HTTP, when the caller's deadline (the router's call timeout)
-	// comes first, a timer of the source's own would never fire: callHTTP
-	// leaves nothing running on ctx when it returns.
-	if !l.http || !deadlineWithin(ctx, s.opts.Timeout) {
+	if !own && !l.http {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
@@ -877,6 +884,10 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 	}
 	return s.callMCPGo(ctx, l, call, args)
 }
+
+// CallTimeout is the longest a Call runs (tool.Bounded): the server's
+// timeout, after which the call ends with capability_backend_unavailable.
+func (s *Source) CallTimeout() time.Duration { return s.opts.Timeout }
 
 // deadlineWithin says whether ctx ends, at the latest, d from now.
 func deadlineWithin(ctx context.Context, d time.Duration) bool {

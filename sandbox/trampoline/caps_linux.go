@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package trampoline
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -84,7 +85,7 @@ func dropCaps() error {
 // tieToCapgate sets the parent-death signal again (a user switch clears
 // it) and then makes sure capgate had not already died: its pidfd turns
 // readable when it exits. The pidfd is closed before the tool runs.
-func (p plan) tieToCapgate() error {
+func (p Plan) tieToCapgate() error {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
 		return fmt.Errorf("parent-death signal: %w", err)
 	}
@@ -95,6 +96,24 @@ func (p plan) tieToCapgate() error {
 	fds := []unix.PollFd{{Fd: int32(p.Alive), Events: unix.POLLIN}}
 	if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
 		return errors.New("capgate exited before the tool started")
+	}
+	return nil
+}
+
+// sendListener is the trampoline's side: it loads prog with a listener and
+// sends the listener's fd to capgate over NotifyFD, then closes both.
+func sendListener(prog *unix.SockFprog) error {
+	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER,
+		uintptr(unsafe.Pointer(prog)))
+	if e != 0 {
+		return fmt.Errorf("loading the notifying filter: %w", e)
+	}
+	listener := int(r)
+	err := unix.Sendmsg(NotifyFD, []byte{0}, unix.UnixRights(listener), nil, 0)
+	unix.Close(listener)
+	unix.Close(NotifyFD)
+	if err != nil {
+		return fmt.Errorf("handing the listener to capgate: %w", err)
 	}
 	return nil
 }

@@ -1,15 +1,16 @@
 //go:build linux
 
-package sandbox
+package trampoline
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"path"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -18,21 +19,73 @@ import (
 	"github.com/landlock-lsm/go-landlock/landlock"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/capgate/capgate/internal/nsinit"
 )
 
+// Env marks the trampoline and names the descriptor that holds its plan
+// (PlanFD). The plan is not in the environment itself: it lists every
+// entry around a deny path (carve), which in a crowded directory such as
+// /tmp passes the kernel's 128 KiB limit on one environment string
+// (E2BIG), and it holds the tool's secrets.
+const Env = "CAPGATE_SANDBOX_SPEC"
+
+// PlanFD is where the trampoline reads its plan (a memfd), AliveFD
+// capgate's pidfd, NotifyFD its end of the seccomp notifier's socketpair.
+const (
+	PlanFD   = 5
+	AliveFD  = 3
+	NotifyFD = 4
+)
+
+// Plan is everything the trampoline applies, decided by the launcher.
+type Plan struct {
+	Path string   `json:"path"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+
+	Landlock   bool     `json:"landlock"`
+	ReadDirs   []string `json:"read_dirs"`
+	ReadFiles  []string `json:"read_files"`
+	WriteDirs  []string `json:"write_dirs"`
+	WriteFiles []string `json:"write_files"`
+	NoTCP      bool     `json:"no_tcp"` // Landlock denies TCP bind and connect
+
+	NoSocket bool `json:"no_socket"` // seccomp refuses socket() but AF_UNIX
+	NoFork   bool `json:"no_fork"`   // seccomp refuses new processes
+	// NoUnix refuses socket() of every family a network namespace does
+	// not isolate (AF_UNIX, AF_VSOCK, ...): no_network with a namespace.
+	NoUnix bool `json:"no_unix"`
+	// Notify hands both to capgate (fd 4), which refuses and records them.
+	Notify bool `json:"notify"`
+
+	// The baseline, for every tool: the user to switch to (after dropping
+	// every capability, the bounding set included), and capgate's pidfd
+	// (fd 3, -1: none), checked once the parent-death signal is set again.
+	SetUser bool `json:"set_user"`
+	UID     int  `json:"uid"`
+	GID     int  `json:"gid"`
+	Alive   int  `json:"alive"`
+	// AuditTag is the comm the trampoline takes before it confines itself,
+	// with Landlock's logging of the tool's denials on: capgate finds the
+	// launch's denials by it in the audit records ("": no logging).
+	AuditTag string `json:"audit_tag,omitempty"`
+}
+
 // Main turns this process into the launcher's trampoline when capgate
-// started it as one, and returns at once otherwise. Every binary that
-// launches tools through Command calls it first thing in main (and test
-// binaries in TestMain). As a trampoline it never returns: it confines
+// started it as one, and returns at once otherwise. This package's init
+// calls it; sandbox.Main, first thing in main (and in test binaries'
+// TestMain), is the entry of record. As a trampoline it never returns: it confines
 // itself and execs the tool, or exits 126 saying why not.
 func Main() {
-	v, ok := os.LookupEnv(specEnv)
+	v, ok := os.LookupEnv(Env)
 	if !ok {
 		return
 	}
 	fd, err := strconv.Atoi(v)
-	if err != nil || fd != planFD {
-		fail(fmt.Errorf("reading the plan: %s=%q names no plan descriptor", specEnv, v))
+	if err != nil || fd != PlanFD {
+		fail(fmt.Errorf("reading the plan: %s=%q names no plan descriptor", Env, v))
 	}
 	// Read and closed before anything else: the tool never inherits it.
 	f := os.NewFile(uintptr(fd), "capgate-plan")
@@ -41,23 +94,24 @@ func Main() {
 	if err != nil {
 		fail(fmt.Errorf("reading the plan: %w", err))
 	}
-	var p plan
+	var p Plan
 	if err := json.Unmarshal(js, &p); err != nil {
 		fail(fmt.Errorf("reading the plan: %w", err))
 	}
 	fail(p.apply())
 }
 
-// init runs the trampoline as soon as this package is initialised, before
-// most of capgate's other packages are: some take milliseconds to set up (a
-// JSON Schema compiler, 2-4 ms measured with GODEBUG=inittrace=1), which
-// every confined tool's start would pay. Main in main stays the entry of
-// record; where package order puts this init late, Main catches it there.
+// init runs the trampoline as soon as this package is initialised, which
+// is early: its imports are few (no capgate package but nsinit), so Go,
+// which initialises packages in import-path order as their imports are
+// ready, runs it after about 100 of capgate's package inits, not the ~160
+// before sandbox's (regexp, tool, harden, yaml...). Every confined tool's
+// start pays for those.
 func init() { Main() }
 
 func fail(err error) {
-	fmt.Fprintf(os.Stderr, "%s%v\n", failPrefix, err)
-	os.Exit(startFailure)
+	fmt.Fprintf(os.Stderr, "%s%v\n", nsinit.FailPrefix, err)
+	os.Exit(nsinit.StartFailure)
 }
 
 // apply confines this process as planned and execs the tool. seccomp
@@ -66,7 +120,7 @@ func fail(err error) {
 // every thread. The order matters: the bounding set can only be dropped
 // while capgate's capabilities remain, and Landlock's rules are opened
 // before the switch to run_as can hide their paths.
-func (p plan) apply() error {
+func (p Plan) apply() error {
 	runtime.LockOSThread()
 	if err := dropBounding(); err != nil {
 		return fmt.Errorf("capabilities: %w", err)
@@ -141,20 +195,26 @@ func (p plan) apply() error {
 // directory wd when the program is below it, so that run_as needs to
 // enter only the directories from there down (the kernel passes this path
 // on to a script's interpreter, which opens it from the same directory).
-func (p plan) execPath(wd string) string {
-	if wd == "" || !filepath.IsAbs(p.Path) || !under(filepath.Clean(p.Path), wd) {
+func (p Plan) execPath(wd string) string {
+	if wd == "" || !path.IsAbs(p.Path) || !under(path.Clean(p.Path), wd) {
 		return p.Path
 	}
-	rel, err := filepath.Rel(wd, p.Path)
-	if err != nil {
-		return p.Path
+	// filepath.Rel, for a path under wd (path/filepath would init late).
+	rel := strings.TrimPrefix(strings.TrimPrefix(path.Clean(p.Path), wd), "/")
+	if rel == "" {
+		rel = "."
 	}
 	return "./" + rel
 }
 
+// under reports whether p is d or inside it (sandbox's under).
+func under(p, d string) bool {
+	return p == d || d == "/" || strings.HasPrefix(p, d+"/")
+}
+
 // as names the user a path was refused to, when the tool is not
 // capgate's own: a pack under a 0700 dir is unreadable by run_as.
-func (p plan) as() string {
+func (p Plan) as() string {
 	if !p.SetUser {
 		return ""
 	}
