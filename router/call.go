@@ -65,6 +65,9 @@ type Invocation struct {
 	ID          string
 	Duration    time.Duration
 	SideEffects []risk.SideEffect
+	// End is when the call ended, the clock read once for its duration,
+	// record and log line, and its answer's Date.
+	End time.Time
 }
 
 // NewInvocationID names one call (or plan) in the audit log and its
@@ -127,7 +130,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	}
 	// The call's state holds its request, record and ticket: one
 	// allocation, which the gates (called through the chain) share.
-	st := &callState{c: c, request: req}
+	st := &callState{c: c, request: req, start: start}
 	st.req, st.ev, st.tk = &st.request, &st.event, &st.ticket
 	ev := st.ev
 	*ev = audit.Event{Type: audit.TypeToolCall, ToolName: req.Tool, Protocol: req.Protocol, Via: req.Via, RequestID: req.RequestID,
@@ -151,7 +154,7 @@ func (r *Router) Invoke(ctx context.Context, c *Caller, req Request) (*tool.Resu
 	// the log line's: each costs up to half a µs on a busy VM's clock.
 	end := time.Now()
 	ev.Duration, ev.Time = end.Sub(start), end
-	inv.Duration = ev.Duration
+	inv.Duration, inv.End = ev.Duration, end
 	switch {
 	case err == nil:
 		ev.Decision = "allow"
@@ -311,11 +314,8 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 	// The call timeout: the source's own when it is as short (the usual
 	// case, an MCP server's 60 s under the router's 2 minutes), else a
 	// context of the router's.
-	var began time.Time // bounded: when the source's timeout started
 	bounded := r.boundedBySource(d)
-	if bounded {
-		began = time.Now()
-	} else {
+	if !bounded {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.opts.CallTimeout)
 		defer cancel()
@@ -345,7 +345,7 @@ func (r *Router) execute(ctx context.Context, st *callState) (*tool.Result, erro
 	if res.Task != nil {
 		if bounded { // keeping the task is bounded by the call timeout still
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, began.Add(r.opts.CallTimeout))
+			ctx, cancel = context.WithDeadline(ctx, st.start.Add(r.opts.CallTimeout))
 			defer cancel()
 		}
 		if err := r.keepTask(ctx, st, res); err != nil {

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"time"
 
 	"github.com/capgate/capgate/audit"
 	"github.com/capgate/capgate/tool"
@@ -33,6 +34,7 @@ type callState struct {
 	ev       *audit.Event
 	tk       *audit.Ticket
 	planning bool
+	start    time.Time // when Invoke began
 	// What req, ev and tk point to, kept here so that a call's state is
 	// one allocation.
 	request Request

@@ -62,7 +62,7 @@ func TestHTTPDate(t *testing.T) {
 	check := func() time.Time {
 		t.Helper()
 		before := time.Now().Truncate(time.Second)
-		v := httpDate()
+		v := httpDate(time.Now())
 		after := time.Now()
 		d, err := http.ParseTime(v[0])
 		if err != nil || len(v) != 1 || d.Before(before) || d.After(after) {

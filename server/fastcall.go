@@ -249,7 +249,7 @@ func (m *MCP) fastCall(w http.ResponseWriter, r *http.Request, body *posted) boo
 		b = append(b, mcpResult(res, err, inv, modern)...)
 	}
 	b = append(b, "}\n"...)
-	setJSONAnswer(w.Header())
+	setJSONAnswer(w.Header(), inv.End)
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
 	m.fastCalls.Add(1)

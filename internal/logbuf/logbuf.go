@@ -45,6 +45,13 @@ func New(w io.Writer, window time.Duration) *Writer {
 func (b *Writer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.armed { // a flush is due already: gather, without reading the clock
+		b.buf = append(b.buf, p...)
+		if len(b.buf) >= maxBuffered {
+			b.flushLocked()
+		}
+		return len(p), nil
+	}
 	now := time.Now()
 	if len(b.buf) == 0 && now.Sub(b.last) >= b.window {
 		b.last = now
