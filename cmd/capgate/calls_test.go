@@ -184,7 +184,10 @@ func (s *served) liveApprovals(t *testing.T) map[string]string {
 func TestIdempotencyKeyRunsOnce(t *testing.T) {
 	t.Parallel()
 	extra, log := callsPack(t)
-	s := startServe(t, extra)
+	// The calls that wait for the first one's result wait up to a minute
+	// (a deadline, not a measure): under load its run took over the 5 s
+	// default, and they were told it was in progress.
+	s := startServe(t, extra+"\n[idempotency]\nwait = \"1m\"\n")
 	alice := s.mint(t, "alice", "private")
 
 	answers := make([]rpcAnswer, 8)

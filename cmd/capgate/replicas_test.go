@@ -38,6 +38,11 @@ url = %q
 [policy.rate_limit]
 per_minute = 1
 burst = 6
+
+# A call waits up to a minute for another's under its key (a deadline,
+# not a measure: under load a run took over the 5 s default).
+[idempotency]
+wait = "1m"
 `, url)
 	const secret = "replicas-test-secret-0123456789ab"
 	env := []string{"CAPGATE_STORE_KEY=" + strings.Repeat("5e", 32)}

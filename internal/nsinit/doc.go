@@ -10,8 +10,8 @@
 // With cgo (how capgate is normally built), that work is a C constructor
 // (init_cgo.go) that runs before the Go runtime starts: init never starts
 // Go, and the trampoline is its fork, which goes on to start Go as capgate
-// does. That takes a tool's start from about 85 to 51 ms of CPU here
-// (BenchmarkLaunchPidNS, sandbox). Without cgo, this package's Go init
+// does. That took the namespace's added CPU per tool start from about 35
+// ms to almost nothing (BenchmarkLaunchPidNS, sandbox). Without cgo, this package's Go init
 // does the same: it needs a few standard packages only, so it runs after
 // about 80 of capgate's package inits instead of the ~180 that precede
 // the sandbox's own (whose imports include kernel.org/.../psx, which
