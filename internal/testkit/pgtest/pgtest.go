@@ -214,28 +214,26 @@ func (s *Server) Database(tb testing.TB) string {
 }
 
 // admin runs sql on the server's one connection to database postgres,
-// (re)connecting when it has none or it broke. One connection serves
-// every Database: a connection's backend costs about 60 ms of CPU here,
-// about what the database it creates does.
+// connecting again when it broke (a test may end every connection). One
+// connection serves every Database: a connection's backend costs about
+// 60 ms of CPU here, about what the database it creates does.
 func (s *Server) admin(sql string) error {
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	ctx := context.Background()
-	if s.adminConn != nil && s.adminConn.IsClosed() {
-		s.adminConn = nil
-	}
-	if s.adminConn == nil {
-		conn, err := pgx.Connect(ctx, s.url("postgres"))
-		if err != nil {
+	for retried := false; ; retried = true {
+		if s.adminConn == nil || s.adminConn.IsClosed() {
+			conn, err := pgx.Connect(ctx, s.url("postgres"))
+			if err != nil {
+				return err
+			}
+			s.adminConn = conn
+		}
+		_, err := s.adminConn.Exec(ctx, sql)
+		if err == nil || retried || !s.adminConn.IsClosed() {
 			return err
 		}
-		s.adminConn = conn
 	}
-	_, err := s.adminConn.Exec(ctx, sql)
-	if err != nil && s.adminConn.IsClosed() {
-		s.adminConn = nil
-	}
-	return err
 }
 
 // Port is the server's TCP port on 127.0.0.1.
