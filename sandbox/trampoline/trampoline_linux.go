@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"runtime"
@@ -182,6 +183,9 @@ func (p Plan) apply() error {
 	if err := p.tieToCapgate(); err != nil {
 		return err
 	}
+	if err := closeStray(); err != nil {
+		return fmt.Errorf("descriptors: %w", err)
+	}
 	if p.NoSocket || p.NoUnix || p.NoFork {
 		if err := loadSeccomp(p.NoSocket, p.NoUnix, p.NoFork, p.Notify); err != nil {
 			return fmt.Errorf("seccomp: %w", err)
@@ -189,6 +193,39 @@ func (p Plan) apply() error {
 	}
 	err := syscall.Exec(p.execPath(wd), p.Argv, p.Env)
 	return fmt.Errorf("exec %s%s: %w", p.Path, p.as(), err)
+}
+
+// closeStray marks every descriptor above stderr close-on-exec, so the
+// tool gets its stdio and nothing else. capgate opens its own
+// close-on-exec; one it was started with (a supervisor's leak, a shell's
+// `exec 7<file`) is not, and a tool reading through it would read what
+// Landlock and file modes keep from it: both check at open, not at read.
+func closeStray() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	// Before Linux 5.11, one by one from /proc; without it, no tool starts.
+	if perr := cloexecListed(); perr != nil {
+		return fmt.Errorf("close_range: %v; %w", err, perr)
+	}
+	return nil
+}
+
+// cloexecListed is closeStray without close_range.
+func cloexecListed() error {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("listing /proc/self/fd: %w", err)
+	}
+	for _, e := range fds {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
+				return fmt.Errorf("descriptor %d: %w", fd, err)
+			}
+		}
+	}
+	return nil
 }
 
 // execPath is the program's path for exec: relative to the working

@@ -21,7 +21,7 @@ import (
 const readWait = 15 * time.Second
 
 // Try makes one attempt, "kind=arg" (write=PATH, writetmp=, read=PATH,
-// tcp=ADDR, udp=ADDR, unix=PATH or @ABSTRACT, vsock=, sockets=N, spawn=PROGRAM,
+// fd=N, tcp=ADDR, udp=ADDR, unix=PATH or @ABSTRACT, vsock=, sockets=N, spawn=PROGRAM,
 // env=NAME, parentenv, caps, id), and says "ok <detail>" or "denied <error>". caps
 // is ok only when the process holds a capability in any set, the
 // bounding set included.
@@ -43,6 +43,14 @@ func attempt(kind, arg string) (string, error) {
 	case "read":
 		b, err := os.ReadFile(arg)
 		return strings.TrimSpace(string(b)), err
+	case "fd": // read from descriptor N, left open by whoever started capgate
+		n, err := strconv.Atoi(arg)
+		if err != nil {
+			return "", err
+		}
+		b := make([]byte, 64)
+		k, err := os.NewFile(uintptr(n), "inherited").Read(b)
+		return strings.TrimSpace(string(b[:k])), err
 	case "tcp":
 		c, err := net.DialTimeout("tcp", arg, 2*time.Second)
 		if err != nil {
