@@ -363,7 +363,11 @@ func TestToolSearchSavings(t *testing.T) {
 		return size(res), len(res.Tools), answers
 	}
 	listBytes, listed, _ := measure("list")
-	writeFile(t, cg.ConfigPath, strings.Replace(readFile(t, cg.ConfigPath), `mode = "list"`, `mode = "search"`, 1))
+	listConfig, err := os.ReadFile(cg.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, cg.ConfigPath, strings.Replace(string(listConfig), `mode = "list"`, `mode = "search"`, 1))
 	if err := cg.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
