@@ -44,15 +44,13 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte,
 		// (TestReadBodyKnownLengthIsGeneral, BenchmarkReadBody).
 		body := make([]byte, n)
 		if _, err := io.ReadFull(r.Body, body); err != nil {
-			http.Error(w, "400 bad request: the body could not be read: "+err.Error(), http.StatusBadRequest)
+			unreadable(w, err)
 			return nil, false
 		}
 		return body, true
 	}
-	if n < 0 || n > knownMax {
-		n = 0 // unknown or large: grow as it comes, not as announced
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
+	// Unknown or large: grow as it comes, not as announced.
+	buf := bytes.NewBuffer(make([]byte, 0, bytes.MinRead))
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	switch {
@@ -60,10 +58,14 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte,
 		tooLarge(w, limit)
 		return nil, false
 	case err != nil:
-		http.Error(w, "400 bad request: the body could not be read: "+err.Error(), http.StatusBadRequest)
+		unreadable(w, err)
 		return nil, false
 	}
 	return buf.Bytes(), true
+}
+
+func unreadable(w http.ResponseWriter, err error) {
+	http.Error(w, "400 bad request: the body could not be read: "+err.Error(), http.StatusBadRequest)
 }
 
 func tooLarge(w http.ResponseWriter, limit int64) {

@@ -869,8 +869,10 @@ func (s *Source) Call(ctx context.Context, call tool.Call) (*tool.Result, error)
 		args = json.RawMessage("{}")
 	}
 	if !own && !l.http {
+		// The caller's deadline bounds it, but mcp-go's stdio and SSE
+		// client leaves work running on ctx: it ends with the call.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
+		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 	}
 	if l.http {
