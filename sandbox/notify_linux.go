@@ -5,6 +5,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"unsafe"
@@ -41,9 +42,9 @@ type seccompNotifResp struct {
 
 // supervisor is capgate's side of one confined process's notifications.
 type supervisor struct {
-	sock    int      // capgate's end of the socketpair
-	child   *os.File // the trampoline's end, given as ExtraFiles[0]
-	wake    [2]int   // a pipe whose write end stop closes
+	conn    *net.UnixConn // capgate's end of the socketpair
+	child   *os.File      // the trampoline's end, given as ExtraFiles[0]
+	wake    [2]int        // a pipe whose write end stop closes
 	observe func(Key)
 	done    chan struct{}
 	once    sync.Once
@@ -55,13 +56,17 @@ func newSupervisor(observe func(Key)) (*supervisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: notification socketpair: %w", err)
 	}
-	// Raw descriptors, polled with the wake pipe, not a net.UnixConn: the
-	// trampoline is this package's init, and "net" would add its imports
-	// to the package inits that run before it.
-	s := &supervisor{sock: fds[0], child: os.NewFile(uintptr(fds[1]), "capgate-notify-child"),
+	parent := os.NewFile(uintptr(fds[0]), "capgate-notify")
+	c, err := net.FileConn(parent)
+	parent.Close() // FileConn holds its own copy
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("sandbox: notification socket: %w", err)
+	}
+	s := &supervisor{conn: c.(*net.UnixConn), child: os.NewFile(uintptr(fds[1]), "capgate-notify-child"),
 		observe: observe, done: make(chan struct{})}
 	if err := unix.Pipe2(s.wake[:], unix.O_CLOEXEC); err != nil {
-		unix.Close(s.sock)
+		s.conn.Close()
 		s.child.Close()
 		return nil, fmt.Errorf("sandbox: notification pipe: %w", err)
 	}
@@ -74,9 +79,9 @@ func newSupervisor(observe func(Key)) (*supervisor, error) {
 func (s *supervisor) stop() {
 	s.once.Do(func() {
 		s.child.Close()
-		unix.Close(s.wake[1]) // wakes the supervisor, waiting or polling
+		s.conn.Close() // wakes a wait for the listener
+		unix.Close(s.wake[1])
 		<-s.done
-		unix.Close(s.sock)
 		unix.Close(s.wake[0])
 	})
 }
@@ -105,26 +110,10 @@ func (s *supervisor) run() {
 	}
 }
 
-// receive reads the listener's fd that the trampoline sends, unless stop
-// comes first.
+// receive reads the listener's fd that the trampoline sends.
 func (s *supervisor) receive() (int, error) {
-	for {
-		fds := []unix.PollFd{{Fd: int32(s.sock), Events: unix.POLLIN}, {Fd: int32(s.wake[0]), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return -1, err
-		}
-		if fds[1].Revents != 0 {
-			return -1, errors.New("sandbox: stopped before the trampoline sent its listener")
-		}
-		if fds[0].Revents != 0 {
-			break
-		}
-	}
 	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(s.sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	_, oobn, _, _, err := s.conn.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return -1, err
 	}
