@@ -68,7 +68,8 @@ func Start(tb testing.TB, issuer string) *Server {
 	mux := http.NewServeMux()
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Start()
-	tb.Cleanup(hs.Close)
+	// A caller's open stream (capgate's GET) would hold Close for a minute.
+	tb.Cleanup(func() { hs.CloseClientConnections(); hs.Close() })
 	s.URL = hs.URL + "/mcp"
 	s.Metadata = hs.URL + "/.well-known/oauth-protected-resource/mcp"
 	mux.HandleFunc("/.well-known/oauth-protected-resource/mcp", func(w http.ResponseWriter, r *http.Request) {
