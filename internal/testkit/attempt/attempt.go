@@ -151,7 +151,7 @@ func attempt(kind, arg string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return "", syscall.Kill(pid, 0)
+		return "", signal0(pid)
 	}
 	return "", fmt.Errorf("unknown attempt %q", kind)
 }
