@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -127,9 +126,7 @@ func TestPollingResumedOnAnotherReplica(t *testing.T) {
 	// The holder hung (stopped: it accepts connections and answers
 	// nothing), then gone: b says so, naming it, and does not wait on it.
 	pause = call(2)
-	if err := a.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	a.Freeze(t) // stopped, not only sent SIGSTOP: until then a may answer
 	status, body = resume(b.URL, alice, sid, pause.id)
 	if status != http.StatusBadGateway || !strings.Contains(body, `held by replica "a", which did not answer within`) {
 		t.Errorf("a resume at b of a's stream with a stopped: %d %q, want 502 naming replica a", status, body)
