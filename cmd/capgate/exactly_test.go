@@ -108,6 +108,9 @@ func onceRuns(t *testing.T, log string) map[string]*onceRun {
 	return out
 }
 
+// onceCmd is in the command line of oncePack's commands (testkit.HostPIDRunning).
+const onceCmd = "bin/run"
+
 // oncePack writes the extension pack "once": slow sleeps 4 s and quick
 // 0.2 s between logging "PID start INPUT" and "PID done INPUT". No side
 // effects are declared: capgate does not count them as mutating.
@@ -255,7 +258,7 @@ wait = "2s"
 		var pid int
 		testkit.WaitFor(t, 10*time.Second, "the slow call's tool to start", func() bool {
 			if r := onceRuns(t, log)[`{"n":"slow-1"}`]; r != nil && len(r.pids) > 0 {
-				pid = testkit.HostPID(r.pids[0], reps[0].Cmd.Process.Pid, reps[1].Cmd.Process.Pid)
+				pid = testkit.HostPIDRunning(r.pids[0], onceCmd, reps[0].Cmd.Process.Pid, reps[1].Cmd.Process.Pid)
 			}
 			return pid != 0
 		})
@@ -492,7 +495,7 @@ func TestKeyNeverRunsTwicePastOldExpiry(t *testing.T) {
 	var pid int
 	testkit.WaitFor(t, 10*time.Second, "the slow call's tool to start", func() bool {
 		if r := onceRuns(t, log)[input]; r != nil && len(r.pids) > 0 {
-			pid = testkit.HostPID(r.pids[0], reps[0].Cmd.Process.Pid, reps[1].Cmd.Process.Pid)
+			pid = testkit.HostPIDRunning(r.pids[0], onceCmd, reps[0].Cmd.Process.Pid, reps[1].Cmd.Process.Pid)
 		}
 		return pid != 0
 	})

@@ -12,6 +12,14 @@ import (
 // /proc), among the descendants of ancestors; 0 when there is none. A
 // process in no namespace of its own is its own nspid.
 func HostPID(nspid int, ancestors ...int) int {
+	return HostPIDRunning(nspid, "", ancestors...)
+}
+
+// HostPIDRunning is HostPID among the processes whose command line holds
+// arg: each sandboxed process may be pid 2 of its own namespace, so where
+// several run under ancestors (a replica's MCP server beside a tool), the
+// namespace pid alone can name the wrong one.
+func HostPIDRunning(nspid int, arg string, ancestors ...int) int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
@@ -22,7 +30,10 @@ func HostPID(nspid int, ancestors ...int) int {
 		if err != nil {
 			continue
 		}
-		if ns := statusField(pid, "NSpid:"); len(ns) > 0 && ns[len(ns)-1] == want && descends(pid, ancestors) {
+		if ns := statusField(pid, "NSpid:"); len(ns) == 0 || ns[len(ns)-1] != want || !descends(pid, ancestors) {
+			continue
+		}
+		if cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(cmdline), arg) {
 			return pid
 		}
 	}
