@@ -3,7 +3,6 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -222,12 +221,11 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 	} else {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
 	}
-	js, err := json.Marshal(p.Plan)
-	if err != nil {
+	if err := p.compile(); err != nil {
 		cleanup()
-		return nil, nil, fmt.Errorf("sandbox: encoding the plan: %w", err)
+		return nil, nil, err
 	}
-	planFile, err := proc.MemFile("capgate-plan", js)
+	planFile, err := proc.MemFile("capgate-plan", p.Encode())
 	if err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("sandbox: handing over the plan: %w", err)

@@ -99,12 +99,13 @@ func TestDrainUnderLoad(t *testing.T) {
 // through the drain is closed by the replica once the drain ends, and
 // serve exits 0. Before the fix, the drain's start closed every idle
 // connection (SetKeepAlivesEnabled(false)), and the call got no answer.
-// No timing is asserted; the drain is long so that a loaded machine
-// cannot end it before the call is sent, and the test runs in parallel.
+// No timing is asserted; the drain (10 s) is long so that a loaded
+// machine cannot end it before the call is sent (the steps in it take
+// about 1 s idle), and the test runs in parallel.
 func TestDrainAnswersOnIdleConnections(t *testing.T) {
 	t.Parallel()
 	pack, log := oncePack(t)
-	srv := testkit.StartCapgate(t, testkit.Capgate{Config: pack, Server: "drain_delay = \"20s\"\n"})
+	srv := testkit.StartCapgate(t, testkit.Capgate{Config: pack, Server: "drain_delay = \"10s\"\n"})
 	tok := srv.Token(t, token.Claims{Sub: "dana", ChatType: "private"})
 	call := func(key string) *http.Request {
 		body := `{"jsonrpc":"2.0","id":1,"method":"capability.invoke","params":{"context_token":"` + tok +
@@ -170,7 +171,7 @@ func TestDrainAnswersOnIdleConnections(t *testing.T) {
 	if r := onceRuns(t, log)[`{"n":"during"}`]; r == nil || r.done != 1 {
 		t.Errorf("the call made during the drain ran %+v, want once", r)
 	}
-	// The other idle one is closed by serve when the drain ends (20 s).
+	// The other idle one is closed by serve when the drain ends (10 s).
 	if err := closedByServer(idle.Conn, idle.r, time.Minute); err != nil {
 		t.Errorf("the connection idle through the drain: %v", err)
 	}

@@ -12,16 +12,14 @@
 // Go, and the trampoline is its fork, which goes on to start Go as capgate
 // does. That took the namespace's added CPU per tool start from about 35
 // ms to almost nothing (BenchmarkLaunchPidNS, sandbox). Without cgo, this package's Go init
-// does the same: it needs a few standard packages only, so it runs after
-// about 80 of capgate's package inits instead of the ~180 that precede
-// the sandbox's own (whose imports include kernel.org/.../psx, which
-// sorts late).
+// does the same: it needs a few standard packages only (not even
+// strings), so it runs after about 25 of capgate's package inits.
 //
 // The namespace has a mount namespace of its own too, where init mounts a
-// /proc of the new PID namespace: with cgo, go-landlock's all-thread
-// syscalls (libpsx, before Landlock ABI 8) find the trampoline's threads
-// in /proc/<getpid()>/task, which the host's /proc names wrongly or not
-// at all. The tool then sees only its own processes.
+// /proc of the new PID namespace: the host's /proc names the tool's
+// processes by other PIDs, or not at all (go-landlock's all-thread
+// syscalls, which the trampoline no longer makes, failed on that). The
+// tool sees only its own processes.
 //
 // The trampoline is not init itself: the tool it execs would then be PID
 // 1, which ignores SIGTERM and SIGPIPE by default and must reap every

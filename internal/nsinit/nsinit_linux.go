@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -43,13 +42,24 @@ func init() {
 }
 
 func parse(v string) (alive int, notify bool, err error) {
-	a, n, ok := strings.Cut(v, ",")
+	// By hand, not strings.Cut (see hasPrefix): "ALIVE,0" or "ALIVE,1".
+	ok := len(v) >= 3 && v[len(v)-2] == ','
+	a, n := "", ""
+	if ok {
+		a, n = v[:len(v)-2], v[len(v)-1:]
+	}
 	alive, aerr := strconv.Atoi(a)
 	if !ok || aerr != nil || (n != "0" && n != "1") {
 		return 0, false, errors.New("the tool's init: malformed " + Env + " " + strconv.Quote(v))
 	}
 	return alive, n == "1", nil
 }
+
+// hasPrefix is strings.HasPrefix. This package (and the trampoline, which
+// imports it) does without package strings: Go initialises a package only
+// once every package it imports is, and strings's turn, in capgate's
+// import-path order, comes after ~120 others (see sandbox/trampoline).
+func hasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
 
 func fail(err error) {
 	os.Stderr.WriteString(FailPrefix + err.Error() + "\n")
@@ -87,7 +97,7 @@ func reap(alive int, notify bool) {
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, Env+"=") {
+		if !hasPrefix(kv, Env+"=") {
 			env = append(env, kv)
 		}
 	}

@@ -21,6 +21,11 @@ func TestValueParses(t *testing.T) {
 			t.Errorf("parse(Value(%d, %v)) = %d, %v, %v", c.alive, c.notify, alive, notify, err)
 		}
 	}
+	for _, v := range []string{"", "1", ",1", "3,", "3,2", "a,1", "3;1", "3,1,1", "3,10"} {
+		if _, _, err := parse(v); err == nil {
+			t.Errorf("parse(%q) took it", v)
+		}
+	}
 }
 
 // TestInitFailsClosed: this test binary re-executed with Env set is the

@@ -3,7 +3,7 @@
 package trampoline
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -11,15 +11,8 @@ import (
 	"path"
 	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
-
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/elastic/go-seccomp-bpf/arch"
-	"github.com/landlock-lsm/go-landlock/landlock"
-	"golang.org/x/net/bpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/capgate/capgate/internal/nsinit"
 )
@@ -41,37 +34,46 @@ const (
 
 // Plan is everything the trampoline applies, decided by the launcher.
 type Plan struct {
-	Path string   `json:"path"`
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-	Dir  string   `json:"dir"`
+	Path string
+	Argv []string
+	Env  []string
+	Dir  string
 
-	Landlock   bool     `json:"landlock"`
-	ReadDirs   []string `json:"read_dirs"`
-	ReadFiles  []string `json:"read_files"`
-	WriteDirs  []string `json:"write_dirs"`
-	WriteFiles []string `json:"write_files"`
-	NoTCP      bool     `json:"no_tcp"` // Landlock denies TCP bind and connect
+	Landlock bool
+	// What the ruleset handles and restrict_self's flags, as go-landlock's
+	// V7.BestEffort() has them on this kernel's ABI (the launcher decides).
+	HandledFS     uint64
+	HandledNet    uint64
+	Scoped        uint64
+	RestrictFlags uint32
+	ReadDirs      []string
+	ReadFiles     []string
+	WriteDirs     []string
+	WriteFiles    []string
+	NoTCP         bool // Landlock denies TCP bind and connect
 
-	NoSocket bool `json:"no_socket"` // seccomp refuses socket() but AF_UNIX
-	NoFork   bool `json:"no_fork"`   // seccomp refuses new processes
+	NoSocket bool // seccomp refuses socket() but AF_UNIX
+	NoFork   bool // seccomp refuses new processes
 	// NoUnix refuses socket() of every family a network namespace does
 	// not isolate (AF_UNIX, AF_VSOCK, ...): no_network with a namespace.
-	NoUnix bool `json:"no_unix"`
+	NoUnix bool
 	// Notify hands both to capgate (fd 4), which refuses and records them.
-	Notify bool `json:"notify"`
+	Notify bool
+	// Filter is the seccomp filter that does it, assembled by the launcher
+	// (Insn each instruction); empty, none.
+	Filter []uint64
 
 	// The baseline, for every tool: the user to switch to (after dropping
 	// every capability, the bounding set included), and capgate's pidfd
 	// (fd 3, -1: none), checked once the parent-death signal is set again.
-	SetUser bool `json:"set_user"`
-	UID     int  `json:"uid"`
-	GID     int  `json:"gid"`
-	Alive   int  `json:"alive"`
+	SetUser bool
+	UID     int
+	GID     int
+	Alive   int
 	// AuditTag is the comm the trampoline takes before it confines itself,
 	// with Landlock's logging of the tool's denials on: capgate finds the
 	// launch's denials by it in the audit records ("": no logging).
-	AuditTag string `json:"audit_tag,omitempty"`
+	AuditTag string
 }
 
 // Main turns this process into the launcher's trampoline when capgate
@@ -95,19 +97,20 @@ func Main() {
 	if err != nil {
 		fail(fmt.Errorf("reading the plan: %w", err))
 	}
-	var p Plan
-	if err := json.Unmarshal(js, &p); err != nil {
+	p, err := DecodePlan(js)
+	if err != nil {
 		fail(fmt.Errorf("reading the plan: %w", err))
 	}
 	fail(p.apply())
 }
 
 // init runs the trampoline as soon as this package is initialised, which
-// is early: its imports are few (no capgate package but nsinit), so Go,
-// which initialises packages in import-path order as their imports are
-// ready, runs it after about 100 of capgate's package inits, not the ~160
-// before sandbox's (regexp, tool, harden, yaml...). Every confined tool's
-// start pays for those.
+// is early: Go initialises packages in import-path order as their imports
+// are ready, and this package imports only the standard library's early
+// packages and nsinit, no capgate package, and not golang.org/x/sys/unix,
+// go-landlock or go-seccomp-bpf, whose inits (x/sys/unix's sorts after
+// every github.com/ and go.* package) would hold it back behind ~95 of
+// capgate's package inits. Every confined tool's start pays for those.
 func init() { Main() }
 
 func fail(err error) {
@@ -115,10 +118,11 @@ func fail(err error) {
 	os.Exit(nsinit.StartFailure)
 }
 
-// apply confines this process as planned and execs the tool. seccomp
-// filters, capabilities and no_new_privs bind the calling thread, so the
-// thread is locked and execs itself; Landlock and the user switch bind
-// every thread. The order matters: the bounding set can only be dropped
+// apply confines this process as planned and execs the tool. Landlock,
+// the seccomp filter, capabilities and no_new_privs bind the calling
+// thread, so the thread is locked and execs itself (see restrict for why
+// that thread is enough); the user switch binds every thread. The order
+// matters: the bounding set can only be dropped
 // while capgate's capabilities remain, and Landlock's rules are opened
 // before the switch to run_as can hide their paths.
 func (p Plan) apply() error {
@@ -127,39 +131,18 @@ func (p Plan) apply() error {
 		return fmt.Errorf("capabilities: %w", err)
 	}
 	if p.Landlock {
-		cfg := landlock.V7.BestEffort()
-		if !p.NoTCP {
-			cfg.HandledAccessNet = 0
-		}
-		// The paths were listed before exec (carving around deny paths
-		// lists whole directories); one removed since grants nothing, so
-		// it is skipped, not fatal.
-		rules := []landlock.Rule{}
-		if len(p.ReadDirs) > 0 {
-			rules = append(rules, landlock.RODirs(p.ReadDirs...).IgnoreIfMissing())
-		}
-		if len(p.ReadFiles) > 0 {
-			rules = append(rules, landlock.ROFiles(p.ReadFiles...).IgnoreIfMissing())
-		}
-		if len(p.WriteDirs) > 0 {
-			rules = append(rules, landlock.RWDirs(p.WriteDirs...).IgnoreIfMissing())
-		}
-		if len(p.WriteFiles) > 0 {
-			rules = append(rules, landlock.RWFiles(p.WriteFiles...).IgnoreIfMissing())
-		}
 		if p.AuditTag != "" {
 			// Landlock records the comm of the domain's maker: the tag
 			// ties the tool's denials to this launch (audit_linux.go).
-			if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append([]byte(p.AuditTag), 0)[0])), 0, 0, 0); err != nil {
+			if err := prctl(prSetName, uintptr(unsafe.Pointer(&append([]byte(p.AuditTag), 0)[0]))); err != nil {
 				return fmt.Errorf("audit tag: %w", err)
 			}
-			cfg = cfg.EnableLoggingForSubprocesses()
 		}
-		if err := cfg.Restrict(rules...); err != nil {
+		if err := p.restrict(); err != nil {
 			return fmt.Errorf("landlock: %w", err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+	if err := prctl(prSetNoNewPrivs, 1); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	// The working directory is entered before the switch to run_as: a pack
@@ -186,8 +169,11 @@ func (p Plan) apply() error {
 	if err := closeStray(); err != nil {
 		return fmt.Errorf("descriptors: %w", err)
 	}
-	if p.NoSocket || p.NoUnix || p.NoFork {
-		if err := loadSeccomp(p.NoSocket, p.NoUnix, p.NoFork, p.Notify); err != nil {
+	if (p.NoSocket || p.NoUnix || p.NoFork) && len(p.Filter) == 0 {
+		return errors.New("seccomp: the plan refuses syscalls but holds no filter") // a launcher bug: fail closed
+	}
+	if len(p.Filter) > 0 {
+		if err := p.loadFilter(); err != nil {
 			return fmt.Errorf("seccomp: %w", err)
 		}
 	}
@@ -201,8 +187,8 @@ func (p Plan) apply() error {
 // `exec 7<file`) is not, and a tool reading through it would read what
 // Landlock and file modes keep from it: both check at open, not at read.
 func closeStray() error {
-	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
-	if err == nil {
+	_, _, err := syscall.RawSyscall(sysCloseRange, 3, math.MaxUint32, closeRangeCloexec)
+	if err == 0 {
 		return nil
 	}
 	// Before Linux 5.11, one by one from /proc; without it, no tool starts.
@@ -220,8 +206,8 @@ func cloexecListed() error {
 	}
 	for _, e := range fds {
 		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
-			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
-				return fmt.Errorf("descriptor %d: %w", fd, err)
+			if _, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETFD, syscall.FD_CLOEXEC); e != 0 && e != syscall.EBADF {
+				return fmt.Errorf("descriptor %d: %w", fd, e)
 			}
 		}
 	}
@@ -237,7 +223,10 @@ func (p Plan) execPath(wd string) string {
 		return p.Path
 	}
 	// filepath.Rel, for a path under wd (path/filepath would init late).
-	rel := strings.TrimPrefix(strings.TrimPrefix(path.Clean(p.Path), wd), "/")
+	rel := path.Clean(p.Path)[len(wd):]
+	if len(rel) > 0 && rel[0] == '/' {
+		rel = rel[1:]
+	}
 	if rel == "" {
 		rel = "."
 	}
@@ -246,7 +235,7 @@ func (p Plan) execPath(wd string) string {
 
 // under reports whether p is d or inside it (sandbox's under).
 func under(p, d string) bool {
-	return p == d || d == "/" || strings.HasPrefix(p, d+"/")
+	return p == d || d == "/" || len(p) > len(d) && p[:len(d)] == d && p[len(d)] == '/'
 }
 
 // as names the user a path was refused to, when the tool is not
@@ -258,106 +247,30 @@ func (p Plan) as() string {
 	return fmt.Sprintf(" as run_as %d:%d", p.UID, p.GID)
 }
 
-const errnoRet = uint32(seccomp.ActionErrno)
-
-// loadSeccomp refuses sockets of every family (no_network's fallback),
-// or with a network namespace those of every family it does not isolate
-// (noUnix: all but AF_INET, AF_INET6 and AF_NETLINK, so AF_UNIX and
-// AF_VSOCK reach nothing outside), and new processes (no_subprocess):
-// fork, vfork and clone
-// without CLONE_THREAD get EPERM; clone3, whose flags sit in memory a filter
-// cannot read, gets ENOSYS so libc falls back to clone. io_uring, which can
-// open sockets and bypass the filter, is refused too. A syscall of another
-// ABI (i386 int 0x80, x32) is refused by a second filter, since the first
-// lets a foreign architecture through.
-//
-// With notify, socket() and the new processes go to capgate instead
-// (seccomp user notification, see notify_linux.go), which answers EPERM
-// and records each.
-func loadSeccomp(noSocket, noUnix, noFork, notify bool) error {
-	eperm := seccomp.Action(errnoRet | uint32(unix.EPERM))
-	enosys := seccomp.Action(errnoRet | uint32(unix.ENOSYS))
-	sockets, forks := seccomp.Action(errnoRet|uint32(unix.EAFNOSUPPORT)), eperm
-	if notify {
-		sockets, forks = seccomp.ActionUserNotify, seccomp.ActionUserNotify
-	}
-	var groups []seccomp.SyscallGroup
-	switch {
-	case noSocket:
-		groups = append(groups, seccomp.SyscallGroup{Action: sockets, Names: []string{"socket"}})
-	case noUnix:
-		groups = append(groups, seccomp.SyscallGroup{
-			Action: sockets,
-			NamesWithCondtions: []seccomp.NameWithConditions{{Name: "socket", Conditions: seccomp.ArgumentConditions{
-				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET},
-				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET6},
-				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_NETLINK}}}},
-		})
-	}
-	if noFork {
-		groups = append(groups,
-			seccomp.SyscallGroup{Action: forks, Names: []string{"fork", "vfork"},
-				NamesWithCondtions: []seccomp.NameWithConditions{{Name: "clone", Conditions: seccomp.ArgumentConditions{
-					{Argument: 0, Operation: seccomp.BitsNotSet, Value: unix.CLONE_THREAD}}}}},
-			seccomp.SyscallGroup{Action: enosys, Names: []string{"clone3"}})
-	}
-	groups = append(groups, seccomp.SyscallGroup{Action: eperm, Names: []string{"io_uring_setup"}})
-	policy := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
-	if err := loadPolicy(policy, notify); err != nil {
-		return err
-	}
-	return loadArchGuard()
+// Insn packs one instruction of a classic BPF program for the plan: the
+// kernel's struct sock_filter, code | jt<<16 | jf<<24 | k<<32.
+func Insn(code uint16, jt, jf uint8, k uint32) uint64 {
+	return uint64(code) | uint64(jt)<<16 | uint64(jf)<<24 | uint64(k)<<32
 }
 
-// loadPolicy loads policy's filter: with notify, through a listener handed
-// to capgate (sendListener), else as it is.
-func loadPolicy(policy seccomp.Policy, notify bool) error {
-	if !notify {
-		return seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Policy: policy})
+// loadFilter loads the plan's seccomp filter on this thread (no TSYNC:
+// see restrict for why this thread is enough), under the no_new_privs set
+// before: with Notify, through a listener handed to capgate
+// (sendListener), else as it is.
+func (p Plan) loadFilter() error {
+	if len(p.Filter) > math.MaxUint16 {
+		return fmt.Errorf("a filter of %d instructions", len(p.Filter))
 	}
-	insts, err := policy.Assemble()
-	if err != nil {
-		return err
+	filter := make([]syscall.SockFilter, len(p.Filter))
+	for i, in := range p.Filter {
+		filter[i] = syscall.SockFilter{Code: uint16(in), Jt: uint8(in >> 16), Jf: uint8(in >> 24), K: uint32(in >> 32)}
 	}
-	prog, err := sockFprog(insts)
-	if err != nil {
-		return err
+	prog := &syscall.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if p.Notify {
+		return sendListener(prog)
 	}
-	return sendListener(prog)
-}
-
-// loadArchGuard refuses every syscall made through an ABI other than this
-// binary's own, with ENOSYS.
-func loadArchGuard() error {
-	info, err := arch.GetInfo("")
-	if err != nil {
-		return err
-	}
-	insts := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: errnoRet | uint32(unix.ENOSYS)},
-		bpf.RetConstant{Val: uint32(seccomp.ActionAllow)},
-	}
-	prog, err := sockFprog(insts)
-	if err != nil {
-		return err
-	}
-	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(prog))); e != 0 {
-		return fmt.Errorf("arch guard: %w", e)
+	if _, _, e := syscall.Syscall(sysSeccomp, seccompSetModeFilter, 0, uintptr(unsafe.Pointer(prog))); e != 0 {
+		return fmt.Errorf("loading the filter: %w", e)
 	}
 	return nil
-}
-
-// sockFprog assembles a BPF program for seccomp(2).
-func sockFprog(insts []bpf.Instruction) (*unix.SockFprog, error) {
-	raw, err := bpf.Assemble(insts)
-	if err != nil {
-		return nil, err
-	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
-	}
-	return &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}, nil
 }

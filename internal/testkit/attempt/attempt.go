@@ -22,7 +22,7 @@ const readWait = 15 * time.Second
 
 // Try makes one attempt, "kind=arg" (write=PATH, writetmp=, read=PATH,
 // fd=N, tcp=ADDR, udp=ADDR, unix=PATH or @ABSTRACT, vsock=, sockets=N, spawn=PROGRAM,
-// env=NAME, parentenv, caps, id), and says "ok <detail>" or "denied <error>". caps
+// env=NAME, parentenv, caps, id, status, signal=PID), and says "ok <detail>" or "denied <error>". caps
 // is ok only when the process holds a capability in any set, the
 // bounding set included.
 func Try(a string) string {
@@ -130,6 +130,28 @@ func attempt(kind, arg string) (string, error) {
 		return v, nil
 	case "id":
 		return fmt.Sprintf("uid=%d", os.Getuid()), nil
+	case "status": // what the kernel says confines this process
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return "", err
+		}
+		var fields []string
+		for _, line := range strings.Split(string(b), "\n") {
+			name, v, ok := strings.Cut(line, ":")
+			switch name {
+			case "Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "Seccomp_filters", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb":
+				if ok {
+					fields = append(fields, name+"="+strings.Join(strings.Fields(v), ","))
+				}
+			}
+		}
+		return strings.Join(fields, " "), nil
+	case "signal": // signal 0 (no signal, the permission check alone) to process PID
+		pid, err := strconv.Atoi(arg)
+		if err != nil {
+			return "", err
+		}
+		return "", signal0(pid)
 	}
 	return "", fmt.Errorf("unknown attempt %q", kind)
 }
