@@ -281,11 +281,11 @@ wait = "2s"
 			t.Errorf("the first attempt was answered ok although its replica was killed: %+v", a)
 		}
 		// Retries, through the balancer, four times a second, for longer
-		// than the tool would have run and many leases: each answers
-		// within seconds.
+		// than the tool would have run (4 s from its start, before the
+		// kill) and many leases (1 s): each answers within seconds.
 		var worst time.Duration
 		answers := map[string]int{}
-		until := time.Now().Add(8 * time.Second)
+		until := time.Now().Add(5 * time.Second)
 		last := keyAnswer{}
 		pace := time.NewTicker(250 * time.Millisecond)
 		defer pace.Stop()
@@ -308,14 +308,14 @@ wait = "2s"
 				t.Fatalf("a retry of the killed call's key: %+v", last)
 			}
 		}
-		t.Logf("retries over 8 s: %v; slowest answer %v", answers, worst.Round(time.Millisecond))
+		t.Logf("retries over 5 s: %v; slowest answer %v", answers, worst.Round(time.Millisecond))
 		if after := <-goneAfter; after < 0 {
 			t.Errorf("the tool's process %d outlived its killed replica r%d by 10 s", pid, victim+1)
 		} else {
 			t.Logf("tool process %d gone %v after its replica r%d was killed", pid, after.Round(time.Millisecond), victim+1)
 		}
 		if last.Reason != "idempotency_outcome_unknown" {
-			t.Errorf("8 s after the kill (1 s lease), a retry says %+v, want outcome unknown", last)
+			t.Errorf("5 s after the kill (1 s lease), a retry says %+v, want outcome unknown", last)
 		}
 		r := onceRuns(t, log)[`{"n":"slow-1"}`]
 		if len(r.pids) != 1 {
