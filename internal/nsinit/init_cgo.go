@@ -128,7 +128,7 @@ static int capgate_nsinit_readable(int fd) {
 	return poll(&pfd, 1, 0) > 0;
 }
 
-__attribute__((constructor)) static void capgate_nsinit(int argc, char **argv, char **envp) {
+__attribute__((constructor(200))) static void capgate_nsinit(int argc, char **argv, char **envp) {
 	(void)argc;
 	(void)argv;
 	char **slot = NULL;
