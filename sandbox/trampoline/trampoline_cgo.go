@@ -117,7 +117,7 @@ struct capgate_tr_plan {
 	uint32_t restrict_flags;
 	size_t nfilter;
 	struct sock_filter *filter;
-	long uid, gid, alive;
+	int64_t uid, gid, alive;
 };
 
 struct capgate_tr_dec {
@@ -197,14 +197,14 @@ static int capgate_tr_flag(struct capgate_tr_dec *d) {
 	return v == 1;
 }
 
-static long capgate_tr_num(struct capgate_tr_dec *d) {
+// capgate_tr_num reads a varint, the Go side's int (64 bits wide where
+// capgate builds).
+static int64_t capgate_tr_num(struct capgate_tr_dec *d) {
 	uint64_t u = capgate_tr_uv(d);
 	int64_t v = (int64_t)(u >> 1);
 	if (u & 1)
 		v = ~v;
-	if (!d->err && (v > INT_MAX || v < INT_MIN)) // the Go side's int, which Linux ids and fds fit
-		d->err = "a number too large";
-	return (long)v;
+	return v;
 }
 
 static void capgate_tr_decode(struct capgate_tr_dec *d, struct capgate_tr_plan *p) {
@@ -247,6 +247,10 @@ static void capgate_tr_decode(struct capgate_tr_dec *d, struct capgate_tr_plan *
 	p->uid = capgate_tr_num(d);
 	p->gid = capgate_tr_num(d);
 	p->alive = capgate_tr_num(d);
+	if (!d->err && (p->alive < -1 || p->alive > INT_MAX))
+		d->err = "a descriptor out of range";
+	if (!d->err && p->set_user && (p->uid < 0 || p->uid > UINT32_MAX - 1 || p->gid < 0 || p->gid > UINT32_MAX - 1))
+		d->err = "an id out of range";
 	p->audit_tag = capgate_tr_str(d);
 	if (!d->err && d->n > 0)
 		d->err = "bytes past its end";
@@ -314,7 +318,7 @@ static void capgate_tr_landlock(const struct capgate_tr_plan *p) {
 static const char *capgate_tr_as(const struct capgate_tr_plan *p, char *buf, size_t size) {
 	if (!p->set_user)
 		return "";
-	snprintf(buf, size, " as run_as %ld:%ld", p->uid, p->gid);
+	snprintf(buf, size, " as run_as %lld:%lld", (long long)p->uid, (long long)p->gid);
 	return buf;
 }
 
@@ -381,8 +385,11 @@ static int capgate_tr_under(const char *p, const char *d) {
 // (the launcher's filepath.Clean'd program), which execPath also checks:
 // a path that is not is run as it is.
 static char *capgate_tr_exec_path(const char *path, const char *wd) {
-	if (wd[0] == 0 || path[0] != '/' || strstr(path, "//") || strstr(path, "/./") || strstr(path, "/../") ||
-		(strlen(path) > 1 && path[strlen(path) - 1] == '/') || !capgate_tr_under(path, wd))
+	size_t n = strlen(path);
+	int unclean = strstr(path, "//") || strstr(path, "/./") || strstr(path, "/../") ||
+		(n > 1 && path[n - 1] == '/') || (n >= 2 && strcmp(path + n - 2, "/.") == 0) ||
+		(n >= 3 && strcmp(path + n - 3, "/..") == 0);
+	if (wd[0] == 0 || path[0] != '/' || unclean || !capgate_tr_under(path, wd))
 		return (char *)path;
 	const char *rel = path + strlen(wd);
 	if (*rel == '/')
@@ -453,11 +460,11 @@ __attribute__((constructor(201))) static void capgate_trampoline(int argc, char 
 		wd[0] = 0;
 	if (p.set_user) {
 		if (setgroups(0, NULL) != 0)
-			capgate_tr_fail(errno, "run_as %ld:%ld: setgroups: ", p.uid, p.gid);
+			capgate_tr_fail(errno, "run_as %lld:%lld: setgroups: ", (long long)p.uid, (long long)p.gid);
 		if (setresgid((gid_t)p.gid, (gid_t)p.gid, (gid_t)p.gid) != 0)
-			capgate_tr_fail(errno, "run_as %ld:%ld: setgid: ", p.uid, p.gid);
+			capgate_tr_fail(errno, "run_as %lld:%lld: setgid: ", (long long)p.uid, (long long)p.gid);
 		if (setresuid((uid_t)p.uid, (uid_t)p.uid, (uid_t)p.uid) != 0)
-			capgate_tr_fail(errno, "run_as %ld:%ld: setuid: ", p.uid, p.gid);
+			capgate_tr_fail(errno, "run_as %lld:%lld: setuid: ", (long long)p.uid, (long long)p.gid);
 	}
 	if (prctl(CAPGATE_PR_CAP_AMBIENT, CAPGATE_PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
 		capgate_tr_fail(errno, "capabilities: clearing the ambient set: ");
