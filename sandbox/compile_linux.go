@@ -27,7 +27,7 @@ func (p *plan) compile() error {
 		p.HandledFS, p.HandledNet, p.Scoped, p.RestrictFlags = rulesetFor(landlockABI(), p.NoTCP, p.AuditTag != "")
 	}
 	if p.NoSocket || p.NoUnix || p.NoFork {
-		f, err := seccompFilter(p.NoSocket, p.NoUnix, p.NoFork, p.Notify)
+		f, err := cachedFilter(filterKey{p.NoSocket, p.NoUnix, p.NoFork, p.Notify})
 		if err != nil {
 			return fmt.Errorf("sandbox: seccomp filter: %w", err)
 		}
@@ -71,6 +71,29 @@ func rulesetFor(abi int, noTCP, logExec bool) (fs, net, scoped uint64, flags uin
 		flags = llsys.FlagRestrictSelfLogNewExecOn
 	}
 	return fs, net, scoped, flags
+}
+
+// filterKey is what a filter depends on: seccompFilter's arguments.
+type filterKey struct{ noSocket, noUnix, noFork, notify bool }
+
+var (
+	filtersMu sync.Mutex
+	filters   = map[filterKey][]uint64{}
+)
+
+// cachedFilter is seccompFilter, assembled once per kind (~0.1 ms each):
+// an extension command starts on every call. The plans share it, read only.
+func cachedFilter(k filterKey) ([]uint64, error) {
+	filtersMu.Lock()
+	defer filtersMu.Unlock()
+	if f, ok := filters[k]; ok {
+		return f, nil
+	}
+	f, err := seccompFilter(k.noSocket, k.noUnix, k.noFork, k.notify)
+	if err == nil {
+		filters[k] = f
+	}
+	return f, err
 }
 
 const errnoRet = uint32(seccomp.ActionErrno)

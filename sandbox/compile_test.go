@@ -156,3 +156,12 @@ func TestMergedFilterAnswersAsThePair(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSeccompFilter is what assembling a launch's filter costs capgate.
+func BenchmarkSeccompFilter(b *testing.B) {
+	for b.Loop() {
+		if _, err := seccompFilter(true, false, true, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,16 +22,38 @@ import (
 // without a PID namespace, as capgate's user and as run_as, started by a
 // root and by an unprivileged capgate. Its one seccomp filter is the two
 // the trampoline loaded before (Seccomp_filters: 1).
+//
+// It runs through both trampolines: the C constructor of a cgo build (this
+// test binary, as capgate) and the Go one of a build without cgo.
 func TestExecedToolIsConfined(t *testing.T) {
+	t.Run("C", func(t *testing.T) { execedToolIsConfined(t, false) })
+	t.Run("Go", func(t *testing.T) { execedToolIsConfined(t, true) })
+}
+
+func execedToolIsConfined(t *testing.T, goTrampoline bool) {
 	f := Probe()
 	g := all()
 	needs(t, f, g)
 	var w world
 	tramp := ""
-	if f.Privileged && f.UserNS {
+	public := f.Privileged && f.UserNS
+	if public {
 		w, tramp = nobodyWorld(t, f) // the tool and outside.txt readable by nobody
 	} else {
 		w = newWorld(t)
+	}
+	launcher := tramp // this test binary, where nobody reaches it
+	if goTrampoline {
+		dir := t.TempDir()
+		if public {
+			dir = filepath.Dir(tramp) // where nobody reaches it
+		}
+		tramp = filepath.Join(dir, "gotrampoline")
+		cmd := exec.Command("go", "build", "-o", tramp, "github.com/capgate/capgate/internal/testkit/gotrampoline")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build without cgo: %v\n%s", err, out)
+		}
 	}
 	capgate := strconv.Itoa(os.Getpid())
 	attempts := []string{"status", "read=" + w.outside, "signal=" + capgate}
@@ -85,7 +108,7 @@ func TestExecedToolIsConfined(t *testing.T) {
 		uid  int
 	}{{"pidns", f, nil, os.Getuid()}, {"nopidns", noNS, nil, os.Getuid()}, {"run_as", f, nobody, 65534}} {
 		t.Run(c.name, func(t *testing.T) {
-			if c.cred != nil && tramp == "" {
+			if c.cred != nil && !public {
 				t.Skip("needs root and user namespaces to run a tool as nobody")
 			}
 			cmd, cleanup, err := command(Spec{Path: w.tool, Args: attempts, Dir: w.work, Guarantees: g,
@@ -102,14 +125,18 @@ func TestExecedToolIsConfined(t *testing.T) {
 		})
 	}
 	t.Run("unprivileged capgate", func(t *testing.T) {
-		if tramp == "" {
+		if !public {
 			t.Skip("needs root and user namespaces to run capgate as nobody")
 		}
-		js, err := json.Marshal(Spec{Path: w.tool, Args: attempts, Dir: w.work, Guarantees: g})
+		spec := Spec{Path: w.tool, Args: attempts, Dir: w.work, Guarantees: g}
+		if goTrampoline {
+			spec.Trampoline = tramp
+		}
+		js, err := json.Marshal(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(tramp)
+		cmd := exec.Command(launcher)
 		cmd.Env = []string{launchAsEnv + "=" + string(js)}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: nobody}
 		out, err := cmd.Output()

@@ -125,7 +125,7 @@ func command(spec Spec, f Features) (*exec.Cmd, func(), error) {
 		}
 	}
 
-	p := plan{trampoline.Plan{Path: spec.Path, Argv: append([]string{spec.Path}, spec.Args...), Dir: spec.Dir,
+	p := plan{trampoline.Plan{Path: filepath.Clean(spec.Path), Argv: append([]string{spec.Path}, spec.Args...), Dir: spec.Dir,
 		Env: buildEnv(spec, tmp)}}
 	if f.LandlockABI >= 1 {
 		if err := p.filesystem(spec, tmp); err != nil {

@@ -14,6 +14,7 @@ import (
 )
 
 func TestIdempotency(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -61,6 +62,7 @@ func TestIdempotency(t *testing.T) {
 }
 
 func TestIdempotencyRace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), nil)
 	const writers = 20
@@ -93,6 +95,7 @@ func TestIdempotencyRace(t *testing.T) {
 var approvalIDRe = regexp.MustCompile(`^apr_[0-9a-f]{32}$`)
 
 func TestApprovalLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -166,6 +169,7 @@ func TestApprovalLifecycle(t *testing.T) {
 }
 
 func TestApprovalExpiry(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -198,6 +202,7 @@ func TestApprovalExpiry(t *testing.T) {
 }
 
 func TestApprovalsList(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -234,6 +239,7 @@ func TestApprovalsList(t *testing.T) {
 }
 
 func TestApprovalConcurrency(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), nil)
 	const n = 20
@@ -282,6 +288,7 @@ func TestApprovalConcurrency(t *testing.T) {
 // TestTwoStores opens one data directory twice, as the server and the
 // capgate approve command do, and works both at once.
 func TestTwoStores(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	server := mustOpen(t, dir, nil)
@@ -342,6 +349,7 @@ func TestTwoStores(t *testing.T) {
 // TestApproveFromAnotherProcess runs the approve side in a child process
 // (this test binary again) while this one holds the store open and writes.
 func TestApproveFromAnotherProcess(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a process")
 	}
@@ -390,6 +398,7 @@ func TestApproveFromAnotherProcess(t *testing.T) {
 
 // TestHelperApprove is the child of TestApproveFromAnotherProcess.
 func TestHelperApprove(t *testing.T) {
+	t.Parallel()
 	dir, id := os.Getenv("STORE_HELPER_DIR"), os.Getenv("STORE_HELPER_ID")
 	if dir == "" {
 		t.Skip("helper process only")
@@ -498,6 +507,7 @@ func BenchmarkCredential(b *testing.B) {
 // MaxApprovalInput, its size whole); ApprovalFor finds the approved one
 // without using it.
 func TestApprovalInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), newClock())
 	a, err := s.RequestApproval(ctx, "alice", "tool", "h", []byte(`{"cmd":"ls"}`), time.Hour)
@@ -539,6 +549,7 @@ func TestApprovalInput(t *testing.T) {
 // of the call finds the denial (not a new request) while it lives, and of
 // an approve and a deny racing exactly one wins.
 func TestApprovalDeny(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)

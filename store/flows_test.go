@@ -13,6 +13,7 @@ import (
 var flowIDRe = regexp.MustCompile(`^caf_[0-9a-f]{32}$`)
 
 func TestFlowIDs(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), nil)
 	const n = 1000
@@ -47,6 +48,7 @@ func TestFlowIDs(t *testing.T) {
 }
 
 func TestFlowTakenOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -78,6 +80,7 @@ func TestFlowTakenOnce(t *testing.T) {
 }
 
 func TestFlowOtherSub(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), nil)
 	f, err := s.BeginFlow(ctx, "alice", "cap", "", []byte("s"))
@@ -95,6 +98,7 @@ func TestFlowOtherSub(t *testing.T) {
 }
 
 func TestFlowExpiry(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -117,6 +121,7 @@ func TestFlowExpiry(t *testing.T) {
 }
 
 func TestFlowConcurrentTakers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), nil)
 	for round := range 5 {
@@ -157,6 +162,7 @@ func TestFlowConcurrentTakers(t *testing.T) {
 // id alone, getting the subject that began it; taken once, within
 // FlowTTL.
 func TestFlowByID(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -194,6 +200,7 @@ func TestFlowByID(t *testing.T) {
 // TestFlowStateSealed: a flow's state is not in the operations database
 // in the clear, and a row edited to name another subject does not open.
 func TestFlowStateSealed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), nil)
 	secret := []byte(`{"verifier":"pkce-verifier-that-must-not-be-readable-0123456789"}`)

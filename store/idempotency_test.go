@@ -14,6 +14,7 @@ import (
 // whose holder stops renewing it reads as dead and is never taken over
 // until its record expires, only retaken on purpose.
 func TestClaimIdempotency(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -107,6 +108,7 @@ func TestClaimIdempotency(t *testing.T) {
 // TestClaimIdempotencyRace: of concurrent claims (in two Stores on one
 // file, as two processes would), exactly one wins.
 func TestClaimIdempotencyRace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	c := newClock()

@@ -9,6 +9,7 @@ import (
 )
 
 func TestRateBuckets(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)
@@ -72,6 +73,7 @@ func TestRateBuckets(t *testing.T) {
 // TestRateBucketsConcurrent: takes from two stores (replicas) at once
 // never spend a token twice.
 func TestRateBucketsConcurrent(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	c := newClock()

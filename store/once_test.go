@@ -13,6 +13,7 @@ import (
 // (two processes, two replicas) comes first, until it expires; Prune then
 // drops it.
 func TestClaimOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	dir := t.TempDir()
@@ -104,6 +105,7 @@ func BenchmarkClaimOnce(b *testing.B) {
 // Claimed sees a live claim from any store on the data directory, and
 // neither an unknown key nor an expired claim.
 func TestClaimed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	dir := t.TempDir()

@@ -18,6 +18,7 @@ func pgOnly(t *testing.T) {
 // TestPGConcurrentOpens: replicas starting together against a fresh
 // database all open it, and the schema is applied once.
 func TestPGConcurrentOpens(t *testing.T) {
+	t.Parallel()
 	pgOnly(t)
 	dir := t.TempDir()
 	d := pgFor(t, dir)
@@ -58,6 +59,7 @@ func TestPGConcurrentOpens(t *testing.T) {
 // TestPGKeyFromEnvOnly: with a URL the vault key must be shared, so the
 // store.key fallback is refused.
 func TestPGKeyFromEnvOnly(t *testing.T) {
+	t.Parallel()
 	pgOnly(t)
 	d := pgFor(t, t.TempDir())
 	_, err := Open(context.Background(), t.TempDir(), Options{URL: d.url, LookupEnv: noEnv})
@@ -79,6 +81,7 @@ func TestPGKeyFromEnvOnly(t *testing.T) {
 
 // TestPGPasswordNotShown: no error shows the URL's password.
 func TestPGPasswordNotShown(t *testing.T) {
+	t.Parallel()
 	pgOnly(t)
 	d := pgFor(t, t.TempDir())
 	port := d.url[strings.LastIndex(d.url, ":")+1 : strings.LastIndex(d.url, "/")]
@@ -106,6 +109,7 @@ func TestPGPasswordNotShown(t *testing.T) {
 }
 
 func TestNumbered(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		`SELECT 1`:                             `SELECT 1`,
 		`a = ? AND b = ?`:                      `a = $1 AND b = $2`,

@@ -93,6 +93,7 @@ func migrationRows(t *testing.T, db *sql.DB, table string) []migrationRow {
 }
 
 func TestMigrationsApplyOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c := newClock()
 	s := mustOpen(t, dir, c)
@@ -139,6 +140,7 @@ func equalRows(a, b []migrationRow) bool {
 // TestMigrateAddsPending runs migrate on a plain database with growing
 // lists, as successive capgate versions would.
 func TestMigrateAddsPending(t *testing.T) {
+	t.Parallel()
 	sqliteOnly(t) // the same migrate runs on PostgreSQL in TestMigrationsApplyOnce
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "m.db")
@@ -193,6 +195,7 @@ func TestMigrateAddsPending(t *testing.T) {
 }
 
 func TestFutureSchemaRefused(t *testing.T) {
+	t.Parallel()
 	for _, file := range []string{OpsFile, VaultFile} {
 		t.Run(file, func(t *testing.T) {
 			dir := t.TempDir()
@@ -226,6 +229,7 @@ func TestFutureSchemaRefused(t *testing.T) {
 }
 
 func TestKeyFileCreated(t *testing.T) {
+	t.Parallel()
 	sqliteOnly(t)
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data", "capgate")
@@ -267,6 +271,7 @@ func TestKeyFileCreated(t *testing.T) {
 }
 
 func TestKeyFileModeRefused(t *testing.T) {
+	t.Parallel()
 	sqliteOnly(t)
 	if runtime.GOOS == "windows" {
 		t.Skip("no Unix modes")
@@ -290,6 +295,7 @@ func TestKeyFileModeRefused(t *testing.T) {
 }
 
 func TestKeyFileMalformed(t *testing.T) {
+	t.Parallel()
 	sqliteOnly(t)
 	dir := t.TempDir()
 	keyPath := filepath.Join(dir, KeyFile)
@@ -304,6 +310,7 @@ func TestKeyFileMalformed(t *testing.T) {
 }
 
 func TestKeyEnv(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	key := randomKey(t)
 	forms := map[string]string{
@@ -372,6 +379,7 @@ func TestKeyEnv(t *testing.T) {
 }
 
 func TestOptionsKeyLength(t *testing.T) {
+	t.Parallel()
 	_, err := testOpen(t, t.TempDir(), Options{Key: make([]byte, 16)})
 	if err == nil || !strings.Contains(err.Error(), "want 32") {
 		t.Errorf("16-byte key: %v", err)
@@ -379,6 +387,7 @@ func TestOptionsKeyLength(t *testing.T) {
 }
 
 func TestWrongKeyRefused(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	keyA, keyB := randomKey(t), randomKey(t)
@@ -411,6 +420,7 @@ func TestWrongKeyRefused(t *testing.T) {
 }
 
 func TestWithoutVault(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	s, err := testOpen(t, dir, Options{WithoutVault: true, LookupEnv: env(map[string]string{KeyEnv: "garbage"})})
@@ -430,6 +440,7 @@ func TestWithoutVault(t *testing.T) {
 }
 
 func TestPrune(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	s := mustOpen(t, t.TempDir(), c)

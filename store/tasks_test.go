@@ -12,6 +12,7 @@ import (
 // on the same database (replicas), as it was written, until it expires;
 // an unknown or expired id is ErrNotFound, and Prune drops expired ones.
 func TestTasks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := newClock()
 	dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 )
 
 func TestCredentialsPerSub(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), nil)
 	put := func(sub, acct, material string) {
@@ -74,6 +75,7 @@ func TestCredentialsPerSub(t *testing.T) {
 // TestVaultHoldsNoPlaintext reads the raw bytes of every database file,
 // WAL included, for the material.
 func TestVaultHoldsNoPlaintext(t *testing.T) {
+	t.Parallel()
 	sqliteOnly(t) // reads the files; the sealing is the same on PostgreSQL
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -118,6 +120,7 @@ func TestVaultHoldsNoPlaintext(t *testing.T) {
 // TestMovedCiphertextFails copies a row's sealed material to other rows:
 // it must not open there.
 func TestMovedCiphertextFails(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, t.TempDir(), nil)
 	for _, k := range [][2]string{{"alice", "work"}, {"bob", "work"}, {"alice", "home"}} {
@@ -144,6 +147,7 @@ func TestMovedCiphertextFails(t *testing.T) {
 }
 
 func TestCredentialAD(t *testing.T) {
+	t.Parallel()
 	// Field boundaries are part of the additional data.
 	a := credentialAD("ab", "c", "")
 	b := credentialAD("a", "bc", "")

@@ -20,6 +20,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The suite's runs, the reference server and the replicas mostly wait
+	// (on the suite's timers, on answers): two at a time left the cores idle.
+	testkit.WaitParallel(6)
 	testkit.Programs(testkit.CapgatePkg, Fixture, testkit.HeadersFixture, testkit.HeadersClient, testkit.TasksFixture)
 	testkit.Main(m)
 }
@@ -30,6 +33,7 @@ func TestConformanceFixture(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite runs Node; skipped with -short")
 	}
+	t.Parallel()
 	Install(t) // first: without npm, skip (or fail in CI) before building anything
 	results, err := directFixtureRun(t)
 	if err != nil {
@@ -77,6 +81,7 @@ func TestConformanceFixtureModern(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the fixture; skipped with -short")
 	}
+	t.Parallel()
 	url := StartFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -173,7 +178,7 @@ func TestConformanceFixtureModern(t *testing.T) {
 
 	call("test_tool_with_progress", nil, &mcp.Meta{ProgressToken: "p-1"})
 	call("test_tool_with_logging", nil, nil)
-	testkit.Poll(2*time.Second, func() bool { return count("notifications/progress") >= 3 && count("notifications/message") >= 3 })
+	testkit.Poll(30*time.Second, func() bool { return count("notifications/progress") >= 3 && count("notifications/message") >= 3 })
 	if n := count("notifications/progress"); n != 3 {
 		t.Errorf("got %d progress notifications, want 3", n)
 	}
@@ -200,6 +205,7 @@ func TestConformanceFixtureStdio(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the fixture; skipped with -short")
 	}
+	t.Parallel()
 	cmd := exec.Command(testkit.Build(t, Fixture))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -42,19 +42,23 @@ func TestHeadersThroughCapgate(t *testing.T) {
 		urls[i] = "http://" + addr + "/mcp"
 	}
 	cg := throughCapgate(t, "conformance", urls[1])
-	d, p := map[string]Result{}, map[string]Result{}
-	for _, sc := range headerScenarios {
-		var dr, pr map[string]Result
-		var derr, perr error
-		var wg sync.WaitGroup
-		wg.Go(func() { dr, derr = RunScenario(context.Background(), t, urls[0], "2026-07-28", sc) })
-		wg.Go(func() { pr, perr = RunScenario(context.Background(), t, cg.URL+"/mcp", "2026-07-28", sc) })
-		wg.Wait()
-		if derr != nil || perr != nil {
-			t.Fatalf("%s directly: %v; through capgate: %v", sc, derr, perr)
+	// Every run at once: each scenario's calls stand alone.
+	runs := make([][2]map[string]Result, len(headerScenarios))
+	errs := make([][2]error, len(headerScenarios))
+	var wg sync.WaitGroup
+	for i, sc := range headerScenarios {
+		for j, url := range []string{urls[0], cg.URL + "/mcp"} {
+			wg.Go(func() { runs[i][j], errs[i][j] = RunScenario(context.Background(), t, url, "2026-07-28", sc) })
 		}
-		maps.Copy(d, dr)
-		maps.Copy(p, pr)
+	}
+	wg.Wait()
+	d, p := map[string]Result{}, map[string]Result{}
+	for i, sc := range headerScenarios {
+		if errs[i][0] != nil || errs[i][1] != nil {
+			t.Fatalf("%s directly: %v; through capgate: %v", sc, errs[i][0], errs[i][1])
+		}
+		maps.Copy(d, runs[i][0])
+		maps.Copy(p, runs[i][1])
 	}
 	dp, dt := Passed(d)
 	pp, pt := Passed(p)

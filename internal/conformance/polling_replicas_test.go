@@ -31,6 +31,7 @@ import (
 // upstream is not resumed. Once a is stopped, then killed, a resume of a
 // stream it held fails at b with a 502 naming a (after 10 s, at once).
 func TestPollingResumedOnAnotherReplica(t *testing.T) {
+	t.Parallel()
 	up := startPollingUpstream(t)
 	a, b := startReplicas(t, "up", fmt.Sprintf("url = %q\nprefix = \"\"", up.url))
 	alice, bob := a.Token(t, token.Claims{Sub: "alice"}), a.Token(t, token.Claims{Sub: "bob"})
@@ -184,6 +185,7 @@ url = %[3]q
 // made from her answer, comes on its stream at a. Bob posting an answer
 // under that id at b first reaches nothing: the call takes alice's.
 func TestStreamedCallAnsweredOnAnotherReplica(t *testing.T) {
+	t.Parallel()
 	a, b := startReplicas(t, "cf", fmt.Sprintf("url = %q", StartFixture(t)))
 	alice, bob := a.Token(t, token.Claims{Sub: "alice"}), a.Token(t, token.Claims{Sub: "bob"})
 	sid := testkit.OpenSession(t, a.URL, alice, `{"elicitation":{}}`)

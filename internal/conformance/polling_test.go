@@ -243,6 +243,7 @@ func (u *pollingUpstream) resumed() []time.Time {
 // withheld) and the call is audited once. TestPollingResumedOnAnotherReplica
 // has the caller come back to another replica.
 func TestPollingTimedByTheCaller(t *testing.T) {
+	t.Parallel()
 	up := startPollingUpstream(t)
 	config := fmt.Sprintf(`
 [auth.anonymous]

@@ -32,6 +32,7 @@ func TestCallsThroughCapgate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the reference server")
 	}
+	t.Parallel()
 	InstallRef(t)
 	cg := throughCapgate(t, "reference", StartReference(t))
 	t.Run("errors", func(t *testing.T) { testErrors(t, cg) })

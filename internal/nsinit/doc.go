@@ -9,8 +9,9 @@
 //
 // With cgo (how capgate is normally built), that work is a C constructor
 // (init_cgo.go) that runs before the Go runtime starts: init never starts
-// Go, and the trampoline is its fork, which goes on to start Go as capgate
-// does. That took the namespace's added CPU per tool start from about 35
+// Go, and the trampoline is its fork, which goes on to the trampoline's
+// own C constructor (sandbox/trampoline, which runs after this one) and
+// execs the tool, so Go never starts between capgate and the tool. That took the namespace's added CPU per tool start from about 35
 // ms to almost nothing (BenchmarkLaunchPidNS, sandbox). Without cgo, this package's Go init
 // does the same: it needs a few standard packages only (not even
 // strings), so it runs after about 25 of capgate's package inits.

@@ -6,7 +6,9 @@ package nsinit
 // dynamic loader runs before the Go runtime starts: init never starts Go
 // (its runtime and ~80 package inits cost ~30 ms of CPU per tool start,
 // most of what the namespace added), and the trampoline is init's fork,
-// which goes on to start Go as capgate does, without a second exec. It is
+// which goes on to the next constructor, the trampoline's own
+// (sandbox/trampoline, priority 201 to this one's 200), without a second
+// exec. It is
 // the pattern runc's nsenter uses: before the runtime, the process has
 // one thread, so fork is safe. nsinit_linux.go's init is the same work in
 // Go for builds without cgo; a cgo build never reaches it (the constructor
@@ -128,7 +130,7 @@ static int capgate_nsinit_readable(int fd) {
 	return poll(&pfd, 1, 0) > 0;
 }
 
-__attribute__((constructor)) static void capgate_nsinit(int argc, char **argv, char **envp) {
+__attribute__((constructor(200))) static void capgate_nsinit(int argc, char **argv, char **envp) {
 	(void)argc;
 	(void)argv;
 	char **slot = NULL;
@@ -173,7 +175,8 @@ __attribute__((constructor)) static void capgate_nsinit(int argc, char **argv, c
 		capgate_nsinit_fail("starting the trampoline: ", strerror(errno));
 	if (child == 0) {
 		// The trampoline, on init's stdio and descriptors 3-5, as
-		// os.StartProcess hands them: it goes on to start Go.
+		// os.StartProcess hands them: it goes on to the trampoline's
+		// constructor.
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != 1)
 			_exit(CAPGATE_NSINIT_FAILURE); // init is gone: so is the namespace
 		if (alive < 0)

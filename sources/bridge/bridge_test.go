@@ -21,10 +21,16 @@ var secret = []byte("0123456789abcdef0123456789abcdef")
 // provider starts the fixture bridge in the given misbehaviour mode.
 func provider(t *testing.T, mode string) *Provider {
 	t.Helper()
+	return providerWith(t, mode, 5*time.Second)
+}
+
+// providerWith is provider with timeout.
+func providerWith(t *testing.T, mode string, timeout time.Duration) *Provider {
+	t.Helper()
 	bin := testkit.Build(t, testkit.BridgeFixture)
 	t.Setenv("BRIDGE_FIXTURE_MODE", mode)
 	p, err := New(Options{
-		Namespace: "gog", Command: []string{bin}, Timeout: 5 * time.Second, Secret: secret,
+		Namespace: "gog", Command: []string{bin}, Timeout: timeout, Secret: secret,
 		Env: []string{"BRIDGE_FIXTURE_MODE"},
 	})
 	if err != nil {
@@ -168,12 +174,24 @@ func TestEnvelopeViolations(t *testing.T) {
 		{"resultnotobject", tool.CodeInvalidOutput, "result must be an object"},
 		{"providererror", "gog_quota_exceeded", "daily quota exceeded"},
 		{"exit3", tool.CodeBackendUnavailable, "command failed with exit 3 (its stderr is in capgate's log)"},
-		{"sleep", tool.CodeBackendUnavailable, "invoke timed out after 5s"},
+		// The fixture sleeps 30 s: a provider of its own times out sooner.
+		{"sleep", tool.CodeBackendUnavailable, "invoke timed out after 1s"},
 	}
+	hasty := providerWith(t, "", time.Second)
+	// Its definitions within that second: tried again, as a loaded
+	// machine may start the fixture slower.
+	testkit.WaitFor(t, time.Minute, "the definitions of a provider with a 1 s timeout", func() bool {
+		_, err := hasty.List(context.Background())
+		return err == nil
+	})
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
 			t.Setenv("BRIDGE_FIXTURE_MODE", tt.mode)
-			_, err := good.Call(context.Background(), tool.Call{Tool: tools[0], ContextToken: token("a")})
+			p := good
+			if tt.mode == "sleep" {
+				p = hasty
+			}
+			_, err := p.Call(context.Background(), tool.Call{Tool: tools[0], ContextToken: token("a")})
 			// A provider's stderr goes to the log, never to the caller.
 			if tool.ErrorCode(err) != tt.code || !strings.Contains(tool.ErrorMessage(err), tt.msg) || strings.Contains(tool.ErrorMessage(err), "provider crashed") {
 				t.Errorf("got %s %q, want %s %q", tool.ErrorCode(err), tool.ErrorMessage(err), tt.code, tt.msg)
