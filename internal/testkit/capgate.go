@@ -145,7 +145,8 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 		// FreeAddr's port was free a moment ago; beside parallel tests an
 		// outgoing connection can take it before serve binds it. A port of
 		// our choosing is chosen again; one the test chose is its own.
-		if c.Addr == "" && tries < 3 && strings.Contains(err.Error(), fmt.Sprintf("listen = %q: the address is already in use", s.Addr)) {
+		// Up to 6 tries: 3 in a row were taken once (-parallel 8, load 25).
+		if c.Addr == "" && tries < 6 && strings.Contains(err.Error(), fmt.Sprintf("listen = %q: the address is already in use", s.Addr)) {
 			tb.Logf("capgate serve: %s was taken before it could listen; another port", s.Addr)
 			s.Addr = pickAddr(tb)
 			s.URL = "http://" + s.Addr
