@@ -12,7 +12,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// Most tests here start their own capgate serve and wait on it.
+	// Most tests here start their own capgate serve and wait on it. 4,
+	// not 8: `go test ./...` is CPU-bound on 2 cores, and at 8 two of
+	// three package runs failed under load (session 18).
 	testkit.WaitParallel(4)
 	testkit.QuietTempDirs()
 	// The programs the tests here build, keyed by one go list.
