@@ -158,7 +158,7 @@ func seccompPolicy(noSocket, noUnix, noFork, notify bool) ([]bpf.Instruction, er
 	}
 	if noFork {
 		groups = append(groups,
-			seccomp.SyscallGroup{Action: forks, Names: []string{"fork", "vfork"},
+			seccomp.SyscallGroup{Action: forks, Names: forkSyscalls(),
 				NamesWithCondtions: []seccomp.NameWithConditions{{Name: "clone", Conditions: seccomp.ArgumentConditions{
 					{Argument: 0, Operation: seccomp.BitsNotSet, Value: unix.CLONE_THREAD}}}}},
 			seccomp.SyscallGroup{Action: enosys, Names: []string{"clone3"}})
@@ -166,6 +166,23 @@ func seccompPolicy(noSocket, noUnix, noFork, notify bool) ([]bpf.Instruction, er
 	groups = append(groups, seccomp.SyscallGroup{Action: eperm, Names: []string{"io_uring_setup"}})
 	policy := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
 	return policy.Assemble()
+}
+
+// forkSyscalls are fork and vfork where this architecture has them:
+// arm64 (like riscv64 and loong64) has only clone and clone3, and
+// go-seccomp-bpf refuses a policy naming a syscall its table lacks.
+func forkSyscalls() []string {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil // archGuard fails the filter on the same error
+	}
+	var names []string
+	for _, n := range []string{"fork", "vfork"} {
+		if _, ok := info.SyscallNames[n]; ok {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // archGuard answers ENOSYS to a syscall of an ABI other than this

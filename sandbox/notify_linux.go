@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/sys/unix"
 )
 
@@ -146,11 +147,17 @@ func (s *supervisor) answer(listener int) {
 }
 
 // notifiedKey is the guarantee a notified syscall breaks.
+// The filter notifies only this architecture's syscalls (archGuard), so
+// its table names them; x/sys/unix has no SYS_FORK on arm64.
 func notifiedKey(nr int32) (Key, bool) {
-	switch nr {
-	case unix.SYS_SOCKET:
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return "", false
+	}
+	switch info.SyscallNumbers[int(nr)] {
+	case "socket":
 		return NoNetwork, true
-	case unix.SYS_CLONE, unix.SYS_FORK, unix.SYS_VFORK:
+	case "clone", "fork", "vfork":
 		return NoSubprocess, true
 	}
 	return "", false
