@@ -219,11 +219,12 @@ func cloexecListed() error {
 // enter only the directories from there down (the kernel passes this path
 // on to a script's interpreter, which opens it from the same directory).
 func (p Plan) execPath(wd string) string {
-	if wd == "" || !path.IsAbs(p.Path) || !under(path.Clean(p.Path), wd) {
+	clean := path.Clean(p.Path)
+	if wd == "" || !path.IsAbs(p.Path) || !under(clean, wd) {
 		return p.Path
 	}
 	// filepath.Rel, for a path under wd (path/filepath would init late).
-	rel := path.Clean(p.Path)[len(wd):]
+	rel := clean[len(wd):]
 	if len(rel) > 0 && rel[0] == '/' {
 		rel = rel[1:]
 	}
