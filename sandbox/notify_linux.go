@@ -133,17 +133,25 @@ func (s *supervisor) receive() (int, error) {
 }
 
 // answer takes one notification, reports which guarantee it was, and
-// refuses the syscall with EPERM.
+// then refuses the syscall with EPERM: in that order, so that the tool
+// cannot see the refusal (and answer its call with an error) before
+// capgate has recorded it, and a call's result never misses the denial
+// that failed it. The tool's syscall waits meanwhile: observe must be
+// quick and must not wait on the tool. The trampoline loads the filter
+// with WAIT_KILLABLE_RECV where the kernel has it, so that no signal
+// breaks that wait off (which restarts the syscall and notifies it anew);
+// on an older kernel a signal may, and the new notification is observed
+// again (the observers keep each guarantee once) and answered.
 func (s *supervisor) answer(listener int) {
 	var n seccompNotif // the kernel wants it zeroed
 	if err := ioctl(listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&n)); err != nil {
 		return // the process died meanwhile (ENOENT), or was interrupted
 	}
-	resp := seccompNotifResp{ID: n.ID, Error: -int32(unix.EPERM)}
-	_ = ioctl(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 	if k, ok := notifiedKey(n.Nr); ok {
 		s.observe(k)
 	}
+	resp := seccompNotifResp{ID: n.ID, Error: -int32(unix.EPERM)}
+	_ = ioctl(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 }
 
 // notifiedKey is the guarantee a notified syscall breaks.
