@@ -19,8 +19,9 @@ import (
 // family but AF_UNIX and fork/vfork/clone without CLONE_THREAD, handed to
 // capgate by seccomp user notification (SECCOMP_RET_USER_NOTIF): the
 // trampoline loads the filter with a listener and passes the listener's fd
-// to capgate over a socketpair (SCM_RIGHTS, fd 3 in the trampoline), and a
-// supervisor goroutine answers each such syscall EPERM and reports it. If
+// to capgate over a socketpair (SCM_RIGHTS, fd 4 in the trampoline), and a
+// supervisor goroutine reports each such syscall and then answers it EPERM
+// (answer says why in that order). If
 // capgate stops answering, the kernel fails the syscall (ENOSYS): closed.
 
 // The kernel's struct seccomp_notif and seccomp_notif_resp.
@@ -44,7 +45,7 @@ type seccompNotifResp struct {
 // supervisor is capgate's side of one confined process's notifications.
 type supervisor struct {
 	conn    *net.UnixConn // capgate's end of the socketpair
-	child   *os.File      // the trampoline's end, given as ExtraFiles[0]
+	child   *os.File      // the trampoline's end, given as ExtraFiles[1] (fd 4)
 	wake    [2]int        // a pipe whose write end stop closes
 	observe func(Key)
 	done    chan struct{}
