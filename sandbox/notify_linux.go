@@ -20,9 +20,9 @@ import (
 // capgate by seccomp user notification (SECCOMP_RET_USER_NOTIF): the
 // trampoline loads the filter with a listener and passes the listener's fd
 // to capgate over a socketpair (SCM_RIGHTS, fd 4 in the trampoline), and a
-// supervisor goroutine reports each such syscall and then answers it EPERM
-// (answer says why in that order). If
-// capgate stops answering, the kernel fails the syscall (ENOSYS): closed.
+// supervisor goroutine reports each such syscall and then answers it
+// EPERM (answer says why in that order). If capgate stops answering, the
+// kernel fails the syscall (ENOSYS): closed.
 
 // The kernel's struct seccomp_notif and seccomp_notif_resp.
 type seccompNotif struct {
