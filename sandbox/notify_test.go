@@ -99,7 +99,8 @@ func notifyRecordsBeforeRefusing(t *testing.T, tramp string) {
 // oldKernelEnv makes launchFromEnv a capgate on a kernel before 5.19, as
 // far as the trampoline can tell: a seccomp filter of its own answers
 // EINVAL to a filter loaded with WAIT_KILLABLE_RECV, as such a kernel
-// does. Its observer writes "observed KEY" to its stdout, the tool's.
+// does. Its observer writes "observed KEY" to its stdout, the tool's,
+// once per guarantee.
 const oldKernelEnv = "CAPGATE_SANDBOX_TEST_OLD_KERNEL"
 
 // asOldKernel is launchFromEnv's part under oldKernelEnv.
@@ -119,11 +120,18 @@ func asOldKernel(spec *Spec) error {
 	if e != unix.EINVAL {
 		return fmt.Errorf("the flag, refused: %v, want EINVAL", e)
 	}
+	// Each guarantee once, as capgate's observers keep it: without the
+	// flag a signal may restart the syscall after it was observed, and
+	// the kernel notify it again.
 	var mu sync.Mutex
+	seen := map[Key]bool{}
 	spec.Observe = func(k Key) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Printf("observed %s\n", k)
+		if !seen[k] {
+			seen[k] = true
+			fmt.Printf("observed %s\n", k)
+		}
 	}
 	return nil
 }
