@@ -191,7 +191,7 @@ func addTools(s *server.MCPServer) {
 				token = req.Params.Meta.ProgressToken
 			}
 			for i, p := range []int{0, 50, 100} {
-				if i > 0 && !sleep(ctx, 50*time.Millisecond) {
+				if i > 0 && !sleep(ctx, progressGap) {
 					return nil, ctx.Err()
 				}
 				if token == nil {
