@@ -30,7 +30,7 @@ func TestExecedToolIsConfined(t *testing.T) {
 	t.Run("Go", func(t *testing.T) { execedToolIsConfined(t, true) })
 }
 
-func execedToolIsConfined(t *testing.T, goTrampoline bool) {
+func execedToolIsConfined(t *testing.T, inGo bool) {
 	f := Probe()
 	g := all()
 	needs(t, f, g)
@@ -43,17 +43,12 @@ func execedToolIsConfined(t *testing.T, goTrampoline bool) {
 		w = newWorld(t)
 	}
 	launcher := tramp // this test binary, where nobody reaches it
-	if goTrampoline {
+	if inGo {
 		dir := t.TempDir()
 		if public {
 			dir = filepath.Dir(tramp) // where nobody reaches it
 		}
-		tramp = filepath.Join(dir, "gotrampoline")
-		cmd := exec.Command("go", "build", "-o", tramp, "github.com/capgate/capgate/internal/testkit/gotrampoline")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build without cgo: %v\n%s", err, out)
-		}
+		tramp = goTrampoline(t, dir)
 	}
 	capgate := strconv.Itoa(os.Getpid())
 	attempts := []string{"status", "read=" + w.outside, "signal=" + capgate}
@@ -129,7 +124,7 @@ func execedToolIsConfined(t *testing.T, goTrampoline bool) {
 			t.Skip("needs root and user namespaces to run capgate as nobody")
 		}
 		spec := Spec{Path: w.tool, Args: attempts, Dir: w.work, Guarantees: g}
-		if goTrampoline {
+		if inGo {
 			spec.Trampoline = tramp
 		}
 		js, err := json.Marshal(spec)
@@ -145,4 +140,17 @@ func execedToolIsConfined(t *testing.T, goTrampoline bool) {
 		}
 		check(t, results(t, out), 65534, true) // nobody may not signal root's capgate anyway
 	})
+}
+
+// goTrampoline builds the trampoline's Go implementation (a build without
+// cgo) into dir, for Spec.Trampoline.
+func goTrampoline(t *testing.T, dir string) string {
+	t.Helper()
+	tramp := filepath.Join(dir, "gotrampoline")
+	cmd := exec.Command("go", "build", "-o", tramp, "github.com/capgate/capgate/internal/testkit/gotrampoline")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build without cgo: %v\n%s", err, out)
+	}
+	return tramp
 }

@@ -491,6 +491,12 @@ func launchFromEnv(js string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
+	if os.Getenv(oldKernelEnv) != "" {
+		if err := asOldKernel(&spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+	}
 	cmd, cleanup, err := Command(spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -19,9 +19,10 @@ import (
 // family but AF_UNIX and fork/vfork/clone without CLONE_THREAD, handed to
 // capgate by seccomp user notification (SECCOMP_RET_USER_NOTIF): the
 // trampoline loads the filter with a listener and passes the listener's fd
-// to capgate over a socketpair (SCM_RIGHTS, fd 3 in the trampoline), and a
-// supervisor goroutine answers each such syscall EPERM and reports it. If
-// capgate stops answering, the kernel fails the syscall (ENOSYS): closed.
+// to capgate over a socketpair (SCM_RIGHTS, fd 4 in the trampoline), and a
+// supervisor goroutine reports each such syscall and then answers it
+// EPERM (answer says why in that order). If capgate stops answering, the
+// kernel fails the syscall (ENOSYS): closed.
 
 // The kernel's struct seccomp_notif and seccomp_notif_resp.
 type seccompNotif struct {
@@ -44,7 +45,7 @@ type seccompNotifResp struct {
 // supervisor is capgate's side of one confined process's notifications.
 type supervisor struct {
 	conn    *net.UnixConn // capgate's end of the socketpair
-	child   *os.File      // the trampoline's end, given as ExtraFiles[0]
+	child   *os.File      // the trampoline's end, given as ExtraFiles[1] (fd 4)
 	wake    [2]int        // a pipe whose write end stop closes
 	observe func(Key)
 	done    chan struct{}
@@ -133,17 +134,25 @@ func (s *supervisor) receive() (int, error) {
 }
 
 // answer takes one notification, reports which guarantee it was, and
-// refuses the syscall with EPERM.
+// then refuses the syscall with EPERM: in that order, so that the tool
+// cannot see the refusal (and answer its call with an error) before
+// capgate has recorded it, and a call's result never misses the denial
+// that failed it. The tool's syscall waits meanwhile: observe must be
+// quick and must not wait on the tool. The trampoline loads the filter
+// with WAIT_KILLABLE_RECV where the kernel has it, so that no signal
+// breaks that wait off (which restarts the syscall and notifies it anew);
+// on an older kernel a signal may, and the new notification is observed
+// again (the observers keep each guarantee once) and answered.
 func (s *supervisor) answer(listener int) {
 	var n seccompNotif // the kernel wants it zeroed
 	if err := ioctl(listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&n)); err != nil {
 		return // the process died meanwhile (ENOENT), or was interrupted
 	}
-	resp := seccompNotifResp{ID: n.ID, Error: -int32(unix.EPERM)}
-	_ = ioctl(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 	if k, ok := notifiedKey(n.Nr); ok {
 		s.observe(k)
 	}
+	resp := seccompNotifResp{ID: n.ID, Error: -int32(unix.EPERM)}
+	_ = ioctl(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 }
 
 // notifiedKey is the guarantee a notified syscall breaks.

@@ -96,8 +96,20 @@ func (p Plan) tieToCapgate() error {
 
 // sendListener is the trampoline's side: it loads prog with a listener and
 // sends the listener's fd to capgate over NotifyFD, then closes both.
+//
+// capgate records a notified syscall before it answers it (see
+// sandbox/notify_linux.go), so the tool waits while it records. With
+// WAIT_KILLABLE_RECV (Linux 5.19) that wait, once capgate has received the
+// notification, ends only with the answer or a fatal signal: a signal (a Go
+// tool's preemption SIGURG, a timer) cannot break it off, which would
+// restart the syscall and notify it again, and again while each record
+// outlasts the signals between them. A kernel without the flag refuses it
+// (EINVAL): the filter loads without it there.
 func sendListener(prog *syscall.SockFprog) error {
-	r, _, e := syscall.Syscall(sysSeccomp, seccompSetModeFilter, seccompNewListener, uintptr(unsafe.Pointer(prog)))
+	r, _, e := syscall.Syscall(sysSeccomp, seccompSetModeFilter, seccompNewListener|seccompWaitKillableRecv, uintptr(unsafe.Pointer(prog)))
+	if e == syscall.EINVAL {
+		r, _, e = syscall.Syscall(sysSeccomp, seccompSetModeFilter, seccompNewListener, uintptr(unsafe.Pointer(prog)))
+	}
 	if e != 0 {
 		return fmt.Errorf("loading the notifying filter: %w", e)
 	}

@@ -33,6 +33,7 @@ const (
 	closeRangeCloexec       = 1 << 2
 	seccompSetModeFilter    = 1
 	seccompNewListener      = 1 << 3
+	seccompWaitKillableRecv = 1 << 5
 	landlockRulePathBeneath = 1
 	pollIn                  = 0x1
 )

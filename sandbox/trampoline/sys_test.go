@@ -33,6 +33,7 @@ func TestNumbersAreTheKernels(t *testing.T) {
 		{"CLOSE_RANGE_CLOEXEC", closeRangeCloexec, unix.CLOSE_RANGE_CLOEXEC},
 		{"SECCOMP_SET_MODE_FILTER", seccompSetModeFilter, unix.SECCOMP_SET_MODE_FILTER},
 		{"SECCOMP_FILTER_FLAG_NEW_LISTENER", seccompNewListener, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER},
+		{"SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV", seccompWaitKillableRecv, unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV},
 		{"LANDLOCK_RULE_PATH_BENEATH", landlockRulePathBeneath, unix.LANDLOCK_RULE_PATH_BENEATH},
 		{"POLLIN", pollIn, unix.POLLIN},
 		{"execute", llExecute, llsys.AccessFSExecute},

@@ -55,6 +55,7 @@ static const char capgate_tr_init_env[] = "CAPGATE_SANDBOX_INIT=";
 #define CAPGATE_CLOSE_RANGE_CLOEXEC (1U << 2)
 #define CAPGATE_SECCOMP_SET_MODE_FILTER 1
 #define CAPGATE_SECCOMP_NEW_LISTENER (1UL << 3)
+#define CAPGATE_SECCOMP_WAIT_KILLABLE_RECV (1UL << 5)
 #define CAPGATE_LANDLOCK_RULE_PATH_BENEATH 1
 #define CAPGATE_PR_CAP_AMBIENT 47
 #define CAPGATE_PR_CAP_AMBIENT_CLEAR_ALL 4
@@ -349,7 +350,12 @@ static void capgate_tr_seccomp(const struct capgate_tr_plan *p) {
 			capgate_tr_fail(errno, "seccomp: loading the filter: ");
 		return;
 	}
-	long listener = syscall(SYS_seccomp, CAPGATE_SECCOMP_SET_MODE_FILTER, CAPGATE_SECCOMP_NEW_LISTENER, &prog);
+	// The wait of a received notification killable only; a kernel before
+	// 5.19 refuses the flag (as sendListener).
+	long listener = syscall(SYS_seccomp, CAPGATE_SECCOMP_SET_MODE_FILTER,
+		CAPGATE_SECCOMP_NEW_LISTENER | CAPGATE_SECCOMP_WAIT_KILLABLE_RECV, &prog);
+	if (listener < 0 && errno == EINVAL)
+		listener = syscall(SYS_seccomp, CAPGATE_SECCOMP_SET_MODE_FILTER, CAPGATE_SECCOMP_NEW_LISTENER, &prog);
 	if (listener < 0)
 		capgate_tr_fail(errno, "seccomp: loading the notifying filter: ");
 	char byte = 0;

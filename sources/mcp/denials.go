@@ -70,7 +70,9 @@ func (p *procDenials) observe(k sandbox.Key) {
 	p.keys[k] = true
 	one := p.d.ForCall()
 	one.Observe(nil)(string(k))
-	p.log(one, only != nil)
+	// Logged off the supervisor's goroutine: the server's syscall waits
+	// until observe returns, and a write to the log may wait on its reader.
+	go p.log(one, only != nil)
 }
 
 // only is the call in flight when there is exactly one (p.mu held).
