@@ -262,3 +262,52 @@ func TestReviewOfDefinitions(t *testing.T) {
 		t.Errorf("nothing pinned: %+v", rv)
 	}
 }
+
+// queue is a fixed list of approvals.
+type queue struct{ list []Approval }
+
+func (q *queue) Live(context.Context) ([]Approval, error)              { return q.list, nil }
+func (q *queue) Approve(context.Context, string, string, string) error { return nil }
+func (q *queue) Deny(context.Context, string, string, string) error    { return nil }
+
+// TestQueueListUnchanged: the approvals list answers 204, which htmx does
+// not swap, when the page already shows the queue (the fingerprint the
+// list carries and htmx sends back), and the list, with its new
+// fingerprint, once the queue changed. TestConsoleBrowser shows htmx
+// keeping the page's nodes.
+func TestQueueListUnchanged(t *testing.T) {
+	now := time.Now()
+	q := &queue{list: []Approval{{ID: "apr_1", Sub: "bob", ToolID: "ext:ops:wipe", CreatedAt: now, ExpiresAt: now.Add(time.Minute)}}}
+	c, err := New(Options{Key: []byte("capgate-master-key-for-tests-0123"), Approvals: q,
+		Catalog: func() []*tool.Descriptor { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &visitor{session: &session{Sub: "alice", CSRF: "c"}, Role: approver}
+	shownRE := regexp.MustCompile(`id="queue-shown" name="shown" value="([0-9a-f]+)"`)
+	list := func(shown string) (int, string) {
+		t.Helper()
+		r := httptest.NewRequest("GET", "/approvals/list?shown="+shown, nil)
+		w := httptest.NewRecorder()
+		c.approvalsList(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, v)))
+		if w.Code != http.StatusOK {
+			return w.Code, w.Body.String()
+		}
+		m := shownRE.FindStringSubmatch(w.Body.String())
+		if m == nil || !strings.Contains(w.Body.String(), `id="apr-apr_1"`) {
+			t.Fatalf("the list lacks its fingerprint or the approval:\n%s", w.Body)
+		}
+		return w.Code, m[1]
+	}
+	code, fp := list("")
+	if code != http.StatusOK {
+		t.Fatalf("the list with nothing shown: %d", code)
+	}
+	if code, body := list(fp); code != http.StatusNoContent || body != "" {
+		t.Errorf("the list already shown: %d %q, want 204 and no body", code, body)
+	}
+	q.list[0].Approved, q.list[0].ApprovedBy = true, "alice"
+	if code, now := list(fp); code != http.StatusOK || now == fp {
+		t.Errorf("the list after a decision: %d, fingerprint %s (was %s); want 200 and a new one", code, now, fp)
+	}
+}

@@ -162,26 +162,45 @@ func (c *Console) approvalsPage(w http.ResponseWriter, r *http.Request) {
 	// The stream starts from the queue as rendered: it sends nothing
 	// until the queue changes, so an operator's half-typed note is not
 	// swapped away just after the page loads.
-	shown := make([]Approval, len(list))
-	for i, a := range list {
-		shown[i] = a.Approval
-	}
-	data := map[string]any{"Approvals": list, "Since": fingerprint(shown)}
+	data := map[string]any{"Approvals": list, "Since": viewsFingerprint(list)}
 	if err != nil {
 		data["Error"] = "the store: " + err.Error()
 		data["Since"] = ""
 	}
+	data["Shown"] = data["Since"]
 	c.render(w, r, "approvals", v, data)
 }
 
+// approvalsList renders the queue for htmx to swap in, or, when the page
+// already shows this queue (shown, its fingerprint, which the list carries
+// and htmx sends back), answers 204, which htmx does not swap: an event
+// that comes after the change it announces was already fetched (the list
+// changed again between the event and the fetch) replaces nothing, so a
+// half-typed note stays and a click meets the nodes it aimed at.
 func (c *Console) approvalsList(w http.ResponseWriter, r *http.Request) {
 	v := visitorOf(r.Context())
 	list, err := c.approvalViews(r, v)
 	data := map[string]any{"Approvals": list}
 	if err != nil {
 		data["Error"] = "the store: " + err.Error()
+	} else {
+		fp := viewsFingerprint(list)
+		if r.Method == http.MethodGet && r.URL.Query().Get("shown") == fp {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		data["Shown"] = fp
 	}
 	c.render(w, r, "approvals_list", v, data)
+}
+
+// viewsFingerprint is the fingerprint of the approvals a page shows.
+func viewsFingerprint(list []approvalView) string {
+	shown := make([]Approval, len(list))
+	for i, a := range list {
+		shown[i] = a.Approval
+	}
+	return fingerprint(shown)
 }
 
 // approvalsEvents streams an "approvals" event when it starts and whenever
