@@ -111,7 +111,7 @@ func TestHeadersClientThroughCapgate(t *testing.T) {
 // checks to pass, and none to fail or warn.
 func clientScenario(t *testing.T, nodeBin, suiteBin, command, scenario string, least int) {
 	{
-		checks := runClient(t, nodeBin, suiteBin, command, scenario)
+		checks, text := runClient(t, nodeBin, suiteBin, command, scenario)
 		passed := 0
 		for _, c := range checks {
 			switch c.Status {
@@ -125,12 +125,15 @@ func clientScenario(t *testing.T, nodeBin, suiteBin, command, scenario string, l
 		if passed < least {
 			t.Errorf("%s: %d checks passed, want at least %d", scenario, passed, least)
 		}
+		if t.Failed() {
+			t.Logf("the suite's output, the client's stderr in it:\n%s", text)
+		}
 	}
 }
 
 // runClient runs the suite's client scenario at 2026-07-28 with command
 // as the client and returns its checks.
-func runClient(t *testing.T, nodeBin, suiteBin, command, scenario string) []Check {
+func runClient(t *testing.T, nodeBin, suiteBin, command, scenario string) ([]Check, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -151,5 +154,5 @@ func runClient(t *testing.T, nodeBin, suiteBin, command, scenario string) []Chec
 	if err != nil || len(checks) == 0 {
 		t.Fatalf("%s: %v %s\n%s", scenario, err, b, text)
 	}
-	return checks
+	return checks, text
 }

@@ -1,7 +1,10 @@
 package conformance
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,4 +36,61 @@ func testStatelessProgress(t *testing.T, cg *testkit.Served) {
 			t.Fatalf("call %d: got %v, want %v:\n%s", i+1, got, want, b)
 		}
 	}
+}
+
+// TestProgressSplitThroughCapgate: a caller of 2025-11-25 calls the
+// fixture's progress_burst through capgate, which speaks 2025-11-25 to the
+// fixture on a session with its standalone stream open. mcp-go v1.2.1 splits
+// the call's 20 back-to-back progress notifications between that stream and
+// the call's (sources/mcp/progress.go), and capgate relays both: before the
+// merge most calls showed the caller its progress going back. Now every
+// call's progress goes forward, all of it before the result.
+func TestProgressSplitThroughCapgate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the fixture and capgate")
+	}
+	t.Parallel()
+	cg := throughCapgate(t, "progress", StartFixture(t))
+	sid := testkit.OpenSession(t, cg.URL, "", "{}")
+	relayed := 0
+	for i := range 10 {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"progress_burst",`+
+			`"arguments":{"count":20},"_meta":{"progressToken":"pt"}}}`, i+1)
+		st, ct, b := testkit.PostSession(t, cg.URL, "", sid, body)
+		if st != http.StatusOK || ct != "text/event-stream" {
+			t.Fatalf("call %d: %d %s: %s", i+1, st, ct, b)
+		}
+		var got []float64
+		result := false
+		for _, line := range strings.Split(string(b), "\n") {
+			data, ok := strings.CutPrefix(line, "data: ")
+			if !ok {
+				continue
+			}
+			var m struct {
+				Method string
+				Params struct {
+					ProgressToken string
+					Progress      float64
+				}
+				Result json.RawMessage
+			}
+			if err := json.Unmarshal([]byte(data), &m); err != nil {
+				t.Fatalf("call %d: %v: %s", i+1, err, data)
+			}
+			switch {
+			case result:
+				t.Errorf("call %d: %s after the result", i+1, data)
+			case m.Method == "notifications/progress" && m.Params.ProgressToken == "pt":
+				got = append(got, m.Params.Progress)
+			case m.Result != nil:
+				result = true
+			}
+		}
+		if !result || len(got) == 0 || got[0] < 1 || got[len(got)-1] > 20 || !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
+			t.Errorf("call %d: progress %v, result %v; want progress going forward from 1 to at most 20, then the result:\n%s", i+1, got, result, b)
+		}
+		relayed += len(got)
+	}
+	t.Logf("%d of 200 notifications relayed", relayed)
 }

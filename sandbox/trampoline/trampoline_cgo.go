@@ -350,8 +350,10 @@ static void capgate_tr_seccomp(const struct capgate_tr_plan *p) {
 			capgate_tr_fail(errno, "seccomp: loading the filter: ");
 		return;
 	}
-	// The wait of a received notification killable only; a kernel before
-	// 5.19 refuses the flag (as sendListener).
+	// WAIT_KILLABLE_RECV: once capgate has received a notification, no
+	// signal but a fatal one ends the tool's wait, which would restart the
+	// syscall while capgate records it (see sendListener). A kernel before
+	// 5.19 refuses the flag (EINVAL): the filter loads without it there.
 	long listener = syscall(SYS_seccomp, CAPGATE_SECCOMP_SET_MODE_FILTER,
 		CAPGATE_SECCOMP_NEW_LISTENER | CAPGATE_SECCOMP_WAIT_KILLABLE_RECV, &prog);
 	if (listener < 0 && errno == EINVAL)

@@ -98,15 +98,18 @@ func (p *procDenials) log(one *sandbox.Denials, named bool) {
 // when it is the only one in flight.
 func (p *procDenials) file(f sandbox.FileDenial) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	only := p.only()
 	if only != nil {
 		only.AddFile(f)
 	}
 	if p.logged[f] || len(p.logged) >= maxLoggedDenials {
+		p.mu.Unlock()
 		return
 	}
 	p.logged[f] = true
+	// Logged without p.mu, which observe takes while a server's
+	// syscall waits.
+	p.mu.Unlock()
 	one := p.d.ForCall()
 	one.AddFile(f)
 	p.log(one, only != nil)

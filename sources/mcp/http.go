@@ -55,9 +55,18 @@ func (s *Source) callHTTP(ctx context.Context, l *link, call tool.Call, args jso
 		}
 		if call.Progress != nil {
 			// Progress may also come on the standalone stream (mcp-go servers
-			// share one queue between it and the call's), found by token.
-			s.progress.Store(id, call.Progress)
-			defer s.progress.Delete(id)
+			// share one queue between it and the call's), found by token;
+			// the merge keeps it going forward (progress.go).
+			m := newProgressMerge(call.Progress)
+			call.Progress = m.fromCall
+			s.progress.Store(id, m.fromStandalone)
+			defer func() {
+				s.progress.Delete(id)
+				if n := m.dropped(); n > 0 {
+					s.opts.Logger.Debug("dropped progress the upstream's other stream overtook", "server", s.opts.Name,
+						"tool", call.Tool.Name, "dropped", n)
+				}
+			}()
 			if modern {
 				body = append(body, ',')
 			}

@@ -108,6 +108,7 @@ func newServer() *server.MCPServer {
 	s.EnableSampling()
 	addTools(s)
 	addWatchTools(s)
+	addBurstTool(s)
 	addResources(s)
 	addPrompts(s)
 	return s
@@ -190,21 +191,24 @@ func addTools(s *server.MCPServer) {
 				token = req.Params.Meta.ProgressToken
 			}
 			for i, p := range []int{0, 50, 100} {
-				if i > 0 && !sleep(ctx, 50*time.Millisecond) {
+				if i > 0 && !sleep(ctx, progressGap) {
 					return nil, ctx.Err()
 				}
 				if token == nil {
 					continue
 				}
-				err := s.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
-					map[string]any{"progressToken": token, "progress": p, "total": 100})
-				if err != nil {
-					return nil, fmt.Errorf("sending progress: %w", err)
+				if err := sendProgress(ctx, s, token, p, 100); err != nil {
+					return nil, err
+				}
+				// The suite fails the scenario unless the three arrive in
+				// order and before the result: each is on the wire before
+				// the next is queued (flushed.go says why this matters),
+				// and the result waits for the last, then settles.
+				if !awaitFlushed(ctx, progressMarker(token, p)) {
+					return nil, ctx.Err()
 				}
 			}
-			// The suite fails the scenario unless all three arrive before the
-			// result, so wait until the last one is on the wire, then settle.
-			if token != nil && !(awaitFlushed(ctx, `"progress":100`) && settle(ctx)) {
+			if token != nil && !settle(ctx) {
 				return nil, ctx.Err()
 			}
 			return text("Tool with progress executed successfully"), nil
