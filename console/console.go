@@ -12,7 +12,9 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"html/template"
 	"io/fs"
@@ -154,9 +156,35 @@ func New(opts Options) (*Console, error) {
 	}
 	static, _ := fs.Sub(assets, "static")
 	c := &Console{opts: opts, pages: pages, mux: http.NewServeMux(), keys: deriveKeys(opts.Key),
-		audit: newAuditIndex(opts.AuditPath), static: http.FileServerFS(static)}
+		audit: newAuditIndex(opts.AuditPath), static: staticFiles(static)}
 	c.routes()
 	return c, nil
+}
+
+// staticFiles serves the embedded files with an ETag of their content and
+// Cache-Control: no-cache: embedded files have no modification time, so
+// without one the browser fetches and compiles htmx again on every page;
+// with it, it asks, gets 304 and reuses what it compiled, and still never
+// keeps a file an upgrade replaced.
+func staticFiles(static fs.FS) http.Handler {
+	tags := map[string]string{}
+	fs.WalkDir(static, ".", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, err := fs.ReadFile(static, path); err == nil {
+				sum := sha256.Sum256(b)
+				tags[path] = `"` + hex.EncodeToString(sum[:12]) + `"`
+			}
+		}
+		return nil
+	})
+	files := http.FileServerFS(static)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tag, ok := tags[r.URL.Path]; ok {
+			w.Header().Set("ETag", tag)
+			w.Header().Set("Cache-Control", "no-cache")
+		}
+		files.ServeHTTP(w, r)
+	})
 }
 
 func (c *Console) routes() {

@@ -311,3 +311,36 @@ func TestQueueListUnchanged(t *testing.T) {
 		t.Errorf("the list after a decision: %d, fingerprint %s (was %s); want 200 and a new one", code, now, fp)
 	}
 }
+
+// TestStaticRevalidated: the embedded scripts carry an ETag of their
+// content and no-cache (not the pages' no-store), so a browser asks again,
+// gets 304 and reuses what it compiled; another content, another tag.
+func TestStaticRevalidated(t *testing.T) {
+	c, err := New(Options{Key: []byte("capgate-master-key-for-tests-0123"), Catalog: func() []*tool.Descriptor { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path, tag string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		if tag != "" {
+			r.Header.Set("If-None-Match", tag)
+		}
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, r)
+		return w
+	}
+	first := get("/static/htmx.min.js", "")
+	tag := first.Header().Get("ETag")
+	if first.Code != http.StatusOK || tag == "" || first.Header().Get("Cache-Control") != "no-cache" || first.Body.Len() < 10000 {
+		t.Fatalf("htmx.min.js: %d, ETag %q, Cache-Control %q, %d bytes", first.Code, tag, first.Header().Get("Cache-Control"), first.Body.Len())
+	}
+	if again := get("/static/htmx.min.js", tag); again.Code != http.StatusNotModified || again.Body.Len() != 0 {
+		t.Errorf("htmx.min.js with its ETag: %d, %d bytes; want 304, none", again.Code, again.Body.Len())
+	}
+	if other := get("/static/htmx-ext-sse.js", tag); other.Code != http.StatusOK || other.Header().Get("ETag") == tag {
+		t.Errorf("htmx-ext-sse.js with htmx's ETag: %d, ETag %q", other.Code, other.Header().Get("ETag"))
+	}
+	if page := get("/signin", ""); page.Header().Get("Cache-Control") != "no-store" {
+		t.Errorf("sign-in page: Cache-Control %q, want no-store", page.Header().Get("Cache-Control"))
+	}
+}
