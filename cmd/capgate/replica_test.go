@@ -277,9 +277,8 @@ grants = ["rye.fetch.*", "rye.execute.tool.mcp.cf.*"]
 url = %q
 `, conformance.StartFixture(t))
 	start := func(name string) *testkit.Served {
-		addr := testkit.FreeAddr(t)
-		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, DataDir: data, Addr: addr,
-			Config: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"\n%s\n[audit]\npath = \"audit-%s.jsonl\"\n", name, addr, cfg, name)})
+		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, DataDir: data,
+			Config: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"\n%s\n[audit]\npath = \"audit-%s.jsonl\"\n", name, testkit.AddrHere, cfg, name)})
 	}
 	a, b := start("a"), start("b")
 	alice := a.Token(t, token.Claims{Sub: "alice"})

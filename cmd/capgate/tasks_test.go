@@ -351,9 +351,8 @@ func startTaskReplicas(t *testing.T, fx, db string) (r1, r2 *testkit.Served) {
 	cfg := tasksConfig(fx) + fmt.Sprintf("\n[store]\nurl = %q\n", db)
 	var reps [2]*testkit.Served
 	for i, name := range []string{"r1", "r2"} {
-		addr := testkit.FreeAddr(t)
-		reps[i] = testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Env: env, Addr: addr,
-			Server: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"", name, addr), Config: cfg})
+		reps[i] = testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Env: env,
+			Server: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"", name, testkit.AddrHere), Config: cfg})
 	}
 	return reps[0], reps[1]
 }

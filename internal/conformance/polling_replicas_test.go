@@ -168,10 +168,9 @@ risk = "LOW"
 url = %[3]q
 `, name, upstream, db)
 	start := func(name string) *testkit.Served {
-		addr := testkit.FreeAddr(t)
-		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Addr: addr, Config: cfg,
+		return testkit.StartCapgate(t, testkit.Capgate{Secret: secret, Config: cfg,
 			Env:    []string{"CAPGATE_STORE_KEY=" + strings.Repeat("5e", 32)},
-			Server: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"", name, addr)})
+			Server: fmt.Sprintf("replica_id = %q\nadvertise_url = \"http://%s\"", name, testkit.AddrHere)})
 	}
 	return start("a"), start("b")
 }

@@ -40,6 +40,8 @@ type Capgate struct {
 	NoSecret bool
 	// Addr is the host:port serve listens on; empty: a free loopback port.
 	// Known before serve starts, it can go into Config (advertise_url).
+	// Better, leave it empty and write AddrHere where Config or Server
+	// needs it: a port taken before serve binds it is then chosen again.
 	Addr string
 	// DataDir is the data_dir serve uses; empty: "data" in its temp dir.
 	// Two serves given one share their store, as replicas do.
@@ -117,6 +119,7 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 	}
 	writeConfig := func() {
 		src := fmt.Sprintf("[server]\nlisten = %q\ndata_dir = %q\nsocket = %q\n%s\n%s", s.Addr, dataDir, socket, c.Server, c.Config)
+		src = strings.ReplaceAll(src, AddrHere, s.Addr)
 		if err := os.WriteFile(s.ConfigPath, []byte(src), 0o600); err != nil {
 			tb.Fatal(err)
 		}
@@ -156,6 +159,10 @@ func StartCapgate(tb testing.TB, c Capgate) *Served {
 		tb.Fatal(err)
 	}
 }
+
+// AddrHere in Capgate.Config or Capgate.Server stands for the address
+// serve listens on (Served.Addr), for a config that names it.
+const AddrHere = "{{capgate_addr}}"
 
 // Logs is what serve has logged (its stderr) so far.
 func (s *Served) Logs() string { return s.logs() }

@@ -52,7 +52,8 @@ risk = "LOW"
 
 // TestStartCapgateTakenPort: a port StartCapgate picked that is taken by
 // the time serve binds it (another process's connection took it) is
-// picked again, and serve runs on the new one.
+// picked again, and serve runs on the new one, which AddrHere in the
+// config names too.
 func TestStartCapgateTakenPort(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,11 +68,12 @@ func TestStartCapgateTakenPort(t *testing.T) {
 		return FreeAddr(tb)
 	}
 	t.Cleanup(func() { pickAddr = FreeAddr })
-	cg := StartCapgate(t, Capgate{})
+	cg := StartCapgate(t, Capgate{Server: "advertise_url = \"http://" + AddrHere + "\""})
 	if picks != 2 || cg.Addr == taken.Addr().String() || !strings.Contains(cg.Banner, cg.URL+"/mcp") {
 		t.Fatalf("%d picks; serve on %s (taken: %s); banner:\n%s", picks, cg.Addr, taken.Addr(), cg.Banner)
 	}
-	if b, err := os.ReadFile(cg.ConfigPath); err != nil || !strings.Contains(string(b), fmt.Sprintf("listen = %q", cg.Addr)) {
-		t.Errorf("the config does not name the new address %s: %v\n%s", cg.Addr, err, b)
+	if b, err := os.ReadFile(cg.ConfigPath); err != nil || !strings.Contains(string(b), fmt.Sprintf("listen = %q", cg.Addr)) ||
+		!strings.Contains(string(b), fmt.Sprintf("advertise_url = \"http://%s\"", cg.Addr)) {
+		t.Errorf("the config does not name the new address %s (listen and AddrHere): %v\n%s", cg.Addr, err, b)
 	}
 }
