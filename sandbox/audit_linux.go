@@ -33,8 +33,8 @@ const (
 	auditLandlockDomain   = 1424
 	auditStatusEnabled    = 1
 	auditGroupReadlog     = 1
-	auditSettle           = 300 * time.Millisecond
-	auditStatusEnabledOff = 16 + 4 // offset of audit_status.enabled in a reply
+	auditSettle           = 2 * time.Second // a launch's records: the marker is back in a millisecond unless the machine is loaded
+	auditStatusEnabledOff = 16 + 4          // offset of audit_status.enabled in a reply
 )
 
 // auditWatch routes Landlock's audit records to the launches they are of.
@@ -166,6 +166,10 @@ func auditEnabled() (bool, error) {
 	return binary.NativeEndian.Uint32(b[auditStatusEnabledOff:]) != 0, nil
 }
 
+// readLag, set by a test, runs before each record batch is taken: a
+// reader lagging as on a loaded machine.
+var readLag atomic.Pointer[func()]
+
 func (w *auditWatch) read(fd int) {
 	buf := make([]byte, 1<<16)
 	for {
@@ -175,6 +179,9 @@ func (w *auditWatch) read(fd int) {
 				continue
 			}
 			return
+		}
+		if lag := readLag.Load(); lag != nil {
+			(*lag)()
 		}
 		for b := buf[:n]; len(b) >= 16; {
 			size := int(binary.NativeEndian.Uint32(b[0:]))
@@ -281,13 +288,13 @@ func watchTag(d *Denials) string {
 	w.tags[tag] = t
 	w.mu.Unlock()
 	d.setSettle(func() {
-		// The records reach capgate after the tool's syscalls returned:
-		// wait for its domain's end (logged once it had denials), a
-		// moment at most.
-		select {
-		case <-t.done:
-		case <-time.After(auditSettle):
-		}
+		// The records reach capgate after the tool's syscalls returned.
+		// The tool has exited, so all of them were queued before a marker
+		// queued now: wait for the marker, or for its domain's end (logged
+		// once it had denials), whichever comes first. (A fixed wait for
+		// the domain's end made every failed call without a denial wait it
+		// out, and missed records a loaded machine delivered later.)
+		w.settle(t.done, auditSettle)
 		w.mu.Lock()
 		delete(w.tags, tag)
 		w.mu.Unlock()
@@ -322,6 +329,13 @@ func SettleAudit(timeout time.Duration) bool {
 	if w == nil {
 		return false
 	}
+	return w.settle(nil, timeout)
+}
+
+// settle queues a marker behind the records the kernel holds and waits
+// for it, for done, or for timeout; it reports whether the marker or done
+// came.
+func (w *auditWatch) settle(done <-chan struct{}, timeout time.Duration) bool {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	key := "capgate-settle-" + hex.EncodeToString(b[:])
@@ -335,12 +349,16 @@ func SettleAudit(timeout time.Duration) bool {
 		w.mu.Unlock()
 	}()
 	if _, err := auditRequest(auditUser, append([]byte(key), 0)); err != nil {
-		return false
+		ch = nil // no marker is coming: only done or the timeout
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case <-ch:
 		return true
-	case <-time.After(timeout):
+	case <-done:
+		return true
+	case <-timer.C:
 		return false
 	}
 }

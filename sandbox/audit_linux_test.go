@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -114,5 +115,54 @@ func BenchmarkSettleAudit(b *testing.B) {
 		if !SettleAudit(5 * time.Second) {
 			b.Fatal("the marker did not come back")
 		}
+	}
+}
+
+// TestLateRecordsStillNamed: the records of a launch's denials reach
+// capgate late when its audit reader lags (a loaded machine): a call's
+// error still names the file, since the launch's settle waits for a marker
+// queued behind the records rather than a fixed while. Here the reader is
+// held for 600 ms after the tool exits; the fixed 300 ms wait it replaced
+// named nothing.
+func TestLateRecordsStillNamed(t *testing.T) {
+	f := Probe()
+	if os.Getuid() != 0 || f.LandlockABI < 7 {
+		t.Skip("reading kernel audit needs root and Landlock ABI 7")
+	}
+	was, err := KernelAuditOn()
+	if err != nil {
+		t.Skipf("kernel audit is not readable here: %v", err)
+	}
+	if err := WatchFileDenials(true); err != nil {
+		t.Fatal(err)
+	}
+	if !was {
+		t.Cleanup(func() { SetKernelAudit(false) })
+	}
+	w := newWorld(t)
+	d := &Denials{}
+	spec := Spec{Path: w.tool, Args: []string{"read=" + w.key}, Dir: w.work, Deny: []string{w.data}, Files: d}
+	cmd, cleanup, err := command(spec, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	// The reader stops at the launch's first record until 600 ms after
+	// the tool exits.
+	release := make(chan struct{})
+	lag := func() { <-release }
+	readLag.Store(&lag)
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer func() { readLag.Store(nil); let() }()
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "denied") {
+		t.Fatalf("the tool: %v, %s; want its read refused", err, out)
+	}
+	time.AfterFunc(600*time.Millisecond, let)
+	g, _ := Derive(Declared{Filesystem: "read"}, Overrides{}, Declared{})
+	msg, _ := d.Explain(g, "ext:p:c", "capabilities")
+	if want := "the kernel refused it reading " + w.key + " (fs.read_file)"; !strings.Contains(msg, want) {
+		t.Errorf("the error says %q, want %q", msg, want)
 	}
 }
