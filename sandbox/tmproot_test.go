@@ -24,9 +24,10 @@ type held struct {
 	done chan struct{} // closed when every holder of its stdout (the tool) is gone
 }
 
-// startHeld starts the launcher (as launcherCred, nil: as the test) and
-// its tool (as toolCred), and waits until the tool has written.
-func startHeld(t *testing.T, tramp string, launcherCred, toolCred *syscall.Credential, script string) *held {
+// startHeld starts the launcher (as launcherCred, nil: as the test) with
+// tmp as its TMPDIR, and its tool (as toolCred), and waits until the tool
+// has written.
+func startHeld(t *testing.T, tramp, tmp string, launcherCred, toolCred *syscall.Credential, script string) *held {
 	t.Helper()
 	spec := Spec{Path: "/bin/sh", Args: []string{"-c", script}, Dir: "/", Env: []string{"PATH=/usr/bin:/bin"},
 		Credential: toolCred, Trampoline: tramp}
@@ -39,7 +40,7 @@ func startHeld(t *testing.T, tramp string, launcherCred, toolCred *syscall.Crede
 		t.Fatal(err)
 	}
 	cmd := exec.Command(tramp)
-	cmd.Env = []string{launchAsEnv + "=" + string(js)}
+	cmd.Env = []string{launchAsEnv + "=" + string(js), "TMPDIR=" + tmp}
 	cmd.Stdout, cmd.Stderr = w, os.Stderr
 	if launcherCred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: launcherCred}
@@ -94,15 +95,30 @@ const writeAndBlock = `echo killed-tool-data > "$TMPDIR/left" && echo "$TMPDIR" 
 // checkKilledLeavesNothing: capgate A and B each run a tool that wrote
 // into its temp dir; A is SIGKILLed. The next capgate to start removes
 // A's temp dir, the tool's file with it, and leaves live B's alone.
+//
+// Their run dirs go in a temp dir of the test's own: every capgate that
+// starts sweeps the dead ones' in its TMPDIR, and other packages' tests
+// start capgates all the while, which swept A's before the control check.
 func checkKilledLeavesNothing(t *testing.T, tramp string, launcherCred, toolCred *syscall.Credential) {
-	a := startHeld(t, tramp, launcherCred, toolCred, writeAndBlock)
-	b := startHeld(t, tramp, launcherCred, toolCred, writeAndBlock)
+	tmp, err := os.MkdirTemp("", "capgate-kill-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o1777); err != nil { // a launcher as nobody makes its run dir here
+		t.Fatal(err)
+	}
+	a := startHeld(t, tramp, tmp, launcherCred, toolCred, writeAndBlock)
+	b := startHeld(t, tramp, tmp, launcherCred, toolCred, writeAndBlock)
+	if !strings.HasPrefix(a.tmp, tmp+"/") {
+		t.Fatalf("the launcher's run dir %s is not in its TMPDIR %s", a.tmp, tmp)
+	}
 	a.kill(t)
 	if _, err := os.Stat(filepath.Join(a.tmp, "left")); err != nil {
 		t.Fatalf("control: the killed tool's file should still be there before the next start: %v", err)
 	}
 	// The next capgate starts and launches a tool.
-	next := startHeld(t, tramp, launcherCred, toolCred, `echo "$TMPDIR"; exec sleep 600`)
+	next := startHeld(t, tramp, tmp, launcherCred, toolCred, `echo "$TMPDIR"; exec sleep 600`)
 	if _, err := os.Lstat(a.tmp); !os.IsNotExist(err) {
 		t.Errorf("the killed capgate's tool temp dir %s survived the next start (%v)", a.tmp, err)
 	}
