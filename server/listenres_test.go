@@ -53,13 +53,18 @@ func TestListenResources(t *testing.T) {
 		return strings.Trim(fmt.Sprint(uris), "[]")
 	}
 
-	var got [2]atomic.Int32
+	var got, acked [2]atomic.Int32
 	var stops [2]func()
 	for i := range 2 {
 		c := connect(t, url, tok, "")
 		c.OnNotification(func(n mcp.JSONRPCNotification) {
-			if n.Method == string(mcp.MethodNotificationResourceUpdated) && n.Params.AdditionalFields["uri"] == uri {
-				got[i].Add(1)
+			switch n.Method {
+			case mcp.MethodNotificationSubscriptionsAcknowledged:
+				acked[i].Add(1)
+			case string(mcp.MethodNotificationResourceUpdated):
+				if n.Params.AdditionalFields["uri"] == uri {
+					got[i].Add(1)
+				}
 			}
 		})
 		stop, err := c.ListenAsync(ctx, mcp.SubscriptionFilter{ResourceSubscriptions: []string{uri}}, nil)
@@ -69,6 +74,11 @@ func TestListenResources(t *testing.T) {
 		stops[i] = stop
 		defer stop()
 	}
+	// ListenAsync returns before its request is sent: an update fired
+	// before capgate acknowledged a listen would not be that listen's.
+	testkit.WaitFor(t, 30*time.Second, "capgate to acknowledge both listens", func() bool {
+		return acked[0].Load() == 1 && acked[1].Load() == 1
+	})
 	testkit.WaitFor(t, 30*time.Second, "the upstream to have "+uri+" in capgate's listen", func() bool {
 		return listened() == uri
 	})

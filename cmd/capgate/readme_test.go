@@ -63,21 +63,24 @@ func TestReadmeQuickstartIsCurrent(t *testing.T) {
 		}
 	}
 	bin := testkit.Build(t, capgatePkg)
-	list := func(args ...string) string {
+	list := func(args ...string) (string, string) {
 		cmd := exec.Command(bin, append([]string{"tools", "list", "--config", "examples/quickstart/capgate.toml"}, args...)...)
 		cmd.Dir = root // as the README runs it
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("capgate tools list %v: %v", args, err)
+			t.Fatalf("capgate tools list %v: %v\n%s", args, err, stderr.String())
 		}
-		return string(out)
+		return string(out), stderr.String()
 	}
-	all := strings.Split(strings.TrimSpace(list()), "\n")
+	out, stderr := list()
+	all := strings.Split(strings.TrimSpace(out), "\n")
 	if got := len(all) - 1; got != want { // less the header
-		t.Errorf("README.md says the quickstart serves %d tools; it serves %d:\n%s", want, got, strings.Join(all, "\n"))
+		t.Errorf("README.md says the quickstart serves %d tools; it serves %d:\n%s\nstderr:\n%s", want, got, strings.Join(all, "\n"), stderr)
 	}
-	if got := list("--risk-max", "LOW"); got != string(block[1]) {
-		t.Errorf("README.md's tools list --risk-max LOW:\n%s\ncapgate prints:\n%s", block[1], got)
+	if got, stderr := list("--risk-max", "LOW"); got != string(block[1]) {
+		t.Errorf("README.md's tools list --risk-max LOW:\n%s\ncapgate prints:\n%s\nstderr:\n%s", block[1], got, stderr)
 	}
 }
 
