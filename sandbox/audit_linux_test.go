@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/internal/testkit"
 )
 
 // TestAuditRecordsReachTheirLaunch: Landlock's records, as the kernel
@@ -101,15 +103,9 @@ func BenchmarkSettleAudit(b *testing.B) {
 	if os.Getuid() != 0 || Probe().LandlockABI < 7 {
 		b.Skip("reading kernel audit needs root and Landlock ABI 7")
 	}
-	was, err := KernelAuditOn()
-	if err != nil {
-		b.Skipf("kernel audit is not readable here: %v", err)
-	}
+	testkit.ShareKernelAudit(b, KernelAuditOn, SetKernelAudit)
 	if err := WatchFileDenials(true); err != nil {
 		b.Skip(err)
-	}
-	if !was {
-		b.Cleanup(func() { SetKernelAudit(false) })
 	}
 	for b.Loop() {
 		if !SettleAudit(5 * time.Second) {
@@ -129,15 +125,9 @@ func TestLateRecordsStillNamed(t *testing.T) {
 	if os.Getuid() != 0 || f.LandlockABI < 7 {
 		t.Skip("reading kernel audit needs root and Landlock ABI 7")
 	}
-	was, err := KernelAuditOn()
-	if err != nil {
-		t.Skipf("kernel audit is not readable here: %v", err)
-	}
+	testkit.ShareKernelAudit(t, KernelAuditOn, SetKernelAudit)
 	if err := WatchFileDenials(true); err != nil {
 		t.Fatal(err)
-	}
-	if !was {
-		t.Cleanup(func() { SetKernelAudit(false) })
 	}
 	w := newWorld(t)
 	d := &Denials{}

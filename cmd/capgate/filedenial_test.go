@@ -31,7 +31,8 @@ func TestFileDenialIsNamedAsRoot(t *testing.T) {
 
 // needKernelAudit skips t unless serve can read Landlock's audit records
 // here (root, ABI 7, audit readable; otherwise, unprivileged covers this
-// user), and turns kernel audit off again after t if it was off.
+// user), and has kernel audit turned off again, if it was off, once no
+// test process here uses it.
 func needKernelAudit(t *testing.T, unprivileged string) {
 	if os.Getuid() != 0 {
 		t.Skip("reading kernel audit needs root; " + unprivileged + " covers this user")
@@ -39,13 +40,7 @@ func needKernelAudit(t *testing.T, unprivileged string) {
 	if sandbox.Probe().LandlockABI < 7 {
 		t.Skip("Landlock ABI 7 logs denials; this kernel's does not")
 	}
-	was, err := sandbox.KernelAuditOn()
-	if err != nil {
-		t.Skipf("kernel audit is not readable here: %v", err)
-	}
-	if !was {
-		t.Cleanup(func() { sandbox.SetKernelAudit(false) }) // as it was
-	}
+	testkit.ShareKernelAudit(t, sandbox.KernelAuditOn, sandbox.SetKernelAudit)
 }
 
 // TestFileDenialUnprivileged: an unprivileged serve cannot read audit:
