@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -196,8 +197,20 @@ func lockedServe(t *testing.T, cg *testkit.Served) (*served, func(cfg string)) {
 	t.Helper()
 	head, _, _ := strings.Cut(readFile(t, cg.ConfigPath), "[policy]")
 	s := fromCapgate(cg)
-	if out, errb, code := s.run(t, nil, "tools", "lock", "--config", s.config); code != 0 {
-		t.Fatalf("tools lock: %d %s %s", code, out, errb)
+	// tools lock skips (and does not pin) the tools of a source that did
+	// not answer it in time, a stdio server slow to start on a loaded
+	// machine: lock again until every tool is pinned.
+	var lockOut string
+	if !testkit.Poll(60e9, func() bool {
+		out, errb, code := s.run(t, nil, "tools", "lock", "--json", "--config", s.config)
+		if code != 0 {
+			t.Fatalf("tools lock: %d %s %s", code, out, errb)
+		}
+		var res struct{ Skipped []string }
+		lockOut = out + errb
+		return json.Unmarshal([]byte(out), &res) == nil && len(res.Skipped) == 0
+	}) {
+		t.Fatalf("tools lock never pinned every tool: %s", lockOut)
 	}
 	reloads := 0
 	return s, func(cfg string) {
