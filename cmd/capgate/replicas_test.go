@@ -244,6 +244,24 @@ type balancer struct {
 // dead one still fails its check at once (connection refused).
 func startHAProxy(t *testing.T, bin, r1, r2 string, backend ...string) *balancer {
 	t.Helper()
+	// A free port can be taken by another process before haproxy binds it
+	// (it then exits, "cannot bind socket"): start again on another.
+	for attempt := 1; ; attempt++ {
+		lb, log, ok := tryHAProxy(t, bin, r1, r2, backend)
+		if ok {
+			return lb
+		}
+		if attempt == 3 || !strings.Contains(log, "cannot bind socket") {
+			t.Fatalf("haproxy did not start:\n%s", log)
+		}
+		t.Logf("haproxy could not bind %s; starting it on another port", lb.addr)
+	}
+}
+
+// tryHAProxy starts haproxy once and waits for its stats socket; it
+// reports false, with haproxy's log, when haproxy exits first.
+func tryHAProxy(t *testing.T, bin, r1, r2 string, backend []string) (*balancer, string, bool) {
+	t.Helper()
 	dir := t.TempDir()
 	lb := &balancer{addr: testkit.FreeAddr(t), sock: filepath.Join(dir, "haproxy.sock")}
 	cfg := fmt.Sprintf(`global
@@ -274,21 +292,46 @@ backend replicas
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	logPath := filepath.Join(dir, "haproxy.log")
 	cmd := exec.Command(bin, "-db", "-f", path)
-	out, err := os.Create(filepath.Join(dir, "haproxy.log"))
+	out, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer out.Close() // haproxy holds its own copy
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
-		out.Close()
+		<-exited
 	})
-	return lb
+	gone := func() bool {
+		select {
+		case <-exited:
+			return true
+		default:
+			return false
+		}
+	}
+	testkit.WaitFor(t, 30*time.Second, "haproxy's stats socket or its exit", func() bool {
+		if gone() {
+			return true
+		}
+		_, err := lb.status()
+		return err == nil
+	})
+	if gone() {
+		b, _ := os.ReadFile(logPath)
+		return lb, string(b), false
+	}
+	return lb, "", true
 }
 
 // status is each server's state in haproxy's "show stat": UP, DOWN, ...
