@@ -3,7 +3,6 @@ package testkit
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 )
@@ -56,7 +55,7 @@ func shareSwitch(t testing.TB, dir string, isOn func() (bool, error), set func(b
 		if syscall.Flock(int(users.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 			return // another user still counts on it
 		}
-		if b, _ := os.ReadFile(found); strings.TrimSpace(string(b)) == "off" {
+		if b, _ := os.ReadFile(found); string(b) == "off" {
 			set(false)
 		}
 		os.Remove(found)

@@ -1,6 +1,9 @@
 package mcp
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // progressMerge joins the progress of one tools/call that reaches capgate on
 // two streams of a 2025-11-25 streamable-HTTP session: the call's own (its
@@ -24,9 +27,8 @@ import "sync"
 type progressMerge struct {
 	mu    sync.Mutex
 	relay func(progress, total float64, message string)
-	top   [2]float64 // the highest progress relayed from each stream
-	seen  [2]bool
-	drops int // overtaken notifications dropped
+	top   [2]float64 // the highest progress relayed from each stream (-Inf: none yet)
+	drops int        // overtaken notifications dropped
 }
 
 // The two streams a call's progress comes on.
@@ -36,7 +38,7 @@ const (
 )
 
 func newProgressMerge(relay func(progress, total float64, message string)) *progressMerge {
-	return &progressMerge{relay: relay}
+	return &progressMerge{relay: relay, top: [2]float64{math.Inf(-1), math.Inf(-1)}}
 }
 
 // fromCall and fromStandalone relay one progress notification that came on
@@ -52,14 +54,11 @@ func (m *progressMerge) fromStandalone(progress, total float64, message string) 
 func (m *progressMerge) add(stream int, progress, total float64, message string) {
 	m.mu.Lock()
 	defer m.mu.Unlock() // held while relaying: the caller gets them in the order decided here
-	other := 1 - stream
-	if m.seen[other] && progress < m.top[other] {
+	if progress < m.top[1-stream] {
 		m.drops++
 		return
 	}
-	if !m.seen[stream] || progress > m.top[stream] {
-		m.top[stream], m.seen[stream] = progress, true
-	}
+	m.top[stream] = max(m.top[stream], progress)
 	m.relay(progress, total, message)
 }
 
